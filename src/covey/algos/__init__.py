@@ -1,0 +1,42 @@
+"""Algorithm components: pure tensor math, one registry per axis (see `covey.algos.registry`).
+
+Importing this package registers every built-in component.
+"""
+
+from covey.algos import advantages, aggregation, corrections, kl, surrogates  # noqa: F401  (fill registries)
+from covey.algos.registry import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    CORRECTIONS,
+    KL_ESTIMATORS,
+    SURROGATES,
+    AdvantageResult,
+    BatchTotals,
+    Component,
+    ComponentError,
+    CorrectionInputs,
+    LossInputs,
+)
+
+REGISTRIES = {
+    "advantage": ADVANTAGES,
+    "surrogate": SURROGATES,
+    "aggregation": AGGREGATIONS,
+    "kl": KL_ESTIMATORS,
+    "correction": CORRECTIONS,
+}
+
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "CORRECTIONS",
+    "KL_ESTIMATORS",
+    "REGISTRIES",
+    "SURROGATES",
+    "AdvantageResult",
+    "BatchTotals",
+    "Component",
+    "ComponentError",
+    "CorrectionInputs",
+    "LossInputs",
+]

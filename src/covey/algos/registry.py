@@ -1,0 +1,215 @@
+"""Registries: one read-only mapping per algorithm axis, filled by decorators.
+
+A component is a plain function. Its tunable parameters are its keyword-only arguments (after `*`);
+their defaults are the documented defaults, and a pydantic model built from the signature validates
+configuration values before any model is loaded. Configuration names a component by its registered
+name or by an import path ``package.module:function`` (user code, no covey edit needed).
+
+Uniform signatures, one per axis (shapes: N rows, T tokens, K rewards):
+
+  ADVANTAGES      fn(batch: Rollouts, *, **params) -> AdvantageResult
+                  reads batch.rewards / group / masks (and whatever else the method needs);
+                  returns advantages [N] or [N, T], metrics, optional sample_mask [N].
+  SURROGATES      fn(inp: LossInputs, *, **params) -> (loss_tok [N, T], metrics)
+                  per-token loss to *minimise*, before masking and reduction.
+  AGGREGATIONS    fn(loss_tok [N, T], mask [N, T], totals: BatchTotals, *, **params) -> scalar
+                  reduces with counts of the *whole* batch so micro-batches add up to it.
+  KL_ESTIMATORS   fn(logp [N, T], ref_logp [N, T], *, **params) -> kl_tok [N, T]
+  CORRECTIONS     fn(inp: CorrectionInputs, *, **params) -> (weight_tok [N, T], metrics)
+                  detached per-token multipliers of the surrogate loss (0 masks a token).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import pydantic
+from torch import Tensor
+
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "CORRECTIONS",
+    "KL_ESTIMATORS",
+    "SURROGATES",
+    "AdvantageResult",
+    "BatchTotals",
+    "Component",
+    "ComponentError",
+    "CorrectionInputs",
+    "LossInputs",
+    "Registry",
+]
+
+
+class ComponentError(ValueError):
+    """Unknown component name, bad import path, or bad parameters."""
+
+
+# ---------------------------------------------------------------------------- axis records
+class AdvantageResult(NamedTuple):
+    advantages: Tensor  # [N] or [N, T] float32
+    metrics: dict[str, float]
+    sample_mask: Tensor | None = None  # [N] float32, 0 = row excluded from the loss
+
+
+@dataclass
+class LossInputs:
+    """What a surrogate sees. All [N, T]; `advantages` already broadcast to tokens."""
+
+    logp: Tensor  # current policy, carries gradient
+    old_logp: Tensor  # pi_old (or proximal policy), no gradient
+    advantages: Tensor
+    mask: Tensor  # float 0/1
+    entropy: Tensor | None = None  # current-policy token entropy, where a method needs it
+
+
+@dataclass
+class CorrectionInputs:
+    """What an importance correction sees. All [N, T], no gradient."""
+
+    old_logp: Tensor  # trainer-side log pi_old (proximal policy for AReaL)
+    behaviour_logp: Tensor  # log-probs reported by the engine that sampled the tokens
+    mask: Tensor
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """Counts over the whole optimisation batch (all micro-batches, all ranks)."""
+
+    num_tokens: float  # sum of the loss mask
+    num_seqs: float  # rows with at least one unmasked token
+    max_new_tokens: int  # generation budget (constant normalisers)
+
+
+# ---------------------------------------------------------------------------- components
+@dataclass(frozen=True)
+class Component:
+    name: str
+    fn: Callable[..., Any]
+    axis: str
+    paper: str = ""
+    arxiv: str = ""
+    summary: str = ""
+    params_model: type[pydantic.BaseModel] = field(default=None, repr=False)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return {k: f.default for k, f in self.params_model.model_fields.items()}
+
+    def validate_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Check names and types of `params` against the function's keyword-only arguments."""
+        allowed = list(self.params_model.model_fields)
+        unknown = [k for k in params if k not in allowed]
+        if unknown:
+            raise ComponentError(
+                f"{self.axis} {self.name!r} has no parameter {unknown[0]!r}; "
+                f"its parameters are {allowed or 'none'}"
+            )
+        try:
+            model = self.params_model(**params)
+        except pydantic.ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(p) for p in err["loc"])
+            raise ComponentError(f"{self.axis} {self.name!r} parameter {key!r}: {err['msg']} (got {err.get('input')!r})") from None
+        return {k: getattr(model, k) for k in params}
+
+    def bind(self, params: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+        """The function with validated parameters bound."""
+        kwargs = self.validate_params(params or {})
+        fn = self.fn
+
+        def bound(*args, **kw):
+            return fn(*args, **kwargs, **kw)
+
+        bound.__name__ = self.name
+        bound.component = self  # type: ignore[attr-defined]
+        return bound
+
+
+def _params_model(name: str, fn: Callable) -> type[pydantic.BaseModel]:
+    fields = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is not inspect.Parameter.KEYWORD_ONLY:
+            continue
+        if p.default is inspect.Parameter.empty:
+            raise TypeError(f"component {name!r}: keyword-only parameter {p.name!r} needs a default")
+        ann = p.annotation if p.annotation is not inspect.Parameter.empty else Any
+        if isinstance(ann, str):  # from __future__ annotations
+            ann = eval(ann, fn.__globals__)  # noqa: S307 - evaluating our own annotations
+        fields[p.name] = (ann, p.default)
+    return pydantic.create_model(
+        f"{name}_params", __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
+    )
+
+
+class Registry(Mapping[str, Component]):
+    """A read-only name -> Component mapping for one axis; filled only through `register`."""
+
+    def __init__(self, axis: str, signature: str):
+        self.axis = axis
+        self.signature = signature
+        self._items: dict[str, Component] = {}
+
+    def register(self, name: str, *, paper: str = "", arxiv: str = "") -> Callable[[Callable], Callable]:
+        def deco(fn: Callable) -> Callable:
+            if name in self._items:
+                raise ComponentError(f"{self.axis} {name!r} is registered twice")
+            summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
+            self._items[name] = Component(name, fn, self.axis, paper, arxiv, summary, _params_model(name, fn))
+            return fn
+
+        return deco
+
+    def get(self, name: str) -> Component:  # type: ignore[override]
+        """Look up a registered name or import ``package.module:function``."""
+        if name in self._items:
+            return self._items[name]
+        if ":" in name:
+            return self._from_import_path(name)
+        known = ", ".join(sorted(self._items))
+        raise ComponentError(
+            f"unknown {self.axis} {name!r}. Known: {known}. "
+            f"Or give an import path 'package.module:function' with signature {self.signature}"
+        )
+
+    def _from_import_path(self, path: str) -> Component:
+        module_name, _, attr = path.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ComponentError(f"{self.axis} {path!r}: cannot import module {module_name!r} ({e})") from None
+        fn = getattr(module, attr, None)
+        if not callable(fn):
+            raise ComponentError(f"{self.axis} {path!r}: module {module_name!r} has no function {attr!r}")
+        summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
+        return Component(path, fn, self.axis, "", "", summary, _params_model(path, fn))
+
+    def __getitem__(self, name: str) -> Component:
+        return self.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+
+ADVANTAGES = Registry("advantage", "fn(batch: Rollouts, *, **params) -> AdvantageResult")
+SURROGATES = Registry("surrogate", "fn(inp: LossInputs, *, **params) -> (loss_tok[N,T], metrics)")
+AGGREGATIONS = Registry("aggregation", "fn(loss_tok[N,T], mask[N,T], totals: BatchTotals, *, **params) -> scalar")
+KL_ESTIMATORS = Registry("kl", "fn(logp[N,T], ref_logp[N,T], *, **params) -> kl_tok[N,T]")
+CORRECTIONS = Registry("correction", "fn(inp: CorrectionInputs, *, **params) -> (weight_tok[N,T], metrics)")
+
+register_advantage = ADVANTAGES.register
+register_surrogate = SURROGATES.register
+register_aggregation = AGGREGATIONS.register
+register_kl = KL_ESTIMATORS.register
+register_correction = CORRECTIONS.register

@@ -1,0 +1,222 @@
+"""The `Rollouts` batch: one object that every stage of a training step reads and extends.
+
+Shapes use DESIGN.md's letters: N samples (rows), T completion tokens (right-padded), K reward columns.
+Everything here is plain tensors; no model, no tokenizer. `validate()` checks shapes and dtypes and
+fails with a message naming the field, what it got and what it needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+__all__ = ["Rollouts", "RolloutsError"]
+
+
+class RolloutsError(ValueError):
+    """A `Rollouts` field has the wrong shape, dtype or content."""
+
+
+@dataclass
+class Rollouts:
+    """One batch of sampled completions.
+
+    Required (written by the engine):
+        prompt_ids:          list of N 1-D long tensors, the prompt tokens of each sample.
+        completion_ids:      [N, T] long, sampled tokens, right-padded.
+        completion_mask:     [N, T] float32, 1.0 on real completion tokens, 0.0 on padding and on
+                             tokens a method masks out.
+        behaviour_logprobs:  [N, T] float32, log pi of each sampled token under the policy that
+                             produced it (after temperature), 0 on padding.
+        group:               [N] long, rows with equal values were drawn for the same prompt.
+        prompt_id:           [N] long, the dataset item each row came from.
+    Optional:
+        finish_reason:       list of N strings, "stop" or "length".
+        rewards:             [N, K] float32, one column per reward function, named by reward_names.
+        reward_weights:      [K] float32, weights of the scalar reward (default: all ones).
+        advantages:          [N] or [N, T] float32, written by the advantage estimator.
+        sample_mask:         [N] float32, 0 for rows an estimator excluded (e.g. MC-GRPO's pivot).
+        entropies:           [N, T] float32, per-token entropy of the sampling distribution.
+        ref_logprobs:        [N, T] float32, log pi_ref of each token (KL terms, ACE).
+        old_logprobs:        [N, T] float32, log pi_old recomputed by the learner (proximal policy).
+        policy_version:      [N, T] long, which weights produced each token (partial/async rollouts).
+        tree_path:           list of N tuples of node ids from root to leaf (tree rollouts).
+        trajectory, step:    [N] long, for multi-turn agents (one row per step).
+    """
+
+    prompt_ids: list[Tensor]
+    completion_ids: Tensor
+    completion_mask: Tensor
+    behaviour_logprobs: Tensor
+    group: Tensor
+    prompt_id: Tensor
+    finish_reason: list[str] | None = None
+    rewards: Tensor | None = None
+    reward_names: tuple[str, ...] = ()
+    reward_weights: Tensor | None = None
+    advantages: Tensor | None = None
+    sample_mask: Tensor | None = None
+    entropies: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+    old_logprobs: Tensor | None = None
+    policy_version: Tensor | None = None
+    tree_path: list[tuple[int, ...]] | None = None
+    trajectory: Tensor | None = None
+    step: Tensor | None = None
+    extras: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ derived views
+    def __len__(self) -> int:
+        return int(self.completion_ids.shape[0])
+
+    @property
+    def lengths(self) -> Tensor:
+        """[N] long: number of real completion tokens per row."""
+        return self.completion_mask.sum(-1).round().long()
+
+    @property
+    def num_groups(self) -> int:
+        return int(torch.unique(self.group).numel())
+
+    def scalar_rewards(self) -> Tensor:
+        """[N] float32: the weighted sum of reward columns (the reward single-reward methods use)."""
+        if self.rewards is None:
+            raise RolloutsError("rollouts have no rewards yet: score them before computing advantages")
+        w = self.reward_weights if self.reward_weights is not None else torch.ones(self.rewards.shape[1])
+        return self.rewards @ w.to(self.rewards.dtype)
+
+    def reward(self, name: str) -> Tensor:
+        """[N] float32: one named reward column."""
+        if name not in self.reward_names:
+            raise RolloutsError(f"no reward column {name!r}; columns are {list(self.reward_names)}")
+        return self.rewards[:, self.reward_names.index(name)]
+
+    def loss_mask(self) -> Tensor:
+        """[N, T] float32: completion_mask with rows excluded by `sample_mask` zeroed."""
+        if self.sample_mask is None:
+            return self.completion_mask
+        return self.completion_mask * self.sample_mask[:, None].to(self.completion_mask.dtype)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> "Rollouts":
+        """Check every field's shape and dtype; raise `RolloutsError` naming the first bad field."""
+        ids = self.completion_ids
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            raise RolloutsError(f"completion_ids must be a 2-D [N, T] tensor, got {_desc(ids)}")
+        n, t = ids.shape
+        _check(ids, "completion_ids", (n, t), (torch.long,))
+        _check(self.completion_mask, "completion_mask", (n, t), (torch.float32,))
+        _check(self.behaviour_logprobs, "behaviour_logprobs", (n, t), (torch.float32,))
+        _check(self.group, "group", (n,), (torch.long,))
+        _check(self.prompt_id, "prompt_id", (n,), (torch.long,))
+        if len(self.prompt_ids) != n:
+            raise RolloutsError(f"prompt_ids must hold N={n} tensors, got {len(self.prompt_ids)}")
+        for i, p in enumerate(self.prompt_ids):
+            if not isinstance(p, Tensor) or p.dim() != 1 or p.dtype != torch.long:
+                raise RolloutsError(f"prompt_ids[{i}] must be a 1-D long tensor, got {_desc(p)}")
+        m = self.completion_mask
+        if not torch.all((m == 0) | (m == 1)):
+            raise RolloutsError("completion_mask must hold only 0.0 and 1.0")
+        if self.finish_reason is not None:
+            if len(self.finish_reason) != n:
+                raise RolloutsError(f"finish_reason must hold N={n} strings, got {len(self.finish_reason)}")
+            bad = sorted({r for r in self.finish_reason if r not in ("stop", "length")})
+            if bad:
+                raise RolloutsError(f"finish_reason values must be 'stop' or 'length', got {bad}")
+        if self.rewards is not None:
+            k = len(self.reward_names)
+            _check(self.rewards, "rewards", (n, k), (torch.float32,))
+            if not torch.isfinite(self.rewards).all():
+                rows = torch.nonzero(~torch.isfinite(self.rewards))[:5].tolist()
+                raise RolloutsError(
+                    f"rewards contain NaN/inf at [row, column] {rows}: a reward function returned a "
+                    "non-finite value; replace it with a fallback before computing advantages"
+                )
+            if self.reward_weights is not None:
+                _check(self.reward_weights, "reward_weights", (k,), (torch.float32,))
+        if self.advantages is not None:
+            shape = tuple(self.advantages.shape)
+            if shape not in ((n,), (n, t)):
+                raise RolloutsError(f"advantages must have shape [N]=({n},) or [N, T]=({n}, {t}), got {shape}")
+            _check(self.advantages, "advantages", shape, (torch.float32,))
+        for name in ("entropies", "ref_logprobs", "old_logprobs"):
+            val = getattr(self, name)
+            if val is not None:
+                _check(val, name, (n, t), (torch.float32,))
+        if self.sample_mask is not None:
+            _check(self.sample_mask, "sample_mask", (n,), (torch.float32,))
+        if self.policy_version is not None:
+            _check(self.policy_version, "policy_version", (n, t), (torch.long,))
+        for name in ("trajectory", "step"):
+            val = getattr(self, name)
+            if val is not None:
+                _check(val, name, (n,), (torch.long,))
+        if self.tree_path is not None and len(self.tree_path) != n:
+            raise RolloutsError(f"tree_path must hold N={n} tuples, got {len(self.tree_path)}")
+        return self
+
+    # ------------------------------------------------------------------ row selection and joining
+    def select(self, index: Tensor | list[int]) -> "Rollouts":
+        """A new `Rollouts` with the given rows (a [M] long index or a [N] bool mask)."""
+        idx = torch.as_tensor(index)
+        if idx.dtype == torch.bool:
+            idx = torch.nonzero(idx).flatten()
+        rows = idx.tolist()
+        out = {}
+        for f in dataclasses.fields(self):
+            val = getattr(self, f.name)
+            if isinstance(val, Tensor) and f.name != "reward_weights" and val.dim() >= 1:
+                out[f.name] = val[idx]
+            elif isinstance(val, list):
+                out[f.name] = [val[i] for i in rows]
+            else:
+                out[f.name] = val
+        return Rollouts(**out)
+
+    @staticmethod
+    def concat(parts: list["Rollouts"]) -> "Rollouts":
+        """Stack batches row-wise, right-padding token tensors to the widest T.
+
+        Group ids are kept as they are: callers that join independent batches must make them unique.
+        """
+        if not parts:
+            raise RolloutsError("cannot concatenate an empty list of Rollouts")
+        t = max(p.completion_ids.shape[1] for p in parts)
+        out = {}
+        for f in dataclasses.fields(Rollouts):
+            vals = [getattr(p, f.name) for p in parts]
+            present = [v is not None for v in vals]
+            if f.name in ("reward_names", "reward_weights", "extras"):
+                out[f.name] = vals[0]
+                continue
+            if not any(present):
+                out[f.name] = None
+                continue
+            if not all(present):
+                raise RolloutsError(f"cannot concatenate: field {f.name!r} is set in some batches and not others")
+            if isinstance(vals[0], list):
+                out[f.name] = [x for v in vals for x in v]
+            elif vals[0].dim() == 2 and f.name != "rewards":
+                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1])) for v in vals])
+            else:
+                out[f.name] = torch.cat(vals)
+        return Rollouts(**out)
+
+
+def _desc(x) -> str:
+    if isinstance(x, Tensor):
+        return f"tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return type(x).__name__
+
+
+def _check(x, name: str, shape: tuple, dtypes: tuple) -> None:
+    if not isinstance(x, Tensor):
+        raise RolloutsError(f"{name} must be a tensor of shape {shape}, got {_desc(x)}")
+    if tuple(x.shape) != tuple(shape):
+        raise RolloutsError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
+    if x.dtype not in dtypes:
+        allowed = ", ".join(str(d) for d in dtypes)
+        raise RolloutsError(f"{name} must have dtype {allowed}, got {x.dtype}")
