@@ -95,6 +95,7 @@ class Component:
     paper: str = ""
     arxiv: str = ""
     summary: str = ""
+    requires: tuple[str, ...] = ()  # optional Rollouts fields the component reads, e.g. ("ref_logprobs",)
     params_model: type[pydantic.BaseModel] = field(default=None, repr=False)
 
     @property
@@ -155,12 +156,18 @@ class Registry(Mapping[str, Component]):
         self.signature = signature
         self._items: dict[str, Component] = {}
 
-    def register(self, name: str, *, paper: str = "", arxiv: str = "") -> Callable[[Callable], Callable]:
+    def register(
+        self, name: str, *, paper: str = "", arxiv: str = "", requires: tuple[str, ...] = ()
+    ) -> Callable[[Callable], Callable]:
+        """Decorator. `requires` names optional `Rollouts` fields the trainer must fill for this
+        component (e.g. "ref_logprobs", "entropies"), so no trainer code branches on method names."""
         def deco(fn: Callable) -> Callable:
             if name in self._items:
                 raise ComponentError(f"{self.axis} {name!r} is registered twice")
             summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
-            self._items[name] = Component(name, fn, self.axis, paper, arxiv, summary, _params_model(name, fn))
+            self._items[name] = Component(
+                name, fn, self.axis, paper, arxiv, summary, tuple(requires), _params_model(name, fn)
+            )
             return fn
 
         return deco
@@ -187,7 +194,8 @@ class Registry(Mapping[str, Component]):
         if not callable(fn):
             raise ComponentError(f"{self.axis} {path!r}: module {module_name!r} has no function {attr!r}")
         summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
-        return Component(path, fn, self.axis, "", "", summary, _params_model(path, fn))
+        requires = tuple(getattr(fn, "requires", ()))
+        return Component(path, fn, self.axis, "", "", summary, requires, _params_model(path, fn))
 
     def __getitem__(self, name: str) -> Component:
         return self.get(name)
