@@ -1,0 +1,27 @@
+"""Group filters: find groups that carry no learning signal (DAPO dynamic sampling).
+
+A group whose scalar rewards are all equal gets zero advantage under every group-relative estimator,
+so it only costs compute. DAPO keeps a group iff std(rewards) > 0 or G == 1
+(verl-recipe `dapo_ray_trainer.py`); the trainer regenerates until enough groups are kept.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["informative_groups"]
+
+
+def informative_groups(rewards: Tensor, group: Tensor) -> Tensor:
+    """[N] bool: True for rows whose group has non-constant reward, or is a singleton.
+
+    rewards: [N] scalar reward; group: [N] group ids (any order).
+    >>> informative_groups(torch.tensor([1., 1., 0., 1.]), torch.tensor([0, 0, 1, 1])).tolist()
+    [False, False, True, True]
+    """
+    _, inv, counts = torch.unique(group, return_inverse=True, return_counts=True)
+    gmax = torch.full((len(counts),), -torch.inf).scatter_reduce(0, inv, rewards, "amax")
+    gmin = torch.full((len(counts),), torch.inf).scatter_reduce(0, inv, rewards, "amin")
+    keep = (gmax > gmin) | (counts == 1)
+    return keep[inv]
