@@ -1,0 +1,49 @@
+"""Advantage estimators: map a scored `Rollouts` batch to advantages ([N] or [N, T]).
+
+Importing this package registers every built-in estimator in `covey.algos.registry.ADVANTAGES`.
+Each is a plain function ``fn(batch, *, **params) -> AdvantageResult`` (see the registry docstring);
+its keyword-only parameters and defaults are its configuration. Files by family:
+
+    grpo.py          grpo, dr_grpo, rloo, reinforce_pp_baseline   (mean baselines)
+    median.py        mc_grpo                                     (median baseline, pivot excluded)
+    multi_reward.py  gdpo                                        (per-reward-column normalisation)
+    difficulty.py    ngrpo, dgpo, a_grae                         (difficulty-aware reweighting)
+    risk.py          riskpo                                      (Mixed-VaR over prompt bundles)
+    confidence.py    ace, xrpo, arm                              (log-prob-based modulation)
+    token_credit.py  gtpo                                        ([N, T] conflict-token credit)
+    drpo.py          drpo                                        (discriminative loss as advantage)
+    brpo.py          brpo                                        (bootstrapped in-group reference)
+    _groups.py       shared vectorised group statistics, input checks and metrics
+
+Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
+(G+1 rollouts for MC-GRPO, rollout allocation for XRPO) lives in the rollout layer.
+"""
+
+from covey.algos.advantages.brpo import brpo
+from covey.algos.advantages.confidence import ace, arm, xrpo
+from covey.algos.advantages.difficulty import a_grae, dgpo, ngrpo
+from covey.algos.advantages.drpo import drpo
+from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
+from covey.algos.advantages.median import mc_grpo
+from covey.algos.advantages.multi_reward import gdpo
+from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.token_credit import gtpo
+
+__all__ = [
+    "a_grae",
+    "ace",
+    "arm",
+    "brpo",
+    "dgpo",
+    "dr_grpo",
+    "drpo",
+    "gdpo",
+    "grpo",
+    "gtpo",
+    "mc_grpo",
+    "ngrpo",
+    "reinforce_pp_baseline",
+    "riskpo",
+    "rloo",
+    "xrpo",
+]
