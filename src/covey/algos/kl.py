@@ -29,6 +29,8 @@ from covey.algos.registry import BatchTotals, register_kl
 
 __all__ = ["entropy_bonus", "kl_reward_penalty"]
 
+_REF = ("ref_logprobs",)  # every estimator reads the reference policy's log-probs
+
 
 def _d(logp: Tensor, ref_logp: Tensor) -> Tensor:
     if logp.shape != ref_logp.shape:
@@ -36,32 +38,32 @@ def _d(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return logp - ref_logp
 
 
-@register_kl("k1", paper="Approximating KL Divergence (Schulman, blog)")
+@register_kl("k1", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
 def k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """k1 = d = logp - ref_logp. Unbiased, high variance, can be negative per token (verl "kl")."""
     return _d(logp, ref_logp)
 
 
-@register_kl("abs")
+@register_kl("abs", requires=_REF)
 def abs_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """|d| = |logp - ref_logp| (verl "abs"). Not an unbiased KL estimate; a non-negative distance."""
     return _d(logp, ref_logp).abs()
 
 
-@register_kl("k2", paper="Approximating KL Divergence (Schulman, blog)")
+@register_kl("k2", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
 def k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """k2 = 0.5 d^2 (verl "mse"). Biased, low variance; its gradient d * grad(logp) is the KL gradient on-policy."""
     return 0.5 * _d(logp, ref_logp) ** 2
 
 
-@register_kl("k3", paper="Approximating KL Divergence (Schulman, blog)")
+@register_kl("k3", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
 def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """k3 = exp(-d) + d - 1 = r - log r - 1 >= 0, unbiased, low variance (TRL, GRPO paper). Unclamped."""
     d = _d(logp, ref_logp)
     return torch.exp(-d) + d - 1.0
 
 
-@register_kl("low_var_kl", paper="Approximating KL Divergence (Schulman, blog)")
+@register_kl("low_var_kl", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
 def low_var_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """verl's clamped k3: x = clamp(ref_logp - logp, +-20); clamp(exp(x) - x - 1, +-10).
 
@@ -78,14 +80,14 @@ def _straight_through(value: Tensor, d: Tensor) -> Tensor:
     return k2_val - k2_val.detach() + value.detach()
 
 
-@register_kl("k1+", paper="Approximating KL Divergence (Schulman, blog)")
+@register_kl("k1+", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
 def k1_plus(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """Straight-through: forward value k1 = d, gradient that of k2 (d * grad logp). verl "k1+"."""
     d = _d(logp, ref_logp)
     return _straight_through(d, d)
 
 
-@register_kl("k3+", paper="Approximating KL Divergence (Schulman, blog)")
+@register_kl("k3+", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
 def k3_plus(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """Straight-through: forward value k3 = exp(-d) + d - 1, gradient that of k2. verl "k3+"."""
     d = _d(logp, ref_logp)

@@ -1,0 +1,312 @@
+"""The typed algorithm configuration (`AlgoConfig`) and the named presets (plain data).
+
+An algorithm is a choice on each registry axis (advantage, surrogate, aggregation, KL, correction)
+plus a few sampler/reward settings. A preset is nothing but such a choice written as a dict: no
+preset has code of its own, and nothing in covey branches on a preset's name.
+
+    resolve_algo({"preset": "dapo", "surrogate": {"eps_high": 0.3}})   # dapo with eps_high 0.3
+
+`resolve_algo` starts from the preset ("grpo" when the key is absent; `preset: null` starts from
+nothing), merges the user's keys into it key by key, and validates every component name and
+parameter against its registry before any model is loaded. Building the learner from the result
+(binding each component once) is the trainer's job: see `AlgoConfig.bind`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES, Registry
+
+__all__ = ["PRESETS", "AlgoConfig", "ComponentSpec", "KLSpec", "OverlongSpec", "resolve_algo"]
+
+DEFAULT_PRESET = "grpo"
+
+# ---------------------------------------------------------------------------- presets (data only)
+# Parameters not written here take the component's documented defaults. Sources and the reasons
+# for each choice: docs/algorithms-losses.md, "Presets".
+_PPO = {"name": "ppo_clip", "eps_low": 0.2, "eps_high": 0.2}
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": {  # DeepSeekMath: seq-mean-token-mean, per-token k3 with beta 0.04 (paper value, UNVERIFIED)
+        "advantage": {"name": "grpo"},
+        "surrogate": _PPO,
+        "aggregation": {"name": "seq-mean-token-mean"},
+        "kl": {"name": "k3", "coef": 0.04, "mode": "loss"},
+    },
+    "dr_grpo": {  # official Dr.GRPO (oat): mean_i sum_t l / C, no KL
+        "advantage": {"name": "dr_grpo"},
+        "surrogate": _PPO,
+        "aggregation": {"name": "seq-mean-token-sum-constant"},
+    },
+    "dapo": {  # verl recipe run_dapo_qwen2.5_32b.sh
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 0.2, "eps_high": 0.28, "dual_clip": 10.0},
+        "aggregation": {"name": "token-mean"},
+        "overlong": {"buffer_frac": 0.2, "penalty_factor": 1.0},  # 4096 / 20480
+        "dynamic_sampling": True,
+        "max_gen_batches": 10,
+    },
+    "gspo": {
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "gspo", "eps_low": 3e-4, "eps_high": 4e-4},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
+    "cispo": {  # verl example: no lower bound, cap 1 + 0.2
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "cispo", "eps_low": None, "eps_high": 0.2, "cap_mode": "relative"},
+        "aggregation": {"name": "token-mean"},
+    },
+    "sapo": {
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "sapo", "tau_pos": 1.0, "tau_neg": 1.05},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
+    "mc_grpo": {  # sample G + 1, train on G (pivot removed); recipe beta 0.04, TRL loss_type grpo
+        "advantage": {"name": "mc_grpo"},
+        "surrogate": _PPO,
+        "aggregation": {"name": "seq-mean-token-mean"},
+        "kl": {"name": "k3", "coef": 0.04, "mode": "loss"},
+        "group_size_extra": 1,
+    },
+    "gdpo": {
+        "advantage": {"name": "gdpo"},
+        "surrogate": _PPO,
+        "aggregation": {"name": "token-mean"},
+    },
+    "ngrpo": {  # train_qwen2.5-math-7b_ngrpo.sh: asymmetric clip 0.16 / 0.24, token mean, no KL
+        "advantage": {"name": "ngrpo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 0.16, "eps_high": 0.24},
+        "aggregation": {"name": "token-mean"},
+    },
+    "dgpo": {  # MathForge run_dgpo.sh: TRL bnpo (token mean), eps 0.2, beta 0
+        "advantage": {"name": "dgpo"},
+        "surrogate": _PPO,
+        "aggregation": {"name": "token-mean"},
+    },
+    "riskpo": {  # RiskPO script: verl defaults (token-mean), no KL, entropy 0
+        "advantage": {"name": "riskpo"},
+        "surrogate": _PPO,
+        "aggregation": {"name": "token-mean"},
+    },
+    "gtpo": {  # released loss: on-policy REINFORCE, per-row token mean; no KL, no reference model
+        "advantage": {"name": "gtpo"},
+        "surrogate": {"name": "reinforce"},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
+    "drpo": {  # DRPO's discriminative loss expressed as an advantage (see the drpo estimator)
+        "advantage": {"name": "drpo"},
+        "surrogate": {"name": "reinforce"},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
+    "luspo": {  # TRL: mean_i(L_i l_i)
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "luspo", "eps_low": 2e-3, "eps_high": 2.5e-3},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
+    "rloo": {
+        "advantage": {"name": "rloo"},
+        "surrogate": _PPO,
+        "aggregation": {"name": "token-mean"},
+    },
+}
+
+
+# ---------------------------------------------------------------------------- typed config
+class ComponentSpec(BaseModel):
+    """One component: `name` (registered name or ``package.module:function``) plus its parameters.
+
+    Every key other than the declared fields is a parameter of the component and is validated
+    against its function's keyword-only arguments. A bare string is accepted as ``{"name": ...}``.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The component's parameters (the extra keys)."""
+        return dict(self.model_extra or {})
+
+    def bind(self, registry: Registry) -> Callable[..., Any]:
+        """The registered function with these parameters bound."""
+        return registry.get(self.name).bind(self.params)
+
+
+class KLSpec(ComponentSpec):
+    """KL to the reference policy: estimator `name`, weight `coef`, and where it acts.
+
+    mode="loss":   loss += coef * aggregation(kl_tok) (verl use_kl_loss; GRPO paper).
+    mode="reward": reward -= kl_reward_penalty(kl_tok, mask, coef) before advantages.
+    coef = 0 disables the term (and the reference model).
+    """
+
+    name: str = "low_var_kl"
+    coef: float = Field(0.0, ge=0.0)
+    mode: Literal["loss", "reward"] = "loss"
+
+
+class _Strict(BaseModel):
+    """extra="forbid", with an error that lists the allowed keys."""
+
+    model_config = ConfigDict(extra="forbid")
+    where: ClassVar[str] = "algo"  # the config path used in error messages
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = [k for k in data if k not in cls.model_fields]
+            if unknown:
+                raise ValueError(f"{cls.where} has no key {unknown[0]!r}; allowed keys: {', '.join(cls.model_fields)}")
+        return data
+
+
+class OverlongSpec(_Strict):
+    """DAPO soft overlong punishment: added to the scalar reward (see `covey.algos.shaping`).
+
+    The soft zone is `buffer_len` tokens when given, else `buffer_frac` of the generation budget
+    (DAPO: 4096 of 20480 = 0.2), so a preset works at any max_new_tokens.
+    """
+
+    where: ClassVar[str] = "algo.overlong"
+
+    buffer_len: int | None = Field(None, gt=0)
+    buffer_frac: float = Field(0.2, gt=0.0, le=1.0)
+    penalty_factor: float = Field(1.0, ge=0.0)
+
+    def buffer_tokens(self, max_len: int) -> int:
+        """Width of the soft zone in tokens for a generation budget `max_len`."""
+        tokens = self.buffer_len if self.buffer_len is not None else max(1, round(self.buffer_frac * max_len))
+        if tokens > max_len:
+            raise ValueError(f"algo.overlong.buffer_len={tokens} exceeds max_new_tokens={max_len}; use at most {max_len}")
+        return tokens
+
+
+_AXES: dict[str, Registry] = {
+    "advantage": ADVANTAGES,
+    "surrogate": SURROGATES,
+    "aggregation": AGGREGATIONS,
+    "kl": KL_ESTIMATORS,
+    "correction": CORRECTIONS,
+}
+
+
+class AlgoConfig(_Strict):
+    """The full algorithm choice. Build it with `resolve_algo`, which applies presets."""
+
+    preset: str | None = None
+    """Name of the preset this config started from (informational once resolved)."""
+    advantage: ComponentSpec
+    surrogate: ComponentSpec
+    aggregation: ComponentSpec
+    kl: KLSpec | None = None
+    """KL to a reference policy; None (or coef 0) = no reference model."""
+    correction: ComponentSpec | None = None
+    """Importance correction (tis, mis, decoupled) multiplying the surrogate's per-token loss."""
+    entropy_coef: float = 0.0
+    """loss += -entropy_coef * aggregation(H); > 0 rewards entropy."""
+    overlong: OverlongSpec | None = None
+    """DAPO soft overlong punishment added to the scalar reward."""
+    dynamic_sampling: bool = False
+    """DAPO group filter: drop groups whose rewards are all equal and refill the batch."""
+    max_gen_batches: int = Field(10, ge=1)
+    """Dynamic sampling gives up (falls back) after this many generation batches."""
+    group_size_extra: int = Field(0, ge=0)
+    """Extra samples per prompt beyond the trained group size G (MC-GRPO samples G + 1)."""
+
+    @model_validator(mode="after")
+    def _check_components(self) -> AlgoConfig:
+        for axis, registry in _AXES.items():
+            spec = getattr(self, axis)
+            if spec is None:
+                continue
+            try:
+                validated = registry.get(spec.name).validate_params(spec.params)
+            except ValueError as e:
+                raise ValueError(f"algo.{axis}: {e}") from None
+            spec.__pydantic_extra__.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
+        return self
+
+    def active(self) -> dict[str, ComponentSpec]:
+        """The axes in use: always advantage/surrogate/aggregation; kl when coef > 0; correction when set."""
+        out = {axis: getattr(self, axis) for axis in _AXES if getattr(self, axis) is not None}
+        if self.kl is not None and self.kl.coef == 0.0:
+            del out["kl"]
+        return out
+
+    def bind(self, axis: str) -> Callable[..., Any] | None:
+        """The bound function of one axis ("advantage", "surrogate", ...), or None when unused."""
+        if axis not in _AXES:
+            raise ValueError(f"unknown axis {axis!r}; axes are {', '.join(_AXES)}")
+        spec = self.active().get(axis)
+        return None if spec is None else spec.bind(_AXES[axis])
+
+    def requires(self) -> set[str]:
+        """Optional Rollouts fields the active components read (e.g. "ref_logprobs", "entropies")."""
+        return {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+
+
+# ---------------------------------------------------------------------------- resolution
+_SPEC_TYPES: dict[str, type[ComponentSpec]] = {
+    "advantage": ComponentSpec,
+    "surrogate": ComponentSpec,
+    "aggregation": ComponentSpec,
+    "kl": KLSpec,
+    "correction": ComponentSpec,
+}
+
+
+def _merge_component(axis: str, base: Any, user: Any) -> Any:
+    """User settings over the preset's for one component; a new `name` drops the old component's params."""
+    if user is None or not isinstance(user, (str, Mapping)):
+        return user  # None removes the component; anything else is left for validation to report
+    user = {"name": user} if isinstance(user, str) else dict(user)
+    base = dict(base or {})
+    if "name" in user and user["name"] != base.get("name"):
+        own_fields = set(_SPEC_TYPES[axis].model_fields) - {"name"}  # e.g. KL's coef/mode survive
+        base = {k: v for k, v in base.items() if k in own_fields}
+    return {**base, **user}
+
+
+def _merge(base: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in user.items():
+        if key in _SPEC_TYPES:
+            out[key] = _merge_component(key, out.get(key), value)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resolve_algo(raw: Mapping[str, Any] | AlgoConfig | None = None) -> AlgoConfig:
+    """Preset + user overrides -> validated `AlgoConfig`.
+
+    * `raw["preset"]` names the starting bundle (default "grpo"; None = start from nothing).
+    * Each user key overrides the preset's key by key: component dicts and `overlong` are merged,
+      scalars replaced. `{"preset": "dapo", "surrogate": {"eps_high": 0.3}}` keeps dapo's
+      ppo_clip with eps_low 0.2 and dual_clip 10.
+    * Giving a component a different `name` drops the preset's parameters for it (they belonged to
+      the old component); a bare string is a name: `"surrogate": "cispo"`.
+    * `"kl": None` / `"correction": None` / `"overlong": None` remove that part.
+    Raises pydantic.ValidationError (a ValueError) naming the key, the value and what is allowed.
+    """
+    if isinstance(raw, AlgoConfig):
+        return raw
+    raw = dict(raw or {})
+    preset = raw.pop("preset", DEFAULT_PRESET)
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"algo.preset: unknown preset {preset!r}; known presets: {', '.join(sorted(PRESETS))} (or null)")
+    base = PRESETS[preset] if preset is not None else {}
+    return AlgoConfig.model_validate({**_merge(base, raw), "preset": preset})
