@@ -68,7 +68,11 @@ def _masked(loss_tok: Tensor, mask: Tensor) -> Tensor:
     return loss_tok * mask
 
 
-@register_aggregation("token-mean", paper="DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arxiv="2503.14476")
+@register_aggregation(
+    "token-mean",
+    paper="DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
+    arxiv="2503.14476",
+)
 def token_mean(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> Tensor:
     """Mean over all unmasked tokens of the batch: sum_{i,t} l m / sum m  (verl default "token-mean", TRL "dapo").
 
@@ -90,7 +94,11 @@ def seq_mean_token_sum(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> T
     return _masked(loss_tok, mask).sum() / max(totals.num_seqs, 1.0)
 
 
-@register_aggregation("seq-mean-token-mean", paper="DeepSeekMath: Pushing the Limits of Mathematical Reasoning", arxiv="2402.03300")
+@register_aggregation(
+    "seq-mean-token-mean",
+    paper="DeepSeekMath: Pushing the Limits of Mathematical Reasoning",
+    arxiv="2402.03300",
+)
 def seq_mean_token_mean(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> Tensor:
     """Mean over tokens of each sequence, then over sequences: (1/#seq) sum_i (1/L_i) sum_t l m.
 
@@ -101,7 +109,11 @@ def seq_mean_token_mean(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> 
     return (_masked(loss_tok, mask).sum(-1) / lengths).sum() / max(totals.num_seqs, 1.0)
 
 
-@register_aggregation("seq-mean-token-sum-norm", paper="Understanding R1-Zero-Like Training: A Critical Perspective", arxiv="2503.20783")
+@register_aggregation(
+    "seq-mean-token-sum-norm",
+    paper="Understanding R1-Zero-Like Training: A Critical Perspective",
+    arxiv="2503.20783",
+)
 def seq_mean_token_sum_norm(
     loss_tok: Tensor, mask: Tensor, totals: BatchTotals, *, normaliser: Positive | None = None
 ) -> Tensor:
@@ -117,7 +129,11 @@ def seq_mean_token_sum_norm(
     return _masked(loss_tok, mask).sum() / scale
 
 
-@register_aggregation("seq-mean-token-sum-constant", paper="Understanding R1-Zero-Like Training: A Critical Perspective", arxiv="2503.20783")
+@register_aggregation(
+    "seq-mean-token-sum-constant",
+    paper="Understanding R1-Zero-Like Training: A Critical Perspective",
+    arxiv="2503.20783",
+)
 def seq_mean_token_sum_constant(
     loss_tok: Tensor, mask: Tensor, totals: BatchTotals, *, normaliser: Positive | None = None
 ) -> Tensor:

@@ -51,7 +51,10 @@ def _metrics(weight: Tensor, mask: Tensor, masked: Tensor, truncated: Tensor) ->
     return out
 
 
-@register_correction("tis", paper="Your Efficient RL Framework Secretly Brings You Off-Policy RL Training (Feng Yao et al., blog)")
+@register_correction(
+    "tis",
+    paper="Your Efficient RL Framework Secretly Brings You Off-Policy RL Training (Feng Yao et al., blog)",
+)
 def tis(
     inp: CorrectionInputs, *, level: Literal["token", "sequence"] = "token", cap: Positive = 2.0
 ) -> tuple[Tensor, dict[str, float]]:
@@ -74,7 +77,10 @@ def tis(
     return weight, _metrics(weight, inp.mask, torch.zeros_like(truncated), truncated)
 
 
-@register_correction("mis", paper="Your Efficient RL Framework Secretly Brings You Off-Policy RL Training (Feng Yao et al., blog)")
+@register_correction(
+    "mis",
+    paper="Your Efficient RL Framework Secretly Brings You Off-Policy RL Training (Feng Yao et al., blog)",
+)
 def mis(
     inp: CorrectionInputs,
     *,
@@ -105,7 +111,11 @@ def mis(
     return weight, _metrics(weight, inp.mask, torch.zeros_like(out_of_band), out_of_band)
 
 
-@register_correction("decoupled", paper="AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning", arxiv="2505.24298")
+@register_correction(
+    "decoupled",
+    paper="AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning",
+    arxiv="2505.24298",
+)
 def decoupled(
     inp: CorrectionInputs, *, cap: Positive | None = 5.0, action: Literal["mask", "clamp"] = "mask"
 ) -> tuple[Tensor, dict[str, float]]:

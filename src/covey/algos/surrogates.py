@@ -140,7 +140,11 @@ def reinforce(inp: LossInputs) -> tuple[Tensor, dict[str, float]]:
     return -inp.advantages * inp.logp, metrics
 
 
-@register_surrogate("cispo", paper="MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", arxiv="2506.13585")
+@register_surrogate(
+    "cispo",
+    paper="MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention",
+    arxiv="2506.13585",
+)
 def cispo(
     inp: LossInputs,
     *,
@@ -295,7 +299,12 @@ def luspo(
     return (loss_seq * lengths)[:, None].expand_as(inp.mask), _seq_metrics(inp, s, flags)
 
 
-@register_surrogate("dhpo", paper="Dynamic Hybrid Policy Optimization (UNVERIFIED reconstruction)", arxiv="2601.05607", requires=("entropies",))
+@register_surrogate(
+    "dhpo",
+    paper="Dynamic Hybrid Policy Optimization (UNVERIFIED reconstruction)",
+    arxiv="2601.05607",
+    requires=("entropies",),
+)
 def dhpo(
     inp: LossInputs,
     *,
