@@ -33,13 +33,13 @@ _PPO = {"name": "ppo_clip", "eps_low": 0.2, "eps_high": 0.2}
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {  # DeepSeekMath: seq-mean-token-mean, per-token k3 with beta 0.04 (paper value, UNVERIFIED)
         "advantage": {"name": "grpo"},
-        "surrogate": _PPO,
+        "surrogate": {**_PPO},
         "aggregation": {"name": "seq-mean-token-mean"},
         "kl": {"name": "k3", "coef": 0.04, "mode": "loss"},
     },
     "dr_grpo": {  # official Dr.GRPO (oat): mean_i sum_t l / C, no KL
         "advantage": {"name": "dr_grpo"},
-        "surrogate": _PPO,
+        "surrogate": {**_PPO},
         "aggregation": {"name": "seq-mean-token-sum-constant"},
     },
     "dapo": {  # verl recipe run_dapo_qwen2.5_32b.sh
@@ -67,14 +67,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "mc_grpo": {  # sample G + 1, train on G (pivot removed); recipe beta 0.04, TRL loss_type grpo
         "advantage": {"name": "mc_grpo"},
-        "surrogate": _PPO,
+        "surrogate": {**_PPO},
         "aggregation": {"name": "seq-mean-token-mean"},
         "kl": {"name": "k3", "coef": 0.04, "mode": "loss"},
         "group_size_extra": 1,
     },
     "gdpo": {
         "advantage": {"name": "gdpo"},
-        "surrogate": _PPO,
+        "surrogate": {**_PPO},
         "aggregation": {"name": "token-mean"},
     },
     "ngrpo": {  # train_qwen2.5-math-7b_ngrpo.sh: asymmetric clip 0.16 / 0.24, token mean, no KL
@@ -84,12 +84,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "dgpo": {  # MathForge run_dgpo.sh: TRL bnpo (token mean), eps 0.2, beta 0
         "advantage": {"name": "dgpo"},
-        "surrogate": _PPO,
+        "surrogate": {**_PPO},
         "aggregation": {"name": "token-mean"},
     },
     "riskpo": {  # RiskPO script: verl defaults (token-mean), no KL, entropy 0
         "advantage": {"name": "riskpo"},
-        "surrogate": _PPO,
+        "surrogate": {**_PPO},
         "aggregation": {"name": "token-mean"},
     },
     "gtpo": {  # released loss: on-policy REINFORCE, per-row token mean; no KL, no reference model
@@ -109,7 +109,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "rloo": {
         "advantage": {"name": "rloo"},
-        "surrogate": _PPO,
+        "surrogate": {**_PPO},
         "aggregation": {"name": "token-mean"},
     },
 }
