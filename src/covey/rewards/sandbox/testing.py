@@ -1,0 +1,151 @@
+"""Run a program against tests in the sandbox: assert-style tests (MBPP, HumanEval) and stdin/stdout cases.
+
+All tests of one program run in ONE sandbox: the in-sandbox harness (`_harness.py`) forks a child per
+test, so a program pays the bubblewrap + interpreter start-up once. Each test has its own time limit
+(`timeout_s`); the sandbox as a whole gets ``n_tests * timeout_s + startup_s``. Tests that never
+reported (the whole sandbox was killed) count as failed with status "timeout".
+
+Test formats (`CodeTests.coerce` accepts any of them):
+    ["assert f(1) == 2", ...]                                   assert statements
+    {"setup": "import math", "asserts": ["assert ..."]}         setup runs before the code
+    {"io": [["3 4\\n", "7\\n"], ...]}                            stdin -> expected stdout
+Outputs compare after stripping trailing spaces on each line and trailing blank lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from covey.rewards.sandbox._process import RunResult, SandboxLimits, execute
+
+__all__ = ["CodeTests", "TestReport", "run_tests"]
+
+_HARNESS = (Path(__file__).with_name("_harness.py")).read_bytes()
+_STATUSES = ("pass", "fail", "error", "timeout", "crash")
+
+
+@dataclass(frozen=True)
+class CodeTests:
+    """The tests of one problem: `setup` code, `asserts` statements, and `io` (stdin, stdout) cases."""
+
+    asserts: tuple[str, ...] = ()
+    setup: str = ""
+    io: tuple[tuple[str, str], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.asserts) + len(self.io)
+
+    @classmethod
+    def coerce(cls, obj) -> CodeTests:
+        """Build from a CodeTests, a list of assert strings, or a dict with setup/asserts/io."""
+        if isinstance(obj, CodeTests):
+            return obj
+        if isinstance(obj, str):
+            return cls(asserts=(obj,))
+        if isinstance(obj, dict):
+            unknown = set(obj) - {"setup", "asserts", "io"}
+            if unknown:
+                raise ValueError(f"tests: unknown keys {sorted(unknown)}; allowed: setup, asserts, io")
+            io = []
+            for case in obj.get("io") or ():
+                if isinstance(case, dict):
+                    case = (case.get("input", ""), case.get("output", ""))
+                if len(case) != 2:
+                    raise ValueError(f"tests.io: each case must be (stdin, expected stdout), got {case!r}")
+                io.append((str(case[0]), str(case[1])))
+            asserts = obj.get("asserts") or ()
+            if isinstance(asserts, str):
+                asserts = (asserts,)
+            return cls(asserts=tuple(map(str, asserts)), setup=str(obj.get("setup") or ""), io=tuple(io))
+        if isinstance(obj, (list, tuple)) and all(isinstance(t, str) for t in obj):
+            return cls(asserts=tuple(obj))
+        raise ValueError(
+            f"tests must be a list of assert strings or a dict with setup/asserts/io, got {type(obj).__name__}"
+        )
+
+
+@dataclass
+class TestReport:
+    """Per-test outcome of one program. status values: pass, fail, error, timeout, crash."""
+
+    __test__ = False  # not a pytest class
+
+    passed: list[bool]
+    status: list[str]
+    messages: list[str]
+    run: RunResult | None = field(default=None, repr=False)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(self.passed)
+
+    @property
+    def fraction(self) -> float:
+        """Fraction of tests passed; 0.0 when there are no tests."""
+        return self.n_passed / len(self.passed) if self.passed else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.passed) and all(self.passed)
+
+
+def run_tests(
+    code: str,
+    tests,
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    startup_s: float = 5.0,
+    limits: SandboxLimits | None = None,
+    allow_unsandboxed: bool | None = None,
+) -> TestReport:
+    """Run `code` against `tests` (see module docstring) in one sandbox.
+
+    `timeout_s` is per test; `limits` (if given) sets the other limits, its timeout is replaced.
+
+    >>> run_tests("def add(a, b):\\n    return a + b", ["assert add(1, 2) == 3", "assert add(1, 1) == 3"]).passed
+    [True, False]
+    """
+    tests = CodeTests.coerce(tests)
+    n = len(tests)
+    if n == 0:
+        return TestReport(passed=[], status=[], messages=[])
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    base = limits or SandboxLimits(memory_mb=memory_mb)
+    total = n * timeout_s + startup_s
+    run_limits = dataclasses.replace(base, timeout_s=total, cpu_s=total)
+    spec = {
+        "setup": tests.setup,
+        "code": code,
+        "asserts": list(tests.asserts),
+        "io": [list(c) for c in tests.io],
+        "timeout_s": timeout_s,
+    }
+    res = execute(
+        ["harness.py"],
+        {"harness.py": _HARNESS},
+        json.dumps(spec).encode(),
+        run_limits,
+        channel=True,
+        allow_unsandboxed=allow_unsandboxed,
+    )
+    passed, status = [False] * n, ["timeout"] * n
+    messages = ["the sandbox stopped before this test reported"] * n
+    if res.exit_code != 0 and not res.timed_out:
+        messages = [f"harness exited with {res.exit_code}: {res.stderr.strip()[-200:]}"] * n
+        status = ["crash"] * n
+    for line in res.channel.decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+            i = int(rec["i"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if 0 <= i < n and rec.get("status") in _STATUSES:
+            passed[i] = rec["status"] == "pass"
+            status[i] = rec["status"]
+            messages[i] = str(rec.get("message", ""))
+    return TestReport(passed=passed, status=status, messages=messages, run=res)
