@@ -18,7 +18,10 @@ __all__ = ["Engine", "SamplingParams"]
 
 @dataclass
 class SamplingParams:
-    """How to sample. `top_k=0`, `top_p=1.0`, `min_p=0.0` disable those filters."""
+    """How to sample. `top_k=0`, `top_p=1.0`, `min_p=0.0` disable those filters.
+
+    Empty `stop_token_ids` means the tokenizer's / model's EOS ids (unless `ignore_eos`).
+    """
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -29,6 +32,8 @@ class SamplingParams:
     stop_strings: tuple[str, ...] = ()
     seed: int | None = None
     greedy: bool = False  # argmax decoding; logprobs are still those of the tempered distribution
+    ignore_eos: bool = False  # no default stop tokens (benchmarks); explicit stop_token_ids still stop
+    return_entropies: bool = False  # fill Rollouts.entropies (entropy of the tempered distribution)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

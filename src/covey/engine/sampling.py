@@ -1,0 +1,114 @@
+"""Next-token sampling: temperature, top-k / top-p / min-p truncation, seeded draws, log-probs.
+
+Which distribution the behaviour log-probs are of: the TEMPERED FULL distribution,
+`log softmax(logits / temperature)`, before any top-k/top-p/min-p truncation. That is what the
+learner can recompute by teacher forcing (`covey.engine.logprobs.completion_logprobs` with the same
+temperature), so the importance ratio pi_theta / pi_behaviour is exactly 1 at the start of an update
+when no truncation is used. With truncation the tokens are drawn from the renormalised truncated
+distribution but the reported log-prob is still that of the full tempered one (as verl and
+vLLM's default "raw" log-probs do for the trainer); entropies are of the same full tempered
+distribution. Greedy decoding takes the argmax of the logits and reports the same tempered log-prob.
+
+Truncation order follows transformers' sampling: top-k, then top-p, then min-p, each on the
+previous result. Draws use inverse-CDF sampling with one uniform number per (row, step) taken from
+a `torch.Generator`, so a row's tokens depend only on its own uniforms and logits: dropping other
+rows from the batch (compaction) or reordering them does not change them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["filter_logits", "sample_tokens", "validate_sampling"]
+
+_TOPP_PREFIX = 1024  # top-p first looks at this many best tokens; a full sort only when their mass is short
+
+
+def validate_sampling(temperature: float, top_p: float, top_k: int, min_p: float, max_new_tokens: int) -> None:
+    """Raise ValueError naming the bad field."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (for argmax decoding set greedy=True), got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] (1.0 disables it), got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+    if not 0.0 <= min_p < 1.0:
+        raise ValueError(f"min_p must be in [0, 1) (0.0 disables it), got {min_p}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+
+
+def filter_logits(logits: Tensor, *, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> Tensor:
+    """Set truncated tokens' logits to -inf. logits [B, V] (already divided by temperature).
+
+    top_k: keep the k largest logits (ties with the k-th are kept, as in transformers).
+    top_p: keep the smallest set of best tokens whose probability reaches top_p: a token is
+           dropped when the mass of the tokens ranked above it is already >= top_p (the best
+           token is always kept).
+    min_p: drop tokens whose probability is below min_p * (largest probability).
+    Returns a new tensor; the input is not modified. At least one token always survives.
+    """
+    out = logits
+    v = logits.shape[-1]
+    if 0 < top_k < v:
+        kth = torch.topk(out, top_k, dim=-1).values[..., -1:]  # [B, 1]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        out = _top_p(out, top_p)
+    if min_p > 0.0:
+        probs = out.softmax(-1)
+        out = out.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, float("-inf"))
+    return out if out is not logits else logits.clone()
+
+
+def _top_p(logits: Tensor, top_p: float) -> Tensor:
+    probs = logits.softmax(-1)
+    k = min(_TOPP_PREFIX, logits.shape[-1])
+    vals, idx = torch.topk(probs, k, dim=-1)  # sorted descending
+    if k < logits.shape[-1] and not bool((vals.sum(-1) >= top_p).all()):
+        vals, idx = torch.sort(probs, dim=-1, descending=True)  # rare: a very flat distribution
+    before = vals.cumsum(-1) - vals  # mass ranked strictly above each token
+    keep_sorted = before < top_p
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, idx, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def sample_tokens(
+    logits: Tensor,
+    *,
+    temperature: float,
+    greedy: bool,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    uniforms: Tensor | None = None,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Pick one token per row. logits [B, V] fp32; uniforms [B] in [0, 1) (required unless greedy).
+
+    Returns tokens [B] long, their log-probs [B] under softmax(logits / temperature) (see the
+    module docstring), and the entropy [B] of that distribution when `with_entropy`.
+    """
+    scaled = logits / temperature if temperature != 1.0 else logits
+    logp_all = scaled.log_softmax(-1)  # [B, V]
+    if greedy:
+        tokens = logits.argmax(-1)
+    else:
+        if uniforms is None:
+            raise ValueError("sample_tokens needs `uniforms` [B] unless greedy=True")
+        if top_k or top_p < 1.0 or min_p > 0.0:
+            probs = filter_logits(scaled, top_k=top_k, top_p=top_p, min_p=min_p).softmax(-1)
+        else:
+            probs = logp_all.exp()
+        cdf = probs.cumsum(-1)  # [B, V]
+        # Inverse CDF: the first token whose cumulative mass exceeds u * total. A token of zero
+        # probability never wins (its cdf equals its predecessor's); clamp guards u * total == total.
+        target = uniforms[:, None].to(cdf.dtype) * cdf[:, -1:]
+        tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(logits.shape[-1] - 1)
+        zero = probs.gather(-1, tokens[:, None]).squeeze(-1) == 0  # only after that clamp
+        if bool(zero.any()):
+            tokens = torch.where(zero, probs.argmax(-1), tokens)
+    logp = logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return tokens, logp, entropy

@@ -1,0 +1,249 @@
+"""`TorchEngine`: batched generation on CPU (or one device) around an HF Llama-family model.
+
+Per `generate` call: the distinct prompts are left-padded and prefilled once (in row chunks), their
+KV cache rows are repeated `n` times, then a decode loop samples one token per active row per step
+into a pre-allocated cache (`covey.engine.forward`). Rows that hit a stop token or stop string are
+dropped from the active batch once a fraction `compact_fraction` of it has finished (compaction:
+one index copy of the cache), so long tails do not pay for finished rows.
+
+Dtypes: "fp32" uses the model's own fp32 parameters when the model is fp32 (no copy;
+`update_weights` is then free); "bf16" keeps a bf16 copy of the weights, refreshed in place by
+`update_weights` (a memory copy, ~0.1 s for 135M parameters). bf16 matmuls use AMX on this CPU.
+
+Reproducibility: with `SamplingParams.seed` set, the same prompts, n and settings give the same
+tokens; each (row, step) draws from its own pre-drawn uniform (see `covey.engine.sampling`), so
+results do not depend on compaction. Log-probs and entropies are of the tempered full
+distribution; see `covey.engine.sampling` for that choice.
+
+Continuing a partial completion (APRIL partial rollouts) = generating from prompt + partial tokens.
+The chat template is the caller's business (`covey.models.apply_chat`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from covey.engine.base import SamplingParams
+from covey.engine.forward import decode_step, new_cache, pack_weights, prefill
+from covey.engine.sampling import sample_tokens, validate_sampling
+from covey.engine.stops import StopStrings
+from covey.rollouts import Rollouts
+
+__all__ = ["TorchEngine"]
+
+_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
+
+
+class TorchEngine:
+    """Engine over an HF causal LM (model_type llama / qwen2 / qwen3 / mistral).
+
+    model:            the HF model (its weights are read, never modified).
+    dtype:            "bf16" (copy of the weights; fastest on AMX CPUs) or "fp32".
+    tokenizer:        needed for stop strings and for the default EOS ids.
+    compaction:       drop finished rows from the active batch (False: keep them to the end).
+    compact_fraction: compact when at least this fraction of the active rows has finished.
+    prefill_rows:     prompts prefilled per forward (bounds the [rows, heads, P, P] attention memory).
+    max_positions:    longest prompt + completion (default: the model's max_position_embeddings).
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        dtype: str = "bf16",
+        tokenizer=None,
+        pad_token_id: int | None = None,
+        compaction: bool = True,
+        compact_fraction: float = 0.25,
+        prefill_rows: int = 16,
+        max_positions: int | None = None,
+    ):
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        if not 0.0 < compact_fraction <= 1.0:
+            raise ValueError(f"compact_fraction must be in (0, 1], got {compact_fraction}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.dtype = _DTYPES[dtype]
+        self.compaction = compaction
+        self.compact_fraction = compact_fraction
+        self.prefill_rows = max(1, int(prefill_rows))
+        self.max_positions = int(max_positions or getattr(model.config, "max_position_embeddings", 4096))
+        self.weights = pack_weights(model, self.dtype, self.max_positions)
+        if pad_token_id is None:
+            pad_token_id = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad_token_id) if pad_token_id is not None else 0
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self._stops: dict[tuple[str, ...], StopStrings] = {}
+
+    # ------------------------------------------------------------------ weights
+    @property
+    def shares_weights(self) -> bool:
+        """True when the engine reads the model's parameters directly (update_weights is free)."""
+        return _shares(self.weights, self.model)
+
+    @torch.no_grad()
+    def update_weights(self, source) -> None:
+        """Load the learner's weights: an HF model of the same architecture, or its state dict.
+
+        Tensors that already share storage with the source are skipped (free when shared).
+        """
+        state = source.state_dict() if hasattr(source, "state_dict") else dict(source)
+        tied = self.weights.lm_head is self.weights.embed
+        for name, dst in self.weights.sources():
+            if name not in state:
+                if name == "lm_head.weight" and tied:
+                    continue
+                raise KeyError(f"update_weights: source has no tensor {name!r} (is it the same architecture?)")
+            src = state[name]
+            if tuple(src.shape) != tuple(dst.shape):
+                raise ValueError(f"update_weights: {name} has shape {tuple(src.shape)}, engine needs {tuple(dst.shape)}")
+            if src.data_ptr() != dst.data_ptr():
+                dst.copy_(src)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts, n: int, sampling: SamplingParams) -> Rollouts:
+        """Sample `n` completions per prompt; see `covey.engine.base.Engine.generate`."""
+        sp = sampling
+        validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        plist = [_as_ids(p, i) for i, p in enumerate(prompts)]
+        if not plist:
+            raise ValueError("prompts is empty: pass at least one prompt")
+        stop_ids = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids))
+        stops = self._stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
+        with torch.inference_mode():
+            return self._generate(plist, n, sp, sorted(stop_ids), stops)
+
+    def _stop_strings(self, strings: tuple[str, ...]) -> StopStrings:
+        if self.tokenizer is None:
+            raise ValueError("stop_strings need a tokenizer: pass tokenizer= to TorchEngine")
+        if strings not in self._stops:
+            self._stops[strings] = StopStrings(self.tokenizer, strings, self.weights.embed.shape[0])
+        return self._stops[strings]
+
+    def _generate(self, plist: list[list[int]], n: int, sp: SamplingParams, stop_ids: list[int], stops) -> Rollouts:
+        w = self.weights
+        u, p_max, new = len(plist), max(len(p) for p in plist), sp.max_new_tokens
+        if p_max + new > self.max_positions:
+            raise ValueError(
+                f"longest prompt ({p_max} tokens) + max_new_tokens ({new}) exceeds max_positions={self.max_positions}"
+            )
+        rows_total = u * n
+        s_len = p_max + new
+        ids = torch.full((u, p_max), self.pad_token_id, dtype=torch.long)
+        valid_p = torch.zeros(u, p_max, dtype=torch.bool)
+        for i, p in enumerate(plist):
+            ids[i, p_max - len(p) :] = torch.tensor(p, dtype=torch.long)
+            valid_p[i, p_max - len(p) :] = True
+        kv = new_cache(w, rows_total, s_len, self.dtype)
+
+        # ---- prefill each distinct prompt once, then repeat its cache rows n times
+        logits = torch.empty(u, w.embed.shape[0])
+        for r0 in range(0, u, self.prefill_rows):
+            r1 = min(u, r0 + self.prefill_rows)
+            logits[r0:r1] = prefill(w, ids[r0:r1], valid_p[r0:r1], kv[:, :, r0:r1])
+        if n > 1:
+            kv[:, :, :rows_total, :, :p_max] = kv[:, :, :u, :, :p_max].repeat_interleave(n, dim=2)
+            logits = logits.repeat_interleave(n, dim=0)
+        valid = torch.ones(rows_total, s_len, dtype=torch.bool)
+        valid[:, :p_max] = valid_p.repeat_interleave(n, dim=0)
+        plen = torch.tensor([len(p) for p in plist], dtype=torch.long).repeat_interleave(n)
+
+        gen = torch.Generator()
+        gen.manual_seed(sp.seed if sp.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+        uniforms = None if sp.greedy else torch.rand(rows_total, new, generator=gen)
+        stop_t = torch.tensor(stop_ids, dtype=torch.long)
+
+        out_tok = torch.full((rows_total, new), self.pad_token_id, dtype=torch.long)
+        out_lp = torch.zeros(rows_total, new)
+        out_ent = torch.zeros(rows_total, new) if sp.return_entropies else None
+        lengths = torch.full((rows_total,), new, dtype=torch.long)
+        stopped = torch.zeros(rows_total, dtype=torch.bool)
+
+        rows = torch.arange(rows_total)  # active batch row -> output row
+        alive = torch.ones(rows_total, dtype=torch.bool)  # over the active batch
+        kv_act, valid_act, plen_act = kv, valid, plen
+        tok = None
+        for step in range(new):
+            if step > 0:
+                col = p_max + step - 1  # the previous token goes to this column, at its row's position
+                logits = decode_step(w, tok, plen_act + step - 1, kv_act, col, valid_act)
+            tok, lp, ent = sample_tokens(
+                logits,
+                temperature=sp.temperature,
+                greedy=sp.greedy,
+                top_k=sp.top_k,
+                top_p=sp.top_p,
+                min_p=sp.min_p,
+                uniforms=None if uniforms is None else uniforms[rows, step],
+                with_entropy=sp.return_entropies,
+            )
+            out_tok[rows, step] = tok
+            out_lp[rows, step] = lp
+            if out_ent is not None:
+                out_ent[rows, step] = ent
+            done = torch.isin(tok, stop_t) & alive if stop_ids else torch.zeros_like(alive)
+            if stops is not None:
+                done |= stops.check(out_tok, rows, tok, alive & ~done, step)
+            if bool(done.any()):
+                lengths[rows[done]] = step + 1
+                stopped[rows[done]] = True
+                alive &= ~done
+                if not bool(alive.any()):
+                    break
+            finished = int((~alive).sum())
+            if self.compaction and finished and finished >= self.compact_fraction * alive.numel():
+                keep = alive.nonzero().squeeze(1)
+                m, used = keep.numel(), p_max + step  # columns written so far
+                kv_act[:, :, :m, :, :used] = kv_act[:, :, keep, :, :used]
+                kv_act = kv_act[:, :, :m]
+                valid_act, plen_act, rows, tok = valid_act[keep], plen_act[keep], rows[keep], tok[keep]
+                alive = alive[keep]
+        return self._rollouts(plist, n, out_tok, out_lp, out_ent, lengths, stopped)
+
+    def _rollouts(self, plist, n, out_tok, out_lp, out_ent, lengths, stopped) -> Rollouts:
+        t = int(lengths.max())
+        mask = (torch.arange(t)[None] < lengths[:, None]).float()  # [N, T]
+        ids = out_tok[:, :t].masked_fill(mask == 0, self.pad_token_id)
+        pid = torch.arange(len(plist)).repeat_interleave(n)
+        return Rollouts(
+            prompt_ids=[torch.tensor(p, dtype=torch.long) for p in plist for _ in range(n)],
+            completion_ids=ids,
+            completion_mask=mask,
+            behaviour_logprobs=out_lp[:, :t] * mask,
+            group=pid.clone(),
+            prompt_id=pid,
+            finish_reason=["stop" if s else "length" for s in stopped.tolist()],
+            entropies=None if out_ent is None else out_ent[:, :t] * mask,
+        ).validate()
+
+
+def _shares(w, model) -> bool:
+    own = {p.data_ptr() for p in model.parameters()}
+    return all(t.data_ptr() in own for _, t in w.sources())
+
+
+def _as_ids(p, i: int) -> list[int]:
+    if isinstance(p, Tensor):
+        if p.dim() != 1:
+            raise ValueError(f"prompts[{i}] must be a 1-D tensor of token ids, got shape {tuple(p.shape)}")
+        p = p.tolist()
+    p = [int(x) for x in p]
+    if not p:
+        raise ValueError(f"prompts[{i}] is empty: a prompt needs at least one token")
+    return p
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = set()
+    gc = getattr(model, "generation_config", None)
+    eos = getattr(gc, "eos_token_id", None) if gc is not None else None
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    ids.update([eos] if isinstance(eos, int) else list(eos or []))
+    if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return sorted(ids)
