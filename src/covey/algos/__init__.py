@@ -4,6 +4,10 @@ Importing this package registers every built-in component.
 """
 
 from covey.algos import advantages, aggregation, corrections, kl, surrogates  # noqa: F401  (fill registries)
+from covey.algos.aggregation import batch_totals
+from covey.algos.kl import entropy_bonus, kl_reward_penalty
+from covey.algos.shaping import overlong_penalty
+from covey.algos.presets import PRESETS, AlgoConfig, ComponentSpec, resolve_algo
 from covey.algos.registry import (
     ADVANTAGES,
     AGGREGATIONS,
@@ -28,6 +32,14 @@ REGISTRIES = {
 
 __all__ = [
     "ADVANTAGES",
+    "PRESETS",
+    "AlgoConfig",
+    "ComponentSpec",
+    "batch_totals",
+    "entropy_bonus",
+    "kl_reward_penalty",
+    "overlong_penalty",
+    "resolve_algo",
     "AGGREGATIONS",
     "CORRECTIONS",
     "KL_ESTIMATORS",

@@ -1,0 +1,251 @@
+"""Typed run configuration: YAML file + `key=value` overrides -> a validated `RunConfig`.
+
+Every check here runs before any model is loaded, and every error names the key, the value received
+and what is allowed. The algorithm block is `covey.algos.presets.AlgoConfig` (a preset plus per-axis
+overrides); this module only adds the run around it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from covey.algos.presets import AlgoConfig, resolve_algo
+
+__all__ = ["ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides"]
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraConfig(_Strict):
+    r: int = Field(16, ge=1)
+    """Rank of the LoRA update matrices."""
+    alpha: float = Field(32.0, gt=0)
+    """Scaling numerator: the update is scaled by alpha / r."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | str = "all-linear"
+    """peft target modules; "all-linear" adapts every linear layer except the output head."""
+
+
+class ModelConfig(_Strict):
+    name: str = "tiny-llama"
+    """A built-in alias (smollm2-135m-instruct, tiny-llama, tiny-qwen2), a local folder or a hub id."""
+    dtype: Literal["bf16", "fp32"] = "bf16"
+    """Learner compute dtype: bf16 autocast (fast on AMX CPUs and GPUs) or full fp32. Weights stay fp32."""
+    lora: LoraConfig | None = None
+    """LoRA (peft) adapters instead of full fine-tuning; None trains every weight."""
+    gradient_checkpointing: bool = False
+
+
+class TaskConfig(_Strict):
+    name: str = "arithmetic"
+    """A registered task (`covey tasks`): arithmetic, countdown, gsm8k, math500, mbpp, humaneval."""
+    params: dict[str, Any] = {}
+    """Keyword arguments of the task (e.g. digits, operands, path)."""
+    split: str = "train"
+    eval_split: str = "test"
+
+
+class RewardConfig(_Strict):
+    name: str
+    """A built-in reward name or an import path `package.module:function`."""
+    weight: float = 1.0
+    params: dict[str, Any] = {}
+    timeout_s: float = Field(30.0, gt=0)
+
+
+class SamplingConfig(_Strict):
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    min_p: float = Field(0.0, ge=0, lt=1)
+    max_new_tokens: int = Field(64, ge=1)
+    stop_strings: list[str] = []
+
+
+class RolloutConfig(_Strict):
+    prompts_per_step: int = Field(8, ge=1)
+    """Prompts (groups) per training step, B."""
+    group_size: int = Field(8, ge=1)
+    """Completions per prompt, G."""
+    engine_dtype: Literal["bf16", "fp32"] = "bf16"
+    """Generation dtype; with bf16 the engine keeps a bf16 copy of the weights, refreshed after each update."""
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    grad_clip: float | None = Field(1.0, gt=0)
+    epochs: int = Field(1, ge=1)
+    """PPO epochs: passes over each rollout batch."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per epoch; the batch of N = B*G rows is split into this many mini-batches."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Rows per forward/backward (gradient accumulation); None = the whole mini-batch at once."""
+
+
+class LogConfig(_Strict):
+    dir: str = "runs"
+    name: str | None = None
+    """Run folder name under `dir`; default: <task>-<preset>-<timestamp>."""
+    tensorboard: bool = True
+    progress: bool = True
+
+
+class CheckpointConfig(_Strict):
+    every: int = Field(0, ge=0)
+    """Write a checkpoint every N steps (0 = only at the end and on Ctrl-C)."""
+    keep: int = Field(2, ge=1)
+
+
+class EvalConfig(_Strict):
+    size: int = Field(0, ge=0)
+    """Held-out prompts evaluated (greedy) before and after training; 0 = skip."""
+    every: int = Field(0, ge=0)
+    max_new_tokens: int | None = None
+
+
+class RunConfig(_Strict):
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    rewards: list[RewardConfig] = []
+    """Extra rewards; the task's own verifier is always the first column, named `accuracy`."""
+    task_reward_weight: float = 1.0
+    sampling: SamplingConfig = SamplingConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algo: AlgoConfig = Field(default_factory=lambda: resolve_algo({"preset": "grpo"}))
+    optim: OptimConfig = OptimConfig()
+    log: LogConfig = LogConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    eval: EvalConfig = EvalConfig()
+    steps: int = Field(20, ge=1)
+    seed: int = 0
+
+    @field_validator("algo", mode="before")
+    @classmethod
+    def _resolve_algo(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = {"preset": v}
+        return resolve_algo(v) if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> "RunConfig":
+        n = self.rollout.prompts_per_step * self.rollout.group_size
+        if n % self.optim.mini_batches:
+            raise ValueError(
+                f"optim.mini_batches={self.optim.mini_batches} must divide the batch of "
+                f"rollout.prompts_per_step*rollout.group_size = {n} rows"
+            )
+        mb = self.optim.micro_batch_size
+        if mb is not None and mb > n // self.optim.mini_batches:
+            raise ValueError(
+                f"optim.micro_batch_size={mb} is larger than a mini-batch ({n // self.optim.mini_batches} rows)"
+            )
+        if self.algo.kl is not None and self.algo.kl.coef > 0 and self.model.lora is None:
+            pass  # a frozen reference copy is loaded; with LoRA the base model (adapters off) is the reference
+        return self
+
+
+# ------------------------------------------------------------------------------------------ loading
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """`["algo=dapo", "rollout.group_size=4"]` -> nested dict; values parsed as YAML scalars/lists."""
+    out: dict[str, Any] = {}
+    for arg in args:
+        key, sep, raw = arg.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {arg!r} must look like key=value (e.g. rollout.group_size=4)")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.split(".")
+        if parts[0] == "algo" and isinstance(out.get("algo"), str):
+            out["algo"] = {"preset": out["algo"]}  # `algo=<preset>` shorthand, then per-key overrides
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {arg!r} conflicts with an earlier override of {p!r}")
+        node[parts[-1]] = value
+    return out
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge `overrides` into a copy of `base`. `algo=<preset>` replaces the whole algo block."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if key == "algo" and isinstance(value, str):
+            out["algo"] = {"preset": value}
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = apply_overrides(out[key], value)
+        elif isinstance(value, dict) and isinstance(out.get(key), str) and key == "algo":
+            out[key] = apply_overrides({"preset": out[key]}, value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Read YAML (or start from defaults), apply `key=value` overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        try:
+            raw = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML ({e})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    raw = apply_overrides(raw, parse_overrides(overrides or []))
+    return validate_config(raw, source=str(path) if path else "overrides")
+
+
+def validate_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except pydantic.ValidationError as e:
+        raise ConfigError(_explain(e, source)) from None
+
+
+def _explain(e: pydantic.ValidationError, source: str) -> str:
+    lines = []
+    for err in e.errors()[:5]:
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            parent = err["loc"][:-1]
+            allowed = _allowed_keys(parent)
+            msg = f"unknown key; allowed keys here: {', '.join(allowed)}" if allowed else "unknown key"
+        elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict):
+            msg += f" (got {err['input']!r})"
+        lines.append(f"  {key}: {msg}")
+    return f"invalid configuration in {source}:\n" + "\n".join(lines)
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model: Any = RunConfig
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        model = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
