@@ -18,7 +18,7 @@ from covey.rollouts import Rollouts
 __all__ = ["brpo"]
 
 
-def _reference_rows(group: torch.Tensor, g_index: torch.Tensor, rank_fn, seed: int) -> torch.Tensor:
+def _reference_rows(group: torch.Tensor, rank_fn, seed: int) -> torch.Tensor:
     """[N] bool: one uniformly drawn row per group, reproducible for a given (seed, group ids)."""
     uniq = torch.unique(group).tolist()
     # hash() of a tuple of ints is stable across processes (no string hashing involved).
@@ -50,10 +50,12 @@ def brpo(batch: Rollouts, *, seed: int = 0, compare: Literal["diff", "sign"] = "
     """
     g = groups_of(batch)
     r = scalar_rewards(batch)
-    is_ref = _reference_rows(batch.group, g.index, g.rank, seed)
+    is_ref = _reference_rows(batch.group, g.rank, seed)
     r_ref = torch.zeros(g.num, dtype=F64).index_add_(0, g.index[is_ref], r[is_ref])  # [B]
     diff = r - r_ref[g.index]
     adv = torch.sign(diff) if compare == "sign" else diff
     adv = torch.where(is_ref, torch.zeros_like(adv), adv)
     keep = (~is_ref).to(torch.float32)
-    return result("brpo", adv, batch, g, sample_mask=keep, metrics={"win_frac": float((diff[~is_ref] > 0).to(F64).mean()) if (~is_ref).any() else 0.0})
+    others = ~is_ref
+    win = float((diff[others] > 0).to(F64).mean()) if others.any() else 0.0
+    return result("brpo", adv, batch, g, sample_mask=keep, metrics={"win_frac": win})

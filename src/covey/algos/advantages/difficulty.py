@@ -158,7 +158,9 @@ def a_grae(batch: Rollouts, *, alpha: PosFloat = 1.0, eps: NonNegFloat = 1e-6) -
     r = scalar_rewards(batch)
     p = g.mean(r)  # [B]
     if (p < 0).any():
-        raise RolloutsError(f"advantage 'a_grae' needs rewards in [0, 1] (group accuracies); got group mean {float(p.min())}")
+        raise RolloutsError(
+            f"advantage 'a_grae' needs rewards in [0, 1] (group accuracies); got group mean {float(p.min())}"
+        )
     a0 = group_normalise(r, g, eps=eps, scale="group", singleton="zero")
     pbar = float(p.mean())
     sq = p.sqrt()[g.index]

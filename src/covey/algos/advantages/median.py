@@ -30,9 +30,9 @@ def mc_grpo(batch: Rollouts, *, mad_eps: NonNegFloat = 1e-3, count_multiplier: b
 
     Details:
       * the std is not used at all (the reference trainer skips it when mc=True);
-      * ties at the median: the pivot is the median-valued row that comes first when the group is
-        stably sorted by reward (torch.median's own tie choice is implementation-defined); every other
-        median-valued row stays in the batch with A = 0;
+      * ties at the median: the pivot is the row in the middle slot ((n-1)//2) of the group stably
+        sorted by reward, ties kept in row order (torch.median's own tie choice is
+        implementation-defined); every other median-valued row stays in the batch with A = 0;
       * ``count_multiplier`` (gsm trainer only, off by default): per group, every non-zero A
         (|A| > 1e-6) is multiplied by (G+1) / #non-zero;
       * binary rewards often give MAD = 0, so |A| = 1/mad_eps = 1000 -- the released behaviour;
