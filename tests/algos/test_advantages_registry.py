@@ -152,3 +152,10 @@ def test_shuffling_rows_shuffles_advantages(name):
     a = run(name, batch).advantages
     b = run(name, batch.select(perm)).advantages
     assert torch.allclose(a[perm], b, atol=1e-6)
+
+
+def test_estimators_declare_the_optional_fields_they_read():
+    # the trainer fills ref_logprobs / entropies only when a component asks for them
+    assert ADVANTAGES["ace"].requires == ("ref_logprobs",)
+    assert ADVANTAGES["gtpo"].requires == ("entropies",)
+    assert all(ADVANTAGES[n].requires == () for n in NAMES if n not in ("ace", "gtpo"))

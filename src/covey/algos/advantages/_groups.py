@@ -133,13 +133,13 @@ def lengths(batch: Rollouts) -> Tensor:
     return batch.completion_mask.to(F64).sum(-1)
 
 
-def seq_mean_logprob(batch: Rollouts, source: str, method: str) -> tuple[Tensor, Tensor]:
+def seq_mean_logprob(batch: Rollouts, method: str) -> tuple[Tensor, Tensor]:
     """Length-normalised sequence log-likelihood ``s_i = (1/L_i) sum_t mask * logp`` ([N]) and L ([N]).
 
-    ``source`` picks the log-probs: "behaviour" (engine, always present) or "old" (trainer recompute).
-    Empty rows (L_i = 0) get s_i = 0; callers exclude them where it matters.
+    Uses ``behaviour_logprobs`` (the sampling policy; pi_theta_old on-policy). Empty rows (L_i = 0)
+    get s_i = 0; callers exclude them where it matters.
     """
-    lp = token_field(batch, "behaviour_logprobs" if source == "behaviour" else "old_logprobs", method)
+    lp = token_field(batch, "behaviour_logprobs", method)
     m = batch.completion_mask.to(F64)
     n_tok = m.sum(-1)
     return (lp * m).sum(-1) / n_tok.clamp(min=1), n_tok

@@ -1,11 +1,11 @@
 """Likelihood-aware modulations of the GRPO advantage: ACE, XRPO (novelty sharpening), ARM (ProGRPO).
 
 Each starts from the GRPO group-normalised advantage (verl convention: unbiased std, eps 1e-6) and
-adjusts it with a per-row confidence built from token log-probabilities already in the batch
-(``behaviour_logprobs`` from the engine, or ``old_logprobs`` when the learner recomputed them;
-ACE also needs ``ref_logprobs``). No formula here could be checked against released code: every
-function marks its UNVERIFIED choices, which are options where the candidates differ.
-All confidences are computed without gradient (they only scale the advantage).
+adjusts it with a per-row confidence built from token log-probabilities already in the batch:
+``behaviour_logprobs`` (the sampling policy, pi_theta_old on-policy); ACE also reads
+``ref_logprobs``, which the trainer fills because ACE declares it in ``requires``. No formula here
+could be checked against released code: every function marks its UNVERIFIED choices, which are
+options where the candidates differ. Confidences only scale the advantage (no gradient).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = ["ace", "arm", "xrpo"]
     "ace",
     paper="Overconfident Errors Need Stronger Correction: Asymmetric Confidence Penalties for Reinforcement Learning",
     arxiv="2602.21420",
+    requires=("ref_logprobs",),
 )
 def ace(
     batch: Rollouts,
@@ -43,7 +44,6 @@ def ace(
     alpha: NonNegFloat = 1.0,
     form: Literal["multiplicative", "additive"] = "multiplicative",
     confidence: Literal["sum", "mean"] = "sum",
-    logprobs: Literal["behaviour", "old"] = "behaviour",
     eps: NonNegFloat = 1e-6,
 ) -> AdvantageResult:
     """ACE: penalise confident errors harder. Shapes: r [N], logp / ref_logp [N, T] -> A [N].
@@ -58,13 +58,12 @@ def ace(
     advantages (incorrect rollouts) are modulated, through softplus. UNVERIFIED: which of the two
     forms the paper uses (a secondary summary says it "scales negative advantages", i.e.
     multiplicative, the default), whether c is length-normalised, and alpha (1.0 is covey's choice).
-    Gating is on A_i < 0, so all-wrong groups (A = 0) stay 0 under both forms. ``logp`` is the
-    sampling policy (``logprobs`` option), i.e. pi_theta at rollout time. Needs
-    ``batch.ref_logprobs``. Empty rows get c = 0.
+    Gating is on A_i < 0, so all-wrong groups (A = 0) stay 0 under both forms. ``logp`` is
+    ``behaviour_logprobs`` (pi_theta at rollout time). Needs ``batch.ref_logprobs``. Empty rows get c = 0.
     """
     g = groups_of(batch)
     a0 = group_normalise(scalar_rewards(batch), g, eps=eps, scale="group", singleton="zero")
-    lp = token_field(batch, "behaviour_logprobs" if logprobs == "behaviour" else "old_logprobs", "ace")
+    lp = token_field(batch, "behaviour_logprobs", "ace")
     ref = token_field(batch, "ref_logprobs", "ace")
     m = batch.completion_mask.to(F64)
     c = ((lp - ref) * m).sum(-1)
@@ -89,7 +88,6 @@ def xrpo(
     novelty_lambda: NonNegFloat = 2.5,
     kappa: NonNegFloat = 0.5,
     s_bar: Literal["all", "correct"] = "all",
-    logprobs: Literal["behaviour", "old"] = "behaviour",
     eps: NonNegFloat = 1e-6,
 ) -> AdvantageResult:
     """XRPO novelty-aware advantage sharpening. Shapes: r [N], logp [N, T] -> A [N].
@@ -108,7 +106,7 @@ def xrpo(
     """
     g = groups_of(batch)
     a0 = group_normalise(scalar_rewards(batch), g, eps=eps, scale="group", singleton="zero")
-    s, n_tok = seq_mean_logprob(batch, logprobs, "xrpo")
+    s, n_tok = seq_mean_logprob(batch, "xrpo")
     member = (n_tok > 0) & ((a0 > 0) if s_bar == "correct" else torch.ones_like(a0, dtype=torch.bool))
     cnt = g.sum(member.to(F64))
     s_ref = g.sum(torch.where(member, s, torch.zeros_like(s))) / cnt.clamp(min=1)  # [B]
@@ -120,9 +118,9 @@ def xrpo(
     return result("xrpo", adv, batch, g, metrics=metrics)
 
 
-def _low_prob_confidence(batch: Rollouts, logprobs: str, low_frac: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _low_prob_confidence(batch: Rollouts, low_frac: float) -> tuple[torch.Tensor, torch.Tensor]:
     """c(o|q) = mean of the ceil(low_frac * L) lowest token log-probs of each row ([N]); and L ([N])."""
-    lp = token_field(batch, "behaviour_logprobs" if logprobs == "behaviour" else "old_logprobs", "arm")
+    lp = token_field(batch, "behaviour_logprobs", "arm")
     m = batch.completion_mask > 0
     n_tok = m.sum(-1)
     ranked, _ = torch.sort(torch.where(m, lp, torch.full_like(lp, torch.inf)), dim=-1)  # lowest first
@@ -146,7 +144,6 @@ def arm(
     alpha: NonNegFloat = 0.1,
     low_frac: Fraction = 0.2,
     apply_to: Literal["all", "correct"] = "all",
-    logprobs: Literal["behaviour", "old"] = "behaviour",
     eps: NonNegFloat = 1e-6,
 ) -> AdvantageResult:
     """ARM (ProGRPO advantage re-weighting). Shapes: r [N], logp [N, T] -> A [N].
@@ -159,7 +156,7 @@ def arm(
     c(o|q) is an answer confidence normalised over roughly the 20 % lowest-probability tokens.
     UNVERIFIED candidates implemented here (documented choices):
       * c(o_i|q) = mean of the ceil(low_frac * L_i) lowest token log-probs of row i (log-probs, not
-        probabilities), from ``behaviour_logprobs`` (or ``old_logprobs``);
+        probabilities), from ``behaviour_logprobs``;
       * c(q) needs prompt log-probs, which `Rollouts` does not carry: covey uses the group mean of
         c(o|q) over the non-empty rows as the reference, so over-confident answers (c(o) above their
         group's mean) get a smaller advantage and under-confident correct ones a larger one;
@@ -170,7 +167,7 @@ def arm(
     g = groups_of(batch)
     r = scalar_rewards(batch)
     a0 = group_normalise(r, g, eps=eps, scale="group", singleton="zero")
-    conf, n_tok = _low_prob_confidence(batch, logprobs, low_frac)
+    conf, n_tok = _low_prob_confidence(batch, low_frac)
     has = (n_tok > 0).to(F64)
     c_q = g.sum(conf * has) / g.sum(has).clamp(min=1)  # [B]
     delta = alpha * (c_q[g.index] - conf)

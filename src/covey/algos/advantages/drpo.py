@@ -8,8 +8,6 @@ The KL trust-region term of the released loss is a KL/penalty concern and is not
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from covey.algos.advantages._groups import (
@@ -49,7 +47,6 @@ def drpo(
     lam: PosFloat = 0.1,
     max_len: NonNegInt = 0,
     length_weight: bool = True,
-    logprobs: Literal["behaviour", "old"] = "behaviour",
 ) -> AdvantageResult:
     """DRPO gradient-equivalent advantage. Shapes: r [N] (binary), logp / mask [N, T] -> A [N].
 
@@ -69,13 +66,13 @@ def drpo(
     theta = theta_old. Other aggregations change the per-row weighting (document your choice).
     Details: T_max = ``max_len`` or, if 0, the padded width T (the reference uses the padded width,
     = max_response_length with use_max_seq_len); ``length_weight=False`` gives DisCO's uniform P;
-    scores come from ``behaviour_logprobs`` (or ``old_logprobs``): on-policy both equal the released
-    current-policy scores; rows with L = 0 are left out of both sets (the reference would divide by 0);
+    scores come from ``behaviour_logprobs``: on-policy they equal the released current-policy scores
+    at theta = theta_old; rows with L = 0 are left out of both sets (the reference would divide by 0);
     script defaults tau = 10, lambda = 0.1.
     """
     g = groups_of(batch)
     r = scalar_rewards(batch)
-    score, n_tok = seq_mean_logprob(batch, logprobs, "drpo")
+    score, n_tok = seq_mean_logprob(batch, "drpo")
     nonempty = n_tok > 0
     pos = (r == 1) & nonempty
     neg = (r == 0) & nonempty

@@ -70,6 +70,7 @@ def _conflict_masks(ids: Tensor, mask: Tensor, gidx: Tensor, pos: Tensor, neg: T
     "gtpo",
     paper="GTPO: Trajectory-Based Policy Optimization in Large Language Models",
     arxiv="2508.03772",
+    requires=("entropies",),
 )
 def gtpo(
     batch: Rollouts,
