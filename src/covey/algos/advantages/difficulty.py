@@ -152,7 +152,8 @@ def a_grae(batch: Rollouts, *, alpha: PosFloat = 1.0, eps: NonNegFloat = 1e-6) -
     exactly, while the trainer anneals grpo_weight from 2.0 towards 1 (`ray_trainer.py`), so the
     released run applies this formula only at global step 0 and plain GRPO afterwards. covey applies
     the formula at every step; whether the paper intends an annealed mixture could not be checked.
-    Edge cases: p_g in {0, 1} or G = 1 -> A0 = 0 -> A = 0. pbar weighs groups equally.
+    Edge cases: p_g in {0, 1} or G = 1 -> A0 = 0 -> A = 0. pbar weighs groups equally and uses a
+    singleton group's real mean (the reference applies verl's rule and counts it as 0).
     """
     g = groups_of(batch)
     r = scalar_rewards(batch)
