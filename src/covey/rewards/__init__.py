@@ -1,1 +1,60 @@
-"""covey.rewards"""
+"""covey.rewards: reward functions, the reward runner, and the code sandbox.
+
+A reward has TRL's signature ``fn(prompts, completions, **columns) -> list[float | None]``; TRL's
+reward functions work unchanged. Built-in rewards are registered by name (`REWARDS`, `get_reward`);
+user rewards are named by import path ``package.module:function``. `RewardRunner` scores a batch
+with K rewards in worker processes (timeouts, failure fallbacks) into a ``rewards[N, K]`` matrix.
+Math checking is `math.py`; model-written code runs in `covey.rewards.sandbox`.
+"""
+
+from covey.rewards import bleu, code, format, length, majority  # noqa: F401 - registers the rewards
+from covey.rewards._scoring import FAILURE_KINDS, RewardOutput
+from covey.rewards.bleu import BleuReward, bleu_score
+from covey.rewards.code import CodeReward, extract_code
+from covey.rewards.format import FormatReward
+from covey.rewards.length import SoftOverlongPunishment, TargetLengthReward, completion_lengths
+from covey.rewards.majority import MajorityVoteReward
+from covey.rewards.math import (
+    boxed_format_reward,
+    completion_text,
+    extract_answer,
+    extract_boxed,
+    math_accuracy_reward,
+    math_equal,
+    normalize_answer,
+    parse_number,
+)
+from covey.rewards.registry import REWARDS, get_reward, register_reward
+from covey.rewards.runner import RewardBatch, RewardFailure, RewardRunner, RewardSpec
+
+register_reward("math")(math_accuracy_reward)
+register_reward("boxed_format")(boxed_format_reward)
+
+__all__ = [
+    "FAILURE_KINDS",
+    "REWARDS",
+    "BleuReward",
+    "CodeReward",
+    "FormatReward",
+    "MajorityVoteReward",
+    "RewardBatch",
+    "RewardFailure",
+    "RewardOutput",
+    "RewardRunner",
+    "RewardSpec",
+    "SoftOverlongPunishment",
+    "TargetLengthReward",
+    "bleu_score",
+    "boxed_format_reward",
+    "completion_lengths",
+    "completion_text",
+    "extract_answer",
+    "extract_boxed",
+    "extract_code",
+    "get_reward",
+    "math_accuracy_reward",
+    "math_equal",
+    "normalize_answer",
+    "parse_number",
+    "register_reward",
+]
