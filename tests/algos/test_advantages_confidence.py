@@ -101,3 +101,12 @@ def test_arm_low_probability_fraction_uses_the_ceil_of_the_lowest_tokens():
 def test_arm_leaves_groups_without_a_correct_answer_unchanged():
     batch = rollouts([0, 0, 0], logprobs=[-0.1, -2.0, -1.0])
     assert torch.equal(adv("arm", batch).advantages, torch.zeros(3))
+
+
+def test_logprob_readers_ignore_padding_but_reject_nan_on_real_tokens():
+    batch = rollouts([1, 1, 0, 0], lengths=[2, 2, 2, 1], width=2, logprobs=[-0.2, -0.6, -0.4, -0.3])
+    batch.behaviour_logprobs[3, 1] = float("nan")  # padding: never read
+    assert close(adv("xrpo", batch).advantages, [0.866024, 1.299036, -0.866024, -0.866024])
+    batch.behaviour_logprobs[0, 0] = float("nan")
+    with pytest.raises(RolloutsError, match="behaviour_logprobs has NaN/inf on unmasked tokens"):
+        adv("xrpo", batch)

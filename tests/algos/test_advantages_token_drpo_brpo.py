@@ -42,6 +42,17 @@ def test_gtpo_conflict_masks_match_spec_vector():
     assert bwd.long().tolist() == [[1, 1, 1, 1], [0, 0, 0, 1], [0, 1, 1, 1]]
 
 
+def test_gtpo_conflict_keys_fast_path_matches_the_wide_key_fallback():
+    # relabelling token 9 as 2**61 makes the id range overflow the packed int64 key, so the
+    # unique(dim=0) fallback runs; a consistent relabelling must give the same masks
+    ids = torch.tensor(SPEC_IDS)
+    wide = torch.where(ids == 9, torch.full_like(ids, 2**61), ids)
+    args = (torch.ones(3, 4, dtype=torch.bool), torch.zeros(3, dtype=torch.long),
+            torch.tensor([True, False, False]), torch.tensor([False, True, True]))
+    for a, b in zip(_conflict_masks(ids, *args), _conflict_masks(wide, *args)):
+        assert torch.equal(a, b)
+
+
 def test_gtpo_token_advantages_are_grpo_times_delta_over_conflict_count():
     # r = [1,0,0] -> A = [1.154601, -0.577300, -0.577300] (eps 1e-4)
     # delta = [[4,4,4,4],[0,0,1,0],[1,0,0,0]], n_conf = [4,3,3]

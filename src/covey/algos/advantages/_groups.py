@@ -115,7 +115,8 @@ def scalar_rewards(batch: Rollouts) -> Tensor:
 
 
 def token_field(batch: Rollouts, name: str, method: str) -> Tensor:
-    """[N, T] float64 view of a per-token field a method needs; clear error when it is missing."""
+    """[N, T] float64 copy of a per-token field a method needs, 0 on masked tokens; clear error when
+    it is missing or non-finite on unmasked tokens."""
     val = getattr(batch, name)
     shape = tuple(batch.completion_mask.shape)
     if val is None:
@@ -123,7 +124,8 @@ def token_field(batch: Rollouts, name: str, method: str) -> Tensor:
     if not isinstance(val, Tensor) or tuple(val.shape) != shape:
         got = tuple(val.shape) if isinstance(val, Tensor) else type(val).__name__
         raise RolloutsError(f"advantage {method!r}: rollouts.{name} must have shape {shape}, got {got}")
-    if not torch.isfinite(val * batch.completion_mask).all():
+    val = torch.where(batch.completion_mask > 0, val, torch.zeros_like(val))  # padding is never read
+    if not torch.isfinite(val).all():
         raise RolloutsError(f"advantage {method!r}: rollouts.{name} has NaN/inf on unmasked tokens")
     return val.to(F64)
 

@@ -36,10 +36,16 @@ def _prefix_conflicts(ids: Tensor, mask: Tensor, gidx: Tensor, pos: Tensor, neg:
     rows, cols = torch.nonzero(active, as_tuple=True)
     raw = torch.zeros(n, t, dtype=torch.bool)
     if rows.numel():
-        key = torch.stack([gidx[rows], cols, ids[rows, cols]], dim=1)  # [M, 3] (group, position, token)
-        uniq, inv = torch.unique(key, dim=0, return_inverse=True)
-        has_pos = torch.zeros(uniq.shape[0], dtype=torch.long).scatter_reduce(0, inv, pos[rows].long(), reduce="amax")
-        has_neg = torch.zeros(uniq.shape[0], dtype=torch.long).scatter_reduce(0, inv, neg[rows].long(), reduce="amax")
+        tok = ids[rows, cols]
+        tok = tok - tok.min()  # non-negative token codes
+        n_groups, vocab = int(gidx.max()) + 1, int(tok.max()) + 1
+        if n_groups * t * vocab < 2**62:  # one int64 key per (group, position, token): fast 1-D unique
+            _, inv = torch.unique((gidx[rows] * t + cols) * vocab + tok, return_inverse=True)
+        else:
+            _, inv = torch.unique(torch.stack([gidx[rows], cols, tok], dim=1), dim=0, return_inverse=True)
+        n_keys = int(inv.max()) + 1
+        has_pos = torch.zeros(n_keys, dtype=torch.long).scatter_reduce(0, inv, pos[rows].long(), reduce="amax")
+        has_neg = torch.zeros(n_keys, dtype=torch.long).scatter_reduce(0, inv, neg[rows].long(), reduce="amax")
         raw[rows, cols] = (has_pos[inv] > 0) & (has_neg[inv] > 0)
     return torch.cumprod(raw.long(), dim=1).bool() & active
 
