@@ -23,7 +23,7 @@ def _reference_rows(group: torch.Tensor, rank_fn, seed: int) -> torch.Tensor:
     uniq = torch.unique(group).tolist()
     # hash() of a tuple of ints is stable across processes (no string hashing involved).
     mixed = hash((int(seed), tuple(uniq))) & 0x7FFF_FFFF_FFFF_FFFF
-    u = torch.rand(group.numel(), generator=torch.Generator().manual_seed(mixed), dtype=F64)
+    u = torch.rand(group.numel(), generator=torch.Generator().manual_seed(mixed), dtype=F64).to(group.device)
     return rank_fn(-u) == 0  # the row with the largest draw in each group
 
 
@@ -51,7 +51,7 @@ def brpo(batch: Rollouts, *, seed: int = 0, compare: Literal["diff", "sign"] = "
     g = groups_of(batch)
     r = scalar_rewards(batch)
     is_ref = _reference_rows(batch.group, g.rank, seed)
-    r_ref = torch.zeros(g.num, dtype=F64).index_add_(0, g.index[is_ref], r[is_ref])  # [B]
+    r_ref = torch.zeros(g.num, dtype=F64, device=r.device).index_add_(0, g.index[is_ref], r[is_ref])  # [B]
     diff = r - r_ref[g.index]
     adv = torch.sign(diff) if compare == "sign" else diff
     adv = torch.where(is_ref, torch.zeros_like(adv), adv)

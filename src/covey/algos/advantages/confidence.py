@@ -128,7 +128,7 @@ def _low_prob_confidence(batch: Rollouts, low_frac: float) -> tuple[torch.Tensor
     k = torch.minimum(k, n_tok.clamp(min=1))
     csum = torch.cumsum(torch.where(torch.isinf(ranked), torch.zeros_like(ranked), ranked), dim=-1)
     if csum.shape[-1] == 0:
-        return torch.zeros(len(batch), dtype=F64), n_tok.to(F64)
+        return torch.zeros(len(batch), dtype=F64, device=lp.device), n_tok.to(F64)
     conf = csum.gather(-1, (k - 1)[:, None]).squeeze(-1) / k.to(F64)
     return torch.where(n_tok > 0, conf, torch.zeros_like(conf)), n_tok.to(F64)
 

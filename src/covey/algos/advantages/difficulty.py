@@ -109,7 +109,7 @@ def dgpo(
     std = g.std(r)
     informative = (g.size > 1) & ~torch.isclose(std, torch.zeros_like(std))  # [B]
     v = int(informative.sum())
-    weights = torch.ones(g.num, dtype=F64)
+    weights = torch.ones(g.num, dtype=F64, device=r.device)
     if dqw and v > 0:
         cols = reward_matrix(batch)
         if main_reward and main_reward not in batch.reward_names:

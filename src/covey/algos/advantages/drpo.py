@@ -28,10 +28,10 @@ __all__ = ["drpo"]
 def _group_softmax(z: torch.Tensor, member: torch.Tensor, gidx: torch.Tensor, num: int) -> torch.Tensor:
     """[N] softmax of z over the ``member`` rows of each group (0 elsewhere)."""
     neg_inf = torch.full_like(z, -torch.inf)
-    zmax = torch.full((num,), -torch.inf, dtype=z.dtype)
+    zmax = torch.full((num,), -torch.inf, dtype=z.dtype, device=z.device)
     zmax = zmax.scatter_reduce(0, gidx, torch.where(member, z, neg_inf), reduce="amax")  # [B]
     e = torch.where(member, torch.exp(z - zmax[gidx].nan_to_num(neginf=0.0)), torch.zeros_like(z))
-    tot = torch.zeros(num, dtype=z.dtype).index_add_(0, gidx, e)
+    tot = torch.zeros(num, dtype=z.dtype, device=z.device).index_add_(0, gidx, e)
     return e / tot[gidx].clamp(min=torch.finfo(z.dtype).tiny)
 
 

@@ -44,11 +44,11 @@ def mc_grpo(batch: Rollouts, *, mad_eps: NonNegFloat = 1e-3, count_multiplier: b
     mid = (n - 1) // 2  # [B] lower-median slot
     rank = g.rank(key=r)  # position in the group sorted by reward
     is_pivot = rank == mid[g.index]
-    med = torch.zeros(g.num, dtype=r.dtype).index_add_(0, g.index[is_pivot], r[is_pivot])  # [B]
+    med = torch.zeros(g.num, dtype=r.dtype, device=r.device).index_add_(0, g.index[is_pivot], r[is_pivot])  # [B]
     dev = (r - med[g.index]).abs()
     dev_rank = g.rank(key=dev)
     at_mid = dev_rank == mid[g.index]
-    mad = torch.zeros(g.num, dtype=r.dtype).index_add_(0, g.index[at_mid], dev[at_mid])  # [B]
+    mad = torch.zeros(g.num, dtype=r.dtype, device=r.device).index_add_(0, g.index[at_mid], dev[at_mid])  # [B]
     adv = (r - med[g.index]) / (mad[g.index] + mad_eps)
     if count_multiplier:
         nonzero = (adv.abs() > 1e-6).to(r.dtype)

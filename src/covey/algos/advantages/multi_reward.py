@@ -54,9 +54,10 @@ def gdpo(
     """
     g = groups_of(batch)
     r = reward_matrix(batch)  # [N, K]
-    w = batch.reward_weights.to(F64) if batch.reward_weights is not None else torch.ones(r.shape[1], dtype=F64)
+    w = batch.reward_weights
+    w = w.to(F64) if w is not None else torch.ones(r.shape[1], dtype=F64, device=r.device)  # [K]
     per_col = [group_normalise(r[:, k], g, eps=eps, scale="group", singleton=singleton) for k in range(r.shape[1])]
-    summed = torch.stack(per_col, dim=1) @ w if per_col else torch.zeros(len(batch), dtype=F64)  # [N]
+    summed = torch.stack(per_col, dim=1) @ w if per_col else torch.zeros(len(batch), dtype=F64, device=r.device)  # [N]
     if whiten_by == "token":
         adv = whiten(summed, lengths(batch))
     elif summed.numel() > 1:

@@ -60,18 +60,20 @@ def riskpo(
     g = groups_of(batch)
     r = scalar_rewards(batch)
     order = torch.argsort(g.first_row())  # groups in order of first appearance
-    grank = torch.empty(g.num, dtype=torch.long)
-    grank[order] = torch.arange(g.num)
+    dev = r.device
+    grank = torch.empty(g.num, dtype=torch.long, device=dev)
+    grank[order] = torch.arange(g.num, device=dev)
     bundle = grank // bundle_size  # [B]
     nb = int(bundle.max()) + 1
-    n_papers = torch.full((nb,), torch.inf, dtype=F64).scatter_reduce(0, bundle, g.size, reduce="amin").long()
+    n_papers = torch.full((nb,), torch.inf, dtype=F64, device=dev)
+    n_papers = n_papers.scatter_reduce(0, bundle, g.size, reduce="amin").long()  # [nb] papers per bundle
     gmax = int(g.size.max())
     pos = g.rank()  # [N] row position inside its group
     row_bundle = bundle[g.index]
     valid = pos < n_papers[row_bundle]
     paper = row_bundle * gmax + pos  # [N] flat paper id
-    s = torch.zeros(nb * gmax, dtype=F64).index_add_(0, paper[valid], r[valid]).view(nb, gmax)  # [nb, P]
-    exists = torch.arange(gmax)[None, :] < n_papers[:, None]
+    s = torch.zeros(nb * gmax, dtype=F64, device=dev).index_add_(0, paper[valid], r[valid]).view(nb, gmax)  # [nb, P]
+    exists = torch.arange(gmax, device=dev)[None, :] < n_papers[:, None]
     s_nan = torch.where(exists, s, torch.full_like(s, torch.nan))
     a = torch.nanquantile(s_nan, alpha, dim=1, keepdim=True)  # [nb, 1]
     b = torch.nanquantile(s_nan, beta, dim=1, keepdim=True)

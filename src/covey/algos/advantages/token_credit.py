@@ -34,7 +34,7 @@ def _prefix_conflicts(ids: Tensor, mask: Tensor, gidx: Tensor, pos: Tensor, neg:
     n, t = ids.shape
     active = (pos | neg)[:, None] & mask  # [N, T] tokens that take part in the comparison
     rows, cols = torch.nonzero(active, as_tuple=True)
-    raw = torch.zeros(n, t, dtype=torch.bool)
+    raw = torch.zeros(n, t, dtype=torch.bool, device=ids.device)
     if rows.numel():
         tok = ids[rows, cols]
         tok = tok - tok.min()  # non-negative token codes
@@ -44,8 +44,9 @@ def _prefix_conflicts(ids: Tensor, mask: Tensor, gidx: Tensor, pos: Tensor, neg:
         else:
             _, inv = torch.unique(torch.stack([gidx[rows], cols, tok], dim=1), dim=0, return_inverse=True)
         n_keys = int(inv.max()) + 1
-        has_pos = torch.zeros(n_keys, dtype=torch.long).scatter_reduce(0, inv, pos[rows].long(), reduce="amax")
-        has_neg = torch.zeros(n_keys, dtype=torch.long).scatter_reduce(0, inv, neg[rows].long(), reduce="amax")
+        zeros = torch.zeros(n_keys, dtype=torch.long, device=ids.device)
+        has_pos = zeros.scatter_reduce(0, inv, pos[rows].long(), reduce="amax")  # [keys]
+        has_neg = zeros.scatter_reduce(0, inv, neg[rows].long(), reduce="amax")
         raw[rows, cols] = (has_pos[inv] > 0) & (has_neg[inv] > 0)
     return torch.cumprod(raw.long(), dim=1).bool() & active
 
@@ -58,7 +59,7 @@ def _conflict_masks(ids: Tensor, mask: Tensor, gidx: Tensor, pos: Tensor, neg: T
     """
     n, t = ids.shape
     fwd = _prefix_conflicts(ids, mask, gidx, pos, neg)
-    ar = torch.arange(t)
+    ar = torch.arange(t, device=ids.device)
     last = torch.where(mask, ar[None, :], torch.full_like(ids, -1)).amax(dim=1)  # [N] last unmasked index
     src = last[:, None] - ar[None, :]  # [N, T] reversed slot u reads original position last - u
     ok = src >= 0
