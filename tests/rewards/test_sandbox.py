@@ -289,3 +289,33 @@ def test_rlimit_only_mode_runs_with_a_loud_warning(monkeypatch, caplog):
 def test_bad_limits_name_the_field():
     with pytest.raises(ValueError, match="memory_mb"):
         SandboxLimits(memory_mb=0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="needs root to become nobody")
+def test_non_root_host_sandboxes_with_a_user_namespace():
+    # The module is stdlib-only: load it into the system Python running as nobody, as a non-root user would.
+    import subprocess
+    import tempfile
+
+    src = open(_process.__file__).read()
+    with tempfile.NamedTemporaryFile("w", suffix=".py", dir="/tmp", delete=False) as f:
+        f.write(src)
+    os.chmod(f.name, 0o644)
+    script = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('p', {f.name!r})\n"
+        "m = importlib.util.module_from_spec(spec); sys.modules['p'] = m; spec.loader.exec_module(m)\n"
+        "code = 'import os, socket; print(os.getuid(), socket.socket().connect_ex((\"127.0.0.1\", 9)) != 0)'\n"
+        "r = m.execute(['-c', code], {}, b'', m.SandboxLimits(timeout_s=10))\n"
+        "print(r.sandboxed, r.stdout.strip())\n"
+        "r = m.execute(['-c', 'import time; time.sleep(30)'], {}, b'', m.SandboxLimits(timeout_s=1))\n"
+        "print(r.timed_out)\n"
+    )
+    try:
+        out = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script],
+            capture_output=True, text=True, timeout=60,
+        )
+    finally:
+        os.unlink(f.name)
+    assert out.stdout.split() == ["True", "65534", "True", "True"], out.stderr

@@ -23,6 +23,7 @@ import functools
 import json
 import logging
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -309,6 +310,7 @@ def _collect(cmd, stdin, limits, pass_fds, channel, cwd_env, sandboxed, close_af
         if close_after_spawn is not None:
             os.close(close_after_spawn)
     chan = open(chan_r, "rb", buffering=0) if channel else None
+    init = _NamespaceInit(info) if info is not None else None
     keep = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     truncated = {proc.stdout: False, proc.stderr: False}
     channel_data = bytearray()
@@ -319,6 +321,8 @@ def _collect(cmd, stdin, limits, pass_fds, channel, cwd_env, sandboxed, close_af
     sel.register(proc.stderr, selectors.EVENT_READ)
     if chan is not None:
         sel.register(chan, selectors.EVENT_READ)
+    if init is not None:
+        sel.register(info, selectors.EVENT_READ)
     if pending:
         os.set_blocking(proc.stdin.fileno(), False)
         sel.register(proc.stdin, selectors.EVENT_WRITE)
@@ -333,6 +337,10 @@ def _collect(cmd, stdin, limits, pass_fds, channel, cwd_env, sandboxed, close_af
                 break
             for key, _ in sel.select(timeout=left):
                 f = key.fileobj
+                if f is info:
+                    if init.poll():
+                        sel.unregister(f)
+                    continue
                 if f is proc.stdin:
                     try:
                         n = os.write(f.fileno(), pending[:65536])
@@ -366,20 +374,22 @@ def _collect(cmd, stdin, limits, pass_fds, channel, cwd_env, sandboxed, close_af
             if flooded:
                 break
         if timed_out or flooded:
-            _kill_group(proc, info)
+            _kill_group(proc, init)
         else:  # both pipes closed; the program may still linger a moment (or have detached its output)
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(proc, info)
+                _kill_group(proc, init)
     finally:
         sel.close()
         for f in (proc.stdin, proc.stdout, proc.stderr, chan):
             if f is not None and not f.closed:
                 f.close()
         if proc.poll() is None:
-            _kill_group(proc, info)
+            _kill_group(proc, init)
+        if init is not None:
+            init.wait_gone(5.0)
     code = proc.returncode
     if code < 0:  # killed by us: report the shell's convention for the signal
         code = 128 - code if not (timed_out or flooded) else -9
@@ -400,19 +410,64 @@ def _collect(cmd, stdin, limits, pass_fds, channel, cwd_env, sandboxed, close_af
     return res
 
 
-def _kill_group(proc: subprocess.Popen, info_fd: int | None) -> None:
-    """Kill the sandbox and return only once every process in it is gone.
+class _NamespaceInit:
+    """The sandbox's pid-namespace init, from bwrap's --info-fd JSON.
 
-    Killing the pid namespace's init makes the kernel kill and reap everything else in the
-    namespace before the init itself can be reaped by bwrap, which we then wait for; killing
-    bwrap first would leave that teardown running after we return.
+    bwrap exits as soon as the program's exit status is known, while the init may still be tearing
+    the namespace down. The kernel's teardown (zap_pid_ns_processes) kills every process in the
+    namespace and waits until all are freed before the init counts as exited, so once a pidfd on the
+    init is readable nothing the program started is left.
     """
-    init_pid = _read_init_pid(info_fd) if info_fd is not None else None
-    if init_pid is not None:
+
+    def __init__(self, fd: int):
+        self.fd, self.buf, self.pid, self.pidfd = fd, b"", None, None
+
+    def poll(self) -> bool:
+        """Read what bwrap wrote; True once the pid is known (or the pipe closed)."""
+        if self.pid is not None:
+            return True
+        os.set_blocking(self.fd, False)
+        eof = False
         try:
-            os.kill(init_pid, signal.SIGKILL)
-        except ProcessLookupError:
+            while True:
+                chunk = os.read(self.fd, 4096)
+                if not chunk:
+                    eof = True
+                    break
+                self.buf += chunk
+        except BlockingIOError:
             pass
+        try:
+            self.pid = int(json.loads(self.buf.decode())["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            return eof
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+        except OSError:  # already gone
+            self.pidfd = None
+        return True
+
+    def kill(self) -> None:
+        self.poll()
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait_gone(self, timeout: float) -> None:
+        self.poll()
+        if self.pidfd is not None:
+            select.select([self.pidfd], [], [], timeout)
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _kill_group(proc: subprocess.Popen, init: _NamespaceInit | None) -> None:
+    """Kill the sandbox: its namespace's init first (the kernel then kills everything inside),
+    then bwrap's process group; returns once bwrap is reaped (the caller waits for the init)."""
+    if init is not None:
+        init.kill()
         try:
             proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
@@ -422,21 +477,6 @@ def _kill_group(proc: subprocess.Popen, info_fd: int | None) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
-
-
-def _read_init_pid(fd: int) -> int | None:
-    """The host pid of the sandbox's init from bwrap's --info-fd JSON (None if not written yet)."""
-    data = b""
-    os.set_blocking(fd, False)
-    try:
-        while chunk := os.read(fd, 4096):
-            data += chunk
-    except BlockingIOError:
-        pass
-    try:
-        return int(json.loads(data.decode())["child-pid"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def _which_limit(res: RunResult, flooded: bool) -> str | None:
