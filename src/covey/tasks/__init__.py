@@ -1,1 +1,15 @@
-"""covey.tasks"""
+"""covey.tasks: built-in verifiable tasks (prompt items + verifier), registered by name.
+
+`get_task("arithmetic", digits=2)` builds one; `TASKS` lists them. Each task documents its
+answer format in its class docstring and `answer_format` attribute (see docs/tasks.md).
+"""
+
+from covey.tasks.arithmetic import Arithmetic
+from covey.tasks.countdown import Countdown
+from covey.tasks.gsm8k import GSM8K
+from covey.tasks.math500 import MATH500
+from covey.tasks.base import Task
+from covey.tasks.registry import TASKS, get_task, register_task
+
+__all__ = ["GSM8K", "MATH500", "TASKS", "Arithmetic", "Countdown", "Task", "get_task", "register_task"]
+from covey.tasks import humaneval, mbpp  # noqa: E402,F401 - registers the code tasks

@@ -1,0 +1,92 @@
+"""MATH-500 competition problems (test split only), scored with `math_equal` (math-verify).
+
+Loading, prompt building and the verifier; the data file and its provenance are in
+``shared/data/math500`` (see its README).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from covey.rewards.math import EXTRACTION_MODES, extract_answer, math_equal
+from covey.tasks._common import as_prompt, check_split, completion_text
+from covey.tasks._data import data_file, read_jsonl
+from covey.tasks.registry import register_task
+
+__all__ = ["MATH500"]
+
+DEFAULT_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+
+
+@register_task("math500")
+class MATH500:
+    r"""MATH-500: the 500-problem test subset of MATH (Hendrycks et al. 2021, "Measuring Mathematical
+    Problem Solving With the MATH Dataset", arXiv 2103.03874) chosen in "Let's Verify Step by Step"
+    (Lightman et al. 2023, arXiv 2305.20050).
+
+    Answer format: the prompt asks for ``\boxed{...}``; the verifier takes the last ``\boxed{}``
+    (else "answer is x"; `order` changes this) and compares it to the gold LaTeX answer with
+    `math_equal` (numeric fast path, then math-verify: ``\frac{\sqrt{2}}{2}`` = ``1/\sqrt{2}``).
+    Reward 1.0 / 0.0.
+
+    >>> task = MATH500(limit=1, chat=False)
+    >>> item = task.examples("test")[0]
+    >>> item["answer"]
+    '\\left( 3, \\frac{\\pi}{2} \\right)'
+    >>> task.reward([item["prompt"]] * 2, [r"so \boxed{(3, \pi/2)}", r"\boxed{(3, \pi)}"], answer=[item["answer"]] * 2)
+    [1.0, 0.0]
+
+    Data: ``math500/test.jsonl`` (500 rows; there is no train split) under `path` (a folder or
+    the file), else $COVEY_DATA, else ``<repo>/../shared/data``. Params: `limit`, `chat`,
+    `template` (with ``{problem}``), `order`, `path`. Item: ``{"id" (line index), "prompt",
+    "answer", "subject", "level", "unique_id"}``.
+    """
+
+    name = "math500"
+    answer_format = "The final answer in \\boxed{}, e.g. '\\boxed{\\frac{1}{2}}' (the last box counts)."
+
+    def __init__(
+        self,
+        *,
+        path: str | os.PathLike | None = None,
+        limit: int | None = None,
+        chat: bool = True,
+        template: str = DEFAULT_TEMPLATE,
+        order: Sequence[str] = ("boxed", "answer_is"),
+    ):
+        if "{problem}" not in template:
+            raise ValueError(f"template must contain '{{problem}}', got {template!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+        bad = [m for m in order if m not in EXTRACTION_MODES]
+        if bad or not order:
+            raise ValueError(f"order must list modes from {EXTRACTION_MODES}, got {list(order)}")
+        self.path, self.limit, self.chat, self.template, self.order = path, limit, chat, template, tuple(order)
+        self._items: list[dict] | None = None
+
+    def examples(self, split: str = "test") -> list[dict]:
+        check_split(self.name, split, allowed=("test",))
+        if self._items is None:
+            file = data_file(self.path, "math500", "test")
+            rows = read_jsonl(file, required=("problem", "answer"))[: self.limit]
+            self._items = [
+                {
+                    "id": i,
+                    "prompt": as_prompt(self.template.format(problem=row["problem"]), self.chat),
+                    "answer": str(row["answer"]),
+                    "subject": row.get("subject", ""),
+                    "level": row.get("level", 0),
+                    "unique_id": row.get("unique_id", ""),
+                }
+                for i, (_, row) in enumerate(rows)
+            ]
+        return self._items
+
+    def reward(self, prompts, completions, answer, **_) -> list[float | None]:
+        if len(answer) != len(completions):
+            raise ValueError(f"answer has {len(answer)} entries but there are {len(completions)} completions")
+        return [
+            1.0 if math_equal(extract_answer(completion_text(c), order=self.order), gold) else 0.0
+            for c, gold in zip(completions, answer)
+        ]
