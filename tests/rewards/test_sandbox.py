@@ -28,7 +28,12 @@ def _sandbox_processes():
             continue
         uid = int(status.split("Uid:")[1].split()[0])
         if uid >= SANDBOX_UID_MIN and "State:\tZ" not in status:
-            found.append(int(d))
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+            except OSError:
+                cmd = "?"
+            found.append((int(d), cmd, status.split("State:")[1].split("\n")[0].strip()))
     return found
 
 
@@ -293,29 +298,33 @@ def test_bad_limits_name_the_field():
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="needs root to become nobody")
 def test_non_root_host_sandboxes_with_a_user_namespace():
-    # The module is stdlib-only: load it into the system Python running as nobody, as a non-root user would.
+    # The package is stdlib-only: copy it where nobody can read it and import it into the system Python
+    # running as nobody, as a non-root user would run it (bwrap then makes a user namespace).
+    import shutil
     import subprocess
     import tempfile
 
-    src = open(_process.__file__).read()
-    with tempfile.NamedTemporaryFile("w", suffix=".py", dir="/tmp", delete=False) as f:
-        f.write(src)
-    os.chmod(f.name, 0o644)
-    script = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('p', {f.name!r})\n"
-        "m = importlib.util.module_from_spec(spec); sys.modules['p'] = m; spec.loader.exec_module(m)\n"
-        "code = 'import os, socket; print(os.getuid(), socket.socket().connect_ex((\"127.0.0.1\", 9)) != 0)'\n"
-        "r = m.execute(['-c', code], {}, b'', m.SandboxLimits(timeout_s=10))\n"
-        "print(r.sandboxed, r.stdout.strip())\n"
-        "r = m.execute(['-c', 'import time; time.sleep(30)'], {}, b'', m.SandboxLimits(timeout_s=1))\n"
-        "print(r.timed_out)\n"
-    )
+    root = tempfile.mkdtemp(prefix="covey-sbx-", dir="/tmp")
     try:
+        shutil.copytree(os.path.dirname(sandbox.__file__), os.path.join(root, "sbx"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for d, _, files in os.walk(root):
+            os.chmod(d, 0o755)
+            for name in files:
+                os.chmod(os.path.join(d, name), 0o644)
+        script = (
+            f"import sys; sys.path.insert(0, {root!r})\n"
+            "import sbx\n"
+            "code = 'import os, socket; print(os.getuid(), socket.socket().connect_ex((\"127.0.0.1\", 9)) != 0)'\n"
+            "r = sbx.run(code, timeout_s=10)\n"
+            "print(r.sandboxed, r.stdout.strip())\n"
+            "print(sbx.run('import time; time.sleep(30)', timeout_s=1).timed_out)\n"
+            "print(sbx.run_tests('def f():\\n    return 1', ['assert f() == 1', 'assert f() == 2']).passed)\n"
+        )
         out = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script],
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-B", "-c", script],
             capture_output=True, text=True, timeout=60,
         )
     finally:
-        os.unlink(f.name)
-    assert out.stdout.split() == ["True", "65534", "True", "True"], out.stderr
+        shutil.rmtree(root)
+    assert out.stdout.split("\n")[:3] == ["True 65534 True", "True", "[True, False]"], (out.stdout, out.stderr)

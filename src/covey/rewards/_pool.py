@@ -121,6 +121,8 @@ class WorkerPool:
             for wi in range(len(self._workers)):
                 if wi in busy or not pending:
                     continue
+                if not self._workers[wi].proc.is_alive():  # died while idle (e.g. killed from outside)
+                    self._replace(wi)
                 ji = pending.popleft()
                 job, w = jobs[ji], self._workers[wi]
                 payload = None if job.key in w.loaded else job.payload

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from covey.rewards.sandbox._process import RunResult, SandboxLimits, SandboxUnavailable, execute, sandbox_status
-from covey.rewards.sandbox.testing import CodeTests, TestReport, run_tests
+from ._process import execute, sandbox_status
+from .limits import RunResult, SandboxLimits, SandboxUnavailable
+from .testing import CodeTests, TestReport, run_tests
 
 __all__ = [
     "CodeTests",
@@ -36,26 +37,26 @@ __all__ = [
 def run(
     code: str,
     stdin: str = "",
-    timeout_s: float = 10.0,
-    memory_mb: int = 512,
+    timeout_s: float | None = None,
+    memory_mb: int | None = None,
     *,
     limits: SandboxLimits | None = None,
     allow_unsandboxed: bool | None = None,
 ) -> RunResult:
-    """Run `code` as a script (``python -I -B main.py``) in the sandbox, feeding it `stdin`.
+    """Run `code` as a script (``python -I -B -S main.py``, stdlib only) in the sandbox, feeding it `stdin`.
 
-    `limits` sets every limit; when given, `timeout_s`/`memory_mb` override its values only if
-    they differ from their defaults. Raises SandboxUnavailable where bubblewrap cannot run (unless
-    the rlimit-only mode is allowed).
+    `limits` sets every limit (default `SandboxLimits()`: 10 s wall, 512 MB); `timeout_s` and
+    `memory_mb`, when given, override it. Raises SandboxUnavailable where bubblewrap cannot run
+    (unless the rlimit-only mode is allowed).
 
     >>> r = run("print(input()[::-1])", stdin="abc\\n")
     >>> r.exit_code, r.stdout, r.timed_out
     (0, 'cba\\n', False)
     """
     lim = limits or SandboxLimits()
-    if timeout_s != 10.0 or limits is None:
+    if timeout_s is not None:
         lim = dataclasses.replace(lim, timeout_s=timeout_s)
-    if memory_mb != 512 or limits is None:
+    if memory_mb is not None:
         lim = dataclasses.replace(lim, memory_mb=memory_mb)
     return execute(["main.py"], {"main.py": code.encode("utf-8")}, stdin.encode("utf-8"), lim,
                    allow_unsandboxed=allow_unsandboxed)

@@ -11,30 +11,25 @@ Each call gets its own uid (1_000_000 + 64 * pid + slot) so RLIMIT_NPROC, which 
 uid, is not shared between concurrent sandboxes. A non-root host cannot switch uid: there bwrap makes a
 user namespace instead and the code keeps the caller's (already unprivileged) uid.
 
-The host reads stdout/stderr itself (keeping the first `max_output_bytes` of each), enforces the wall
-time, and on timeout kills bwrap's whole process group; ``--die-with-parent`` and the pid namespace
-take every process inside with it (when the namespace's pid 1 dies the kernel kills the rest).
+Reading output, the wall time and teardown are `collect.py`'s; limits and results are `limits.py`'s.
+The package uses only the standard library and relative imports, so it also runs outside covey.
 This module knows nothing about tests or rewards (see `testing.py` and `covey.rewards.code`).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
-import select
-import selectors
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
-from dataclasses import dataclass
 
-__all__ = ["RunResult", "SandboxLimits", "SandboxUnavailable", "sandbox_status"]
+from .collect import collect
+from .limits import RunResult, SandboxLimits, SandboxUnavailable
+
+__all__ = ["RunResult", "SandboxLimits", "SandboxUnavailable", "execute", "sandbox_status"]
 
 log = logging.getLogger(__name__)
 
@@ -42,76 +37,6 @@ _UID_BASE = 1_000_000
 _SLOTS = 64
 _slot_lock = threading.Lock()
 _free_slots = list(range(_SLOTS))
-
-
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap cannot run here and the caller did not opt into the weaker rlimit-only mode."""
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits for one sandboxed program.
-
-    timeout_s: wall-clock limit; the whole process tree is killed when it passes.
-    cpu_s: CPU-seconds per process (RLIMIT_CPU); None = ceil(timeout_s).
-    memory_mb: address space per process (RLIMIT_AS).
-    file_mb: largest file a process may write (RLIMIT_FSIZE).
-    tmpfs_mb: size of the private writable /tmp (the working directory).
-    nproc: processes/threads the sandbox uid may have (RLIMIT_NPROC).
-    nofile: open file descriptors per process (RLIMIT_NOFILE).
-    max_output_bytes: bytes of stdout and of stderr kept; the rest is read and dropped.
-    max_drain_bytes: total output after which the program is killed (limit_hit="output").
-    """
-
-    timeout_s: float = 10.0
-    cpu_s: float | None = None
-    memory_mb: int = 512
-    file_mb: int = 16
-    tmpfs_mb: int = 64
-    nproc: int = 16
-    nofile: int = 64
-    max_output_bytes: int = 64 * 1024
-    max_drain_bytes: int = 8 * 1024 * 1024
-
-    def __post_init__(self):
-        for name in ("timeout_s", "memory_mb", "file_mb", "tmpfs_mb", "nproc", "nofile", "max_output_bytes"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise ValueError(f"SandboxLimits.{name} must be > 0, got {value!r}")
-        if self.cpu_s is not None and not self.cpu_s > 0:
-            raise ValueError(f"SandboxLimits.cpu_s must be > 0 or None, got {self.cpu_s!r}")
-
-    @property
-    def cpu_seconds(self) -> int:
-        return max(1, int(-(-(self.cpu_s or self.timeout_s) // 1)))
-
-
-@dataclass
-class RunResult:
-    """What a sandboxed program did.
-
-    exit_code: the program's exit status; 128+signal when a signal killed it; -9 when the host killed
-        it (timeout, output flood).
-    timed_out: the wall-clock limit passed.
-    limit_hit: best-effort name of the limit that stopped it: "timeout", "cpu", "memory", "file_size",
-        "processes", "output", or None.
-    sandboxed: False only in the explicit rlimit-only mode.
-    """
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    timed_out: bool = False
-    limit_hit: str | None = None
-    sandboxed: bool = True
-    elapsed_s: float = 0.0
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-    channel: bytes = b""  # what the program wrote to its result descriptor (run_tests' harness)
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
 
 
 def interpreter() -> tuple[str, str]:
@@ -255,7 +180,7 @@ def _run_bwrap(args, files, stdin, limits, channel) -> RunResult:
             info_r, info_w = os.pipe()  # bwrap reports the host pid of the namespace's init here
             fds.append(info_r)
             cmd[1:1] = ["--info-fd", str(info_w)]
-            return _collect(cmd, stdin, limits, (*file_fds, info_w), channel, None, True, info_w, info_r)
+            return collect(cmd, stdin, limits, (*file_fds, info_w), channel, None, True, info_w, info_r)
     finally:
         for fd in fds:
             os.close(fd)
@@ -273,224 +198,4 @@ def _run_rlimit_only(args, files, stdin, limits, channel) -> RunResult:
             cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"]
         cmd += [exe, "-I", "-B", "-S", *args]
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8"}
-        return _collect(cmd, stdin, limits, (), channel, (tmp, env), False, None, None)
-
-
-def _collect(cmd, stdin, limits, pass_fds, channel, cwd_env, sandboxed, close_after_spawn, info) -> RunResult:
-    """Spawn `cmd`, feed stdin, read outputs (and the channel) under the limits, kill on timeout.
-
-    `close_after_spawn`: our copy of a descriptor only the child should hold; `info`: read end of
-    bwrap's --info-fd pipe (None in rlimit-only mode).
-    """
-    start = time.monotonic()
-    cwd, env = cwd_env if cwd_env else (None, None)
-    chan_r = chan_w = None
-    if channel:
-        chan_r, chan_w = os.pipe()
-        cmd = [*cmd, str(chan_w)]
-        pass_fds = (*pass_fds, chan_w)
-    try:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=pass_fds,
-            start_new_session=True,  # its own process group, so one killpg ends the tree
-            cwd=cwd,
-            env=env,
-        )
-    except BaseException:
-        if channel:
-            os.close(chan_r)
-        raise
-    finally:
-        if chan_w is not None:
-            os.close(chan_w)  # only the program holds the write end now: EOF when it is gone
-        if close_after_spawn is not None:
-            os.close(close_after_spawn)
-    chan = open(chan_r, "rb", buffering=0) if channel else None
-    init = _NamespaceInit(info) if info is not None else None
-    keep = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    truncated = {proc.stdout: False, proc.stderr: False}
-    channel_data = bytearray()
-    drained, timed_out, flooded = 0, False, False
-    pending = memoryview(stdin)
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    sel.register(proc.stderr, selectors.EVENT_READ)
-    if chan is not None:
-        sel.register(chan, selectors.EVENT_READ)
-    if init is not None:
-        sel.register(info, selectors.EVENT_READ)
-    if pending:
-        os.set_blocking(proc.stdin.fileno(), False)
-        sel.register(proc.stdin, selectors.EVENT_WRITE)
-    else:
-        proc.stdin.close()
-    deadline = start + limits.timeout_s
-    try:
-        while any(f in sel.get_map() for f in (proc.stdout, proc.stderr, chan) if f is not None):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            for key, _ in sel.select(timeout=left):
-                f = key.fileobj
-                if f is info:
-                    if init.poll():
-                        sel.unregister(f)
-                    continue
-                if f is proc.stdin:
-                    try:
-                        n = os.write(f.fileno(), pending[:65536])
-                    except (BrokenPipeError, OSError):
-                        n = len(pending)  # the program stopped reading: drop the rest
-                    pending = pending[n:]
-                    if not pending:
-                        sel.unregister(f)
-                        f.close()
-                    continue
-                chunk = os.read(f.fileno(), 65536)
-                if not chunk:
-                    sel.unregister(f)
-                    continue
-                if f is chan:
-                    channel_data += chunk
-                    if len(channel_data) > limits.max_drain_bytes:
-                        flooded = True
-                        break
-                    continue
-                buf = keep[f]
-                room = limits.max_output_bytes - len(buf)
-                if room > 0:
-                    buf += chunk[:room]
-                if len(chunk) > room:
-                    truncated[f] = True
-                drained += len(chunk)
-                if drained > limits.max_drain_bytes:
-                    flooded = True
-                    break
-            if flooded:
-                break
-        if timed_out or flooded:
-            _kill_group(proc, init)
-        else:  # both pipes closed; the program may still linger a moment (or have detached its output)
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc, init)
-    finally:
-        sel.close()
-        for f in (proc.stdin, proc.stdout, proc.stderr, chan):
-            if f is not None and not f.closed:
-                f.close()
-        if proc.poll() is None:
-            _kill_group(proc, init)
-        if init is not None:
-            init.wait_gone(5.0)
-    code = proc.returncode
-    if code < 0:  # killed by us: report the shell's convention for the signal
-        code = 128 - code if not (timed_out or flooded) else -9
-    stdout = keep[proc.stdout].decode("utf-8", "replace")
-    stderr = keep[proc.stderr].decode("utf-8", "replace")
-    res = RunResult(
-        exit_code=code,
-        stdout=stdout,
-        stderr=stderr,
-        timed_out=timed_out,
-        sandboxed=sandboxed,
-        elapsed_s=time.monotonic() - start,
-        stdout_truncated=truncated[proc.stdout],
-        stderr_truncated=truncated[proc.stderr],
-        channel=bytes(channel_data),
-    )
-    res.limit_hit = _which_limit(res, flooded)
-    return res
-
-
-class _NamespaceInit:
-    """The sandbox's pid-namespace init, from bwrap's --info-fd JSON.
-
-    bwrap exits as soon as the program's exit status is known, while the init may still be tearing
-    the namespace down. The kernel's teardown (zap_pid_ns_processes) kills every process in the
-    namespace and waits until all are freed before the init counts as exited, so once a pidfd on the
-    init is readable nothing the program started is left.
-    """
-
-    def __init__(self, fd: int):
-        self.fd, self.buf, self.pid, self.pidfd = fd, b"", None, None
-
-    def poll(self) -> bool:
-        """Read what bwrap wrote; True once the pid is known (or the pipe closed)."""
-        if self.pid is not None:
-            return True
-        os.set_blocking(self.fd, False)
-        eof = False
-        try:
-            while True:
-                chunk = os.read(self.fd, 4096)
-                if not chunk:
-                    eof = True
-                    break
-                self.buf += chunk
-        except BlockingIOError:
-            pass
-        try:
-            self.pid = int(json.loads(self.buf.decode())["child-pid"])
-        except (ValueError, KeyError, TypeError):
-            return eof
-        try:
-            self.pidfd = os.pidfd_open(self.pid)
-        except OSError:  # already gone
-            self.pidfd = None
-        return True
-
-    def kill(self) -> None:
-        self.poll()
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def wait_gone(self, timeout: float) -> None:
-        self.poll()
-        if self.pidfd is not None:
-            select.select([self.pidfd], [], [], timeout)
-            os.close(self.pidfd)
-            self.pidfd = None
-
-
-def _kill_group(proc: subprocess.Popen, init: _NamespaceInit | None) -> None:
-    """Kill the sandbox: its namespace's init first (the kernel then kills everything inside),
-    then bwrap's process group; returns once bwrap is reaped (the caller waits for the init)."""
-    if init is not None:
-        init.kill()
-        try:
-            proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _which_limit(res: RunResult, flooded: bool) -> str | None:
-    if res.timed_out:
-        return "timeout"
-    if flooded:
-        return "output"
-    if res.exit_code in (128 + signal.SIGXCPU, 128 + signal.SIGKILL):
-        return "cpu"  # nothing else inside sends SIGKILL to the program's own tree
-    tail = res.stderr[-2000:]
-    if "MemoryError" in tail or "Cannot allocate memory" in tail:
-        return "memory"
-    if "File too large" in tail or "No space left on device" in tail:
-        return "file_size"
-    if "Resource temporarily unavailable" in tail and ("fork" in tail or "BlockingIOError" in tail):
-        return "processes"
-    return None
+        return collect(cmd, stdin, limits, (), channel, (tmp, env), False, None, None)

@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from covey.rewards.sandbox._process import RunResult, SandboxLimits, execute
+from ._process import execute
+from .limits import RunResult, SandboxLimits
 
 __all__ = ["CodeTests", "TestReport", "run_tests"]
 
