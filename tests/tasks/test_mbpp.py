@@ -38,8 +38,8 @@ def test_setup_code_runs_after_the_solution(task):
 
 
 def test_missing_data_dir_is_reported(tmp_path):
-    with pytest.raises(FileNotFoundError, match="data_dir"):
-        get_task("mbpp", data_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="COVEY_DATA"):
+        get_task("mbpp", path=str(tmp_path))
 
 
 def test_bad_show_tests_is_named():

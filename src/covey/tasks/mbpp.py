@@ -1,7 +1,8 @@
 """MBPP (Mostly Basic Python Problems) as a code task verified in the sandbox.
 
 "Program Synthesis with Large Language Models" (Austin et al., arXiv 2108.07732). Data: the full
-``mbpp.jsonl`` (974 problems) from ``<repo>/../shared/data/mbpp`` (or env COVEY_DATA, or `data_dir`).
+``mbpp.jsonl`` (974 problems) from `path` (the mbpp folder or the file), else $COVEY_DATA, else
+``<repo>/../shared/data/mbpp``.
 Splits: test = task_id 11-510 (the official test split, 500 problems), train = every other task_id
 (474). Tests = the ``test_list`` asserts, each preceded by ``test_setup_code`` (which uses the
 solution's classes, so it must run after the solution). Running code is
@@ -10,15 +11,14 @@ solution's classes, so it must run after the solution). Running code is
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 from covey.rewards.code import CodeReward
 from covey.tasks._common import as_prompt, check_split
+from covey.tasks._data import read_jsonl, resolve_data_dir
 from covey.tasks.registry import register_task
 
-__all__ = ["MBPP", "resolve_data_dir"]
+__all__ = ["MBPP"]
 
 TEST_IDS = range(11, 511)
 DEFAULT_TEMPLATE = (
@@ -26,23 +26,6 @@ DEFAULT_TEMPLATE = (
     "Your code should pass these tests:\n\n{tests}\n\n"
     "Write your complete solution in one ```python code block."
 )
-
-
-def resolve_data_dir(data_dir: str | os.PathLike | None, sub: str) -> Path:
-    """`data_dir`, else $COVEY_DATA, else <repo>/../shared/data; the `sub` folder inside it must exist."""
-    repo = Path(__file__).resolve().parents[3]
-    candidates = [Path(data_dir)] if data_dir else []
-    if not data_dir and os.environ.get("COVEY_DATA"):
-        candidates.append(Path(os.environ["COVEY_DATA"]))
-    if not data_dir:
-        candidates.append(repo.parent / "shared" / "data")
-    for root in candidates:
-        if (root / sub).is_dir():
-            return root / sub
-        if root.name == sub and root.is_dir():
-            return root
-    tried = ", ".join(str(c / sub) for c in candidates)
-    raise FileNotFoundError(f"no {sub!r} data folder found (tried {tried}); pass data_dir=... or set COVEY_DATA")
 
 
 @register_task("mbpp")
@@ -53,7 +36,7 @@ class MBPP:
     sandbox, else 0.0 (`covey.rewards.code.CodeReward` gives the fraction instead).
     Params: `show_tests` (how many asserts the prompt shows, default 1 like EvalPlus, so training
     cannot simply copy all the answers; the MBPP paper shows 3), `chat`, `template` (with ``{text}``
-    and ``{tests}``), `timeout_s` (per test), `memory_mb`, `data_dir`.
+    and ``{tests}``), `timeout_s` (per test), `memory_mb`, `path`.
 
     >>> task = MBPP(chat=False)
     >>> item = task.examples("test")[0]
@@ -74,7 +57,7 @@ class MBPP:
         template: str = DEFAULT_TEMPLATE,
         timeout_s: float = 5.0,
         memory_mb: int = 512,
-        data_dir: str | None = None,
+        path: str | os.PathLike | None = None,
     ):
         if not 0 <= show_tests <= 3:
             raise ValueError(f"show_tests must be 0-3, got {show_tests}")
@@ -82,14 +65,14 @@ class MBPP:
             if key not in template:
                 raise ValueError(f"template must contain {key!r}, got {template!r}")
         self.show_tests, self.chat, self.template = show_tests, chat, template
-        self.path = resolve_data_dir(data_dir, "mbpp") / "mbpp.jsonl"
+        self.path = path if path is not None and os.path.isfile(path) else resolve_data_dir(path, "mbpp") / "mbpp.jsonl"
         self._verifier = CodeReward(mode="binary", timeout_s=timeout_s, memory_mb=memory_mb)
         self._cache: dict[str, list[dict]] = {}
 
     def examples(self, split: str = "train") -> list[dict]:
         check_split(self.name, split)
         if not self._cache:
-            rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+            rows = [r for _, r in read_jsonl(self.path, required=("task_id", "text", "code", "test_list"))]
             rows.sort(key=lambda r: r["task_id"])
             self._cache = {
                 "test": [self._item(r) for r in rows if r["task_id"] in TEST_IDS],
@@ -105,7 +88,7 @@ class MBPP:
         shown = "\n".join(asserts[: self.show_tests])
         # test_setup_code builds inputs from the solution's own classes (task 367: Node), so it runs
         # AFTER the solution: it goes in front of each assert, not into CodeTests.setup
-        setup = row["test_setup_code"].replace("\r\n", "\n").strip()
+        setup = (row.get("test_setup_code") or "").replace("\r\n", "\n").strip()
         setup = setup + "\n" if setup else ""
         text = self.template.format(text=row["text"].strip(), tests=shown)
         return {
