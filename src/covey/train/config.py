@@ -125,6 +125,8 @@ class RunConfig(_Strict):
     rewards: list[RewardConfig] = []
     """Extra rewards; the task's own verifier is always the first column, named `accuracy`."""
     task_reward_weight: float = 1.0
+    reward_workers: int = Field(2, ge=0)
+    """Worker processes for reward functions (per-call timeouts need workers; 0 = in-process)."""
     sampling: SamplingConfig = SamplingConfig()
     rollout: RolloutConfig = RolloutConfig()
     algo: AlgoConfig = Field(default_factory=lambda: resolve_algo({"preset": "grpo"}))

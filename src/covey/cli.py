@@ -1,0 +1,218 @@
+"""`covey` command line: train, eval, sft, plot, algos, tasks, config, bench, models."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(help="covey: group-relative RL for language models.", no_args_is_help=True, add_completion=False)
+config_app = typer.Typer(help="Inspect configurations.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks that print one JSON line with covey vs a baseline.", no_args_is_help=True)
+models_app = typer.Typer(help="Model aliases and their one-time preparation.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+app.add_typer(bench_app, name="bench")
+app.add_typer(models_app, name="models")
+
+
+def _fail(msg: str) -> None:
+    typer.secho(f"error: {msg}", fg="red", err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def train(
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config (see examples/).")] = None,
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides, e.g. algo=dapo rollout.group_size=4")] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder from its latest checkpoint.")] = None,
+    run_dir: Annotated[Optional[Path], typer.Option(help="Where to write the run (default: log.dir/log.name).")] = None,
+):
+    """Train a policy with the configured algorithm; Ctrl-C saves a checkpoint."""
+    from covey.train.config import ConfigError, load_config
+    from covey.train.run import default_run_dir, train as run_training
+
+    try:
+        if resume is not None:
+            if config is not None:
+                _fail("give either CONFIG or --resume RUN_DIR, not both (a resumed run uses its saved config)")
+            cfg = load_config(resume / "config.yaml", overrides)
+            out = resume
+        else:
+            if config is None:
+                _fail("missing CONFIG: e.g. covey train examples/quickstart.yaml")
+            cfg = load_config(config, overrides)
+            out = run_dir or default_run_dir(cfg)
+    except ConfigError as e:
+        _fail(str(e))
+    summary = run_training(cfg, out, resume=resume is not None)
+    typer.echo(json.dumps(summary))
+
+
+@config_app.command("show")
+def config_show(
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config.")] = None,
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides.")] = None,
+):
+    """Print the fully resolved configuration (preset expanded, defaults filled)."""
+    import yaml
+
+    from covey.train.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(config, overrides)
+    except ConfigError as e:
+        _fail(str(e))
+    typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+@app.command()
+def algos():
+    """List every registered component per axis, with its paper and arXiv id."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from covey.algos import REGISTRIES
+    from covey.algos.presets import PRESETS
+
+    table = Table("axis", "name", "paper", "arXiv", "parameters (defaults)")
+    for axis, registry in REGISTRIES.items():
+        for name in sorted(registry):
+            c = registry[name]
+            params = ", ".join(f"{k}={v!r}" for k, v in c.defaults.items())
+            table.add_row(axis, name, c.paper, c.arxiv, params)
+    for name in sorted(PRESETS):
+        table.add_row("preset", name, "", "", "")
+    Console(width=200).print(table)
+
+
+@app.command()
+def tasks():
+    """List the built-in tasks and their answer formats."""
+    from covey.tasks import TASKS
+
+    for name in sorted(TASKS):
+        typer.echo(f"{name}: {getattr(TASKS[name], '__doc__', '') and TASKS[name].__doc__.strip().splitlines()[0]}")
+
+
+@app.command("eval")
+def eval_cmd(
+    task: Annotated[str, typer.Option(help="A registered task (covey tasks).")],
+    model: Annotated[Optional[str], typer.Option(help="Model alias, folder or hub id.")] = None,
+    run: Annotated[Optional[Path], typer.Option(help="A training run folder: evaluate its latest checkpoint.")] = None,
+    split: str = "test",
+    limit: Annotated[int, typer.Option(help="Evaluate the first N problems (0 = all).")] = 0,
+    n: Annotated[int, typer.Option(help="Samples per problem.")] = 1,
+    k: Annotated[str, typer.Option(help="Comma-separated k values for pass@k / maj@k (each <= n).")] = "1",
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    max_new_tokens: int = 256,
+    dtype: str = "bf16",
+    task_param: Annotated[Optional[list[str]], typer.Option(help="Task parameter key=value (repeatable).")] = None,
+    seed: int = 0,
+):
+    """Accuracy, unbiased pass@k and maj@k of a model or a run's checkpoint on a task."""
+    from covey.engine import TorchEngine
+    from covey.eval.runner import evaluate
+    from covey.tasks import get_task
+    from covey.train.config import parse_overrides
+    from covey.train.setup import load_policy, load_run_policy
+
+    if (model is None) == (run is None):
+        _fail("give exactly one of --model or --run")
+    ks = tuple(int(x) for x in k.split(","))
+    if any(x > n for x in ks):
+        _fail(f"every k must be <= n={n}; got k={k}")
+    try:
+        t = get_task(task, **parse_overrides(task_param or []))
+    except ValueError as e:
+        _fail(str(e))
+    if run is not None:
+        policy, tokenizer = load_run_policy(run)
+    else:
+        from covey.train.config import ModelConfig
+
+        policy, tokenizer = load_policy(ModelConfig(name=model))
+    items = list(t.examples(split))
+    items = items[:limit] if limit else items
+    engine = TorchEngine(policy, dtype=dtype, tokenizer=tokenizer)
+    res = evaluate(engine, tokenizer, t, items, n=n, ks=ks, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    typer.echo(json.dumps({"task": task, "model": model or str(run), "split": split, **res}))
+
+
+@app.command()
+def sft(
+    model: Annotated[str, typer.Option(help="Model alias or folder to start from.")],
+    task: Annotated[str, typer.Option(help="Task whose demonstrations to imitate.")],
+    out: Annotated[Path, typer.Option(help="Folder to write the fine-tuned model into.")],
+    steps: int = 200,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    task_param: Annotated[Optional[list[str]], typer.Option(help="Task parameter key=value (repeatable).")] = None,
+    seed: int = 0,
+):
+    """A short supervised warm start on task demonstrations (for tiny models before RL)."""
+    from covey.tasks import get_task
+    from covey.train.config import parse_overrides
+    from covey.train.sft import run_sft
+
+    t = get_task(task, **parse_overrides(task_param or []))
+    res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
+    typer.echo(json.dumps(res))
+
+
+@app.command()
+def plot(run_dir: Annotated[Path, typer.Argument(help="A run folder with metrics.jsonl.")]):
+    """Write PNG charts (reward/accuracy, length, KL/entropy, time split) into RUN_DIR/plots/."""
+    from covey.train.plots import plot_run
+
+    try:
+        for p in plot_run(run_dir):
+            typer.echo(str(p))
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+
+
+@bench_app.command("generate")
+def bench_generate(
+    model: str = "tiny-llama",
+    batch: int = 64,
+    prompt_tokens: int = 32,
+    new_tokens: int = 64,
+    dtype: str = "bf16",
+):
+    """covey's engine vs HF generate on the same model, prompts and settings (tokens/s and ratio)."""
+    from covey.engine.bench import generate_cmd
+
+    generate_cmd(model=model, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype)
+
+
+@bench_app.command("step-vs-trl")
+def bench_step_vs_trl(
+    model: str = "tiny-llama",
+    steps: Annotated[int, typer.Option(help="Timed steps per framework (after one warm-up step).")] = 3,
+    prompts: int = 8,
+    group_size: int = 8,
+    new_tokens: int = 24,
+):
+    """TRL GRPOTrainer vs covey, same model/settings, median s/step and first-step losses."""
+    from covey.train.bench_trl import step_vs_trl
+
+    typer.echo(json.dumps(step_vs_trl(model, steps=steps, prompts=prompts, group_size=group_size, new_tokens=new_tokens)))
+
+
+@models_app.command("prepare")
+def models_prepare(alias: str = "smollm2-135m-instruct"):
+    """Convert a built-in alias into its cached HF folder (once; later loads are fast)."""
+    from covey.models import prepare
+
+    typer.echo(str(prepare(alias)))
+
+
+def main() -> None:  # pragma: no cover
+    app(prog_name="covey")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""`covey train`: a Trainer driven with a progress bar, held-out eval before/after, Ctrl-C safety."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from covey.eval.runner import evaluate
+from covey.train.config import RunConfig
+from covey.train.plots import plot_run
+from covey.train.trainer import Trainer
+
+__all__ = ["default_run_dir", "train"]
+
+console = Console()
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    name = cfg.log.name or f"{cfg.task.name}-{cfg.algo.preset or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.log.dir) / name
+
+
+def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False) -> dict:
+    """Train to `cfg.steps`; returns a summary (eval before/after, paths)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    trainer = Trainer(cfg, run_dir, resume=resume)
+    summary: dict = {"run_dir": str(run_dir)}
+    eval_items = list(trainer.task.examples(cfg.task.eval_split))[: cfg.eval.size] if cfg.eval.size else []
+    max_eval_tokens = cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens
+
+    def held_out() -> float:
+        return evaluate(trainer.engine, trainer.tokenizer, trainer.task, eval_items, max_new_tokens=max_eval_tokens)["accuracy"]
+
+    if eval_items and trainer.step_num == 0:
+        summary["eval_before"] = held_out()
+        console.print(f"held-out accuracy before training: [bold]{summary['eval_before']:.1%}[/] ({len(eval_items)} prompts, greedy)")
+        trainer.logger.log(0, {"eval/accuracy": summary["eval_before"]})
+
+    stop = {"requested": False}
+
+    def on_sigint(signum, frame):
+        if stop["requested"]:
+            raise KeyboardInterrupt
+        stop["requested"] = True
+        console.print("[yellow]Ctrl-C: finishing this step, then saving a checkpoint (Ctrl-C again to abort)[/]")
+
+    old_handler = signal.signal(signal.SIGINT, on_sigint)
+    columns = [TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]  # fmt: skip
+    try:
+        with Progress(*columns, console=console, disable=not cfg.log.progress) as progress:
+            bar = progress.add_task("train", total=cfg.steps, completed=trainer.step_num, info="")
+            while trainer.step_num < cfg.steps and not stop["requested"]:
+                m = trainer.step()
+                if eval_items and cfg.eval.every and trainer.step_num % cfg.eval.every == 0:
+                    m["eval/accuracy"] = held_out()
+                    trainer.logger.log(trainer.step_num, {"eval/accuracy": m["eval/accuracy"]})
+                progress.update(bar, completed=trainer.step_num, info=_info(m))
+        if eval_items and not stop["requested"]:
+            summary["eval_after"] = held_out()
+            trainer.logger.log(trainer.step_num, {"eval/accuracy": summary["eval_after"]})
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
+        summary["checkpoint"] = str(trainer.save())
+        trainer.logger.close()
+        trainer.rewards.close()
+    if stop["requested"]:
+        console.print(f"stopped at step {trainer.step_num}; resume with: covey train --resume {run_dir}")
+        return summary
+    if "eval_after" in summary:
+        delta = summary["eval_after"] - summary.get("eval_before", float("nan"))
+        console.print(f"held-out accuracy after training: [bold]{summary['eval_after']:.1%}[/] (change {delta:+.1%})")
+    plots = plot_run(run_dir)
+    summary["plots"] = [str(p) for p in plots]
+    console.print(f"metrics: {run_dir / 'metrics.jsonl'}  plots: {run_dir / 'plots'}")
+    return summary
+
+
+def _info(m: dict) -> str:
+    parts = [f"reward {m.get('reward/mean', float('nan')):.3f}"]
+    if "reward/accuracy/mean" in m:
+        parts.append(f"acc {m['reward/accuracy/mean']:.2f}")
+    if "throughput/gen_tokens_per_s" in m:
+        parts.append(f"{m['throughput/gen_tokens_per_s']:.0f} tok/s")
+    parts.append(f"{m.get('time/step', 0):.1f}s/step")
+    return " | ".join(parts)

@@ -1,0 +1,141 @@
+"""Building the pieces a run needs from its config: policy (+LoRA), reference, rewards, optimizer."""
+
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import contextmanager
+
+import torch
+
+from covey.models import load as load_model
+from covey.train.config import ModelConfig, OptimConfig, RunConfig
+
+__all__ = [
+    "Reference",
+    "build_optimizer",
+    "build_reference",
+    "build_rewards",
+    "engine_model",
+    "engine_state",
+    "load_policy",
+    "load_run_policy",
+    "trainable_state",
+]
+
+
+def load_policy(cfg: ModelConfig):
+    """(model, tokenizer): fp32 weights (the learner autocasts), LoRA-wrapped when configured."""
+    model, tokenizer = load_model(cfg.name)
+    model.float()
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if cfg.lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        lc = cfg.lora
+        model = get_peft_model(
+            model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules)
+        )
+    model.eval()  # dropout off while sampling; the learner switches to train() for updates
+    return model, tokenizer
+
+
+def engine_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain HF model an engine is built from. With LoRA the engine gets its own copy of the
+    base model (it must never write merged weights into the learner's base weights)."""
+    if hasattr(model, "get_base_model"):
+        return copy.deepcopy(model).merge_and_unload()
+    return model
+
+
+def engine_state(model: torch.nn.Module):
+    """What `engine.update_weights` loads: the model itself, or for LoRA the merged weights
+    W + scale * B @ A under the base model's parameter names (computed, the learner is untouched)."""
+    if not hasattr(model, "get_base_model"):
+        return model
+    from peft.tuners.lora import LoraLayer
+
+    out = {}
+    with torch.no_grad():
+        for name, module in model.get_base_model().named_modules():
+            if isinstance(module, LoraLayer):
+                weight = module.get_base_layer().weight
+                delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
+                out[f"{name}.weight"] = weight + delta
+        for name, p in model.get_base_model().named_parameters():
+            if "lora_" not in name and ".base_layer." not in name:
+                out[name] = p
+    return out
+
+
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights a checkpoint must hold: every trainable parameter (all weights, or the LoRA adapter)."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+class Reference:
+    """The frozen reference policy for KL terms: the LoRA base (adapters off) or a frozen copy."""
+
+    def __init__(self, policy: torch.nn.Module, lora: bool):
+        self._policy = policy
+        self._copy = None if lora else copy.deepcopy(policy).requires_grad_(False).eval()
+
+    @contextmanager
+    def active(self):
+        if self._copy is not None:
+            yield self._copy
+        else:
+            with self._policy.disable_adapter():
+                yield self._policy
+
+
+def build_reference(policy: torch.nn.Module, cfg: ModelConfig) -> Reference:
+    return Reference(policy, lora=cfg.lora is not None)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
+    """AdamW over trainable weights and a warmup + constant/linear/cosine schedule (per optimizer step)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    updates = max(1, total_steps * cfg.epochs * cfg.mini_batches)
+    warm = cfg.warmup_steps * cfg.epochs * cfg.mini_batches
+
+    def factor(i: int) -> float:
+        if i < warm:
+            return (i + 1) / warm
+        frac = (i - warm) / max(1, updates - warm)
+        if cfg.schedule == "linear":
+            return max(0.0, 1.0 - frac)
+        if cfg.schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        return 1.0
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def build_rewards(cfg: RunConfig, task):
+    """The reward runner: the task's verifier as column `accuracy`, then the configured rewards."""
+    from covey.rewards import RewardRunner
+
+    specs = [task.reward]
+    specs += [r.model_dump() for r in cfg.rewards]
+    return RewardRunner(specs, workers=cfg.reward_workers)
+
+
+def load_run_policy(run_dir):
+    """(model, tokenizer) of a training run: its config's model with the latest checkpoint's weights."""
+    from pathlib import Path
+
+    from covey.train.checkpoint import latest_checkpoint, load_checkpoint
+    from covey.train.config import load_config
+
+    run_dir = Path(run_dir)
+    cfg = load_config(run_dir / "config.yaml")
+    model, tok = load_policy(cfg.model)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint yet")
+    payload, _ = load_checkpoint(ckpt)
+    model.load_state_dict(payload["model"], strict=False)
+    return model, tok

@@ -1,0 +1,67 @@
+"""`covey sft`: a short supervised warm start on a task's demonstrations.
+
+Random tiny models cannot produce a single correct answer, so RL has no signal to start from. A few
+hundred steps of next-token training on `task.demonstration(item)` (prompt tokens masked out) give
+them a format and some skill; the saved folder then loads like any model (`model.name: <folder>`).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from covey.models import apply_chat
+from covey.models import load as load_model
+
+__all__ = ["run_sft"]
+
+
+def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_size: int = 32, lr: float = 1e-3,
+            seed: int = 0, dtype: str = "bf16") -> dict:  # fmt: skip
+    demo = getattr(task, "demonstration", None)
+    if demo is None:
+        raise ValueError(f"task {task.name!r} has no demonstrations (a `demonstration(item)` method) to imitate")
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model, tok = load_model(model_name)
+    model.float().train()
+    items = list(task.examples("train"))
+    eos = tok.eos_token or ""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / 10) * max(0.0, 1 - i / steps))
+    losses = []
+    for _ in range(steps):
+        batch = [items[rng.randrange(len(items))] for _ in range(batch_size)]
+        ids, labels = _encode(tok, batch, demo, eos)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            logits = model(input_ids=ids).logits  # right padding: causal attention never sees it
+        loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval().save_pretrained(out)
+    tok.save_pretrained(out)
+    return {"out": str(out), "steps": steps, "loss_first": losses[0], "loss_last": sum(losses[-10:]) / len(losses[-10:])}
+
+
+def _encode(tok, batch: list[dict], demo, eos: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded [B, L] input ids (pad = eos id) and labels (-100 on prompt and padding)."""
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    seqs, labs = [], []
+    for item in batch:
+        p = apply_chat(tok, item["prompt"])
+        c = tok.encode(demo(item) + eos, add_special_tokens=False)
+        seqs.append(p + c)
+        labs.append([-100] * len(p) + c)
+    width = max(len(s) for s in seqs)
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
+    labels = torch.tensor([lb + [-100] * (width - len(lb)) for lb in labs])
+    return ids, labels
