@@ -328,3 +328,9 @@ def test_non_root_host_sandboxes_with_a_user_namespace():
     finally:
         shutil.rmtree(root)
     assert out.stdout.split("\n")[:3] == ["True 65534 True", "True", "[True, False]"], (out.stdout, out.stderr)
+
+
+def test_tested_code_cannot_reach_the_harness_descriptors():
+    code = "import os\ntry:\n    os.listdir(f'/proc/{os.getppid()}/fd')\n    print('OPEN')\nexcept OSError:\n    print('denied')"
+    rep = run_tests(code, ["assert True"])
+    assert rep.passed == [True] and "denied" in rep.run.stdout and "OPEN" not in rep.run.stdout

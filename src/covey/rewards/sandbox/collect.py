@@ -20,7 +20,17 @@ from .limits import RunResult, SandboxLimits
 __all__ = ["collect"]
 
 
-def collect(cmd, stdin, limits, pass_fds, channel, cwd_env, sandboxed, close_after_spawn, info) -> RunResult:
+def collect(
+    cmd: list[str],
+    stdin: bytes,
+    limits: SandboxLimits,
+    pass_fds: tuple[int, ...],
+    channel: bool,
+    cwd_env: tuple[str, dict] | None,
+    sandboxed: bool,
+    close_after_spawn: int | None,
+    info: int | None,
+) -> RunResult:
     """Spawn `cmd`, feed stdin, read outputs (and the channel) under the limits, kill on timeout.
 
     `close_after_spawn`: our copy of a descriptor only the child should hold; `info`: read end of
