@@ -72,6 +72,8 @@ class SamplingConfig(_Strict):
     min_p: float = Field(0.0, ge=0, lt=1)
     max_new_tokens: int = Field(64, ge=1)
     stop_strings: list[str] = []
+    ignore_eos: bool = False
+    """Never stop at EOS: every completion is max_new_tokens long (benchmarks; stop_strings still apply)."""
 
 
 class RolloutConfig(_Strict):

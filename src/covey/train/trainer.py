@@ -174,6 +174,7 @@ class Trainer:
             temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
             max_new_tokens=s.max_new_tokens, stop_strings=tuple(s.stop_strings),
             seed=self._seed("generate", gen_batch), return_entropies=self.need_entropies,
+            ignore_eos=s.ignore_eos,
         )  # fmt: skip
 
     def save(self) -> Path:
