@@ -198,3 +198,13 @@ def test_apply_to_writes_rollouts_fields():
     RewardRunner([rr.length_reward], workers=0)(["p"], ["ab"]).apply_to(box)
     assert box.rewards.tolist() == [[2.0]] and box.reward_names == ("length_reward",)
     assert box.reward_weights.tolist() == [1.0]
+
+
+def test_ready_callable_with_spec_takes_label_weight_and_fallback():
+    def verifier(prompts, completions, **_):
+        return [1.0 if c == "ok" else None for c in completions]
+
+    spec = RewardSpec(name="accuracy", weight=2.0, fallback=-1.0)
+    batch = RewardRunner([(verifier, spec)], workers=0)(["p", "p"], ["ok", "bad"])
+    assert batch.names == ("accuracy",)
+    assert batch.rewards[:, 0].tolist() == [1.0, -1.0] and batch.total.tolist() == [2.0, -2.0]

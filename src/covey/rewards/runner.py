@@ -115,7 +115,8 @@ class RewardRunner:
     """Runs K rewards over batches in `workers` processes (0 = everything in the calling process).
 
     rewards: RewardSpec / dicts of its fields / plain callables (weight 1, default timeout; they must
-        be picklable, i.e. module-level, unless run with workers=0).
+        be picklable, i.e. module-level, unless run with workers=0) / (callable, RewardSpec) pairs
+        (a ready callable configured by the spec's weight, alias, timeout and fallback; its name is the label).
     chunk_size: samples per call (rounded to whole groups); None = one chunk per worker.
     mp_context: multiprocessing start method for workers ("forkserver" or "spawn"; not "fork",
         which would copy torch's threads).
@@ -164,11 +165,14 @@ class RewardRunner:
     # ------------------------------------------------------------------ setup
     @staticmethod
     def _entry(r, workers: int) -> _Entry:
-        if callable(r) and not isinstance(r, (dict, RewardSpec)):
+        if isinstance(r, tuple):  # (callable, RewardSpec): a ready function with its config, e.g. a task's verifier
+            r, spec = r
+        elif callable(r) and not isinstance(r, (dict, RewardSpec)):
             spec = RewardSpec(name=getattr(r, "__name__", type(r).__name__), in_process=workers == 0)
+        if callable(r) and not isinstance(r, (dict, RewardSpec)):
             fn = r
             payload = None
-            if not spec.in_process:
+            if not (spec.in_process or workers == 0):
                 try:
                     payload = pickle.dumps(("object", r))
                 except Exception as e:  # noqa: BLE001 - pickling errors come in many types

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from covey.algos.presets import AlgoConfig, resolve_algo
+from covey.rewards import RewardSpec
 
 __all__ = ["ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides"]
 
@@ -55,14 +56,6 @@ class TaskConfig(_Strict):
     """Keyword arguments of the task (e.g. digits, operands, path)."""
     split: str = "train"
     eval_split: str = "test"
-
-
-class RewardConfig(_Strict):
-    name: str
-    """A built-in reward name or an import path `package.module:function`."""
-    weight: float = 1.0
-    params: dict[str, Any] = {}
-    timeout_s: float = Field(30.0, gt=0)
 
 
 class SamplingConfig(_Strict):
@@ -124,9 +117,10 @@ class EvalConfig(_Strict):
 class RunConfig(_Strict):
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
-    rewards: list[RewardConfig] = []
+    rewards: list[RewardSpec] = []
     """Extra rewards; the task's own verifier is always the first column, named `accuracy`."""
     task_reward_weight: float = 1.0
+    task_reward_timeout_s: float = Field(60.0, gt=0)
     reward_workers: int = Field(2, ge=0)
     """Worker processes for reward functions (per-call timeouts need workers; 0 = in-process)."""
     sampling: SamplingConfig = SamplingConfig()

@@ -116,11 +116,10 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
 
 def build_rewards(cfg: RunConfig, task):
     """The reward runner: the task's verifier as column `accuracy`, then the configured rewards."""
-    from covey.rewards import RewardRunner
+    from covey.rewards import RewardRunner, RewardSpec
 
-    specs = [task.reward]
-    specs += [r.model_dump() for r in cfg.rewards]
-    return RewardRunner(specs, workers=cfg.reward_workers)
+    verifier = (task.reward, RewardSpec(name="accuracy", weight=cfg.task_reward_weight, timeout_s=cfg.task_reward_timeout_s))
+    return RewardRunner([verifier] + [r.model_dump() for r in cfg.rewards], workers=cfg.reward_workers)
 
 
 def load_run_policy(run_dir):
