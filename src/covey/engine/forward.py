@@ -47,6 +47,11 @@ class LayerWeights:
     w_gate: Tensor
     w_up: Tensor
     w_down: Tensor
+    # Fused copies (copy mode only): wq/wk/wv and w_gate/w_up are then views into these, so one
+    # matmul replaces three (two) and update_weights still writes through the per-name views.
+    wqkv: Tensor | None = None
+    bqkv: Tensor | None = None
+    w_gu: Tensor | None = None
 
 
 @dataclass
@@ -109,19 +114,21 @@ def pack_weights(model, dtype: torch.dtype, max_positions: int) -> DecoderWeight
     def cvt(t: Tensor | None) -> Tensor | None:
         return None if t is None else t.detach().to(dtype)
 
+    copy = base.embed_tokens.weight.dtype != dtype
     layers = []
     for layer in base.layers:
         at, mlp = layer.self_attn, layer.mlp
         qn, kn = getattr(at, "q_norm", None), getattr(at, "k_norm", None)
-        layers.append(
-            LayerWeights(
-                ln1=cvt(layer.input_layernorm.weight), ln2=cvt(layer.post_attention_layernorm.weight),
-                wq=cvt(at.q_proj.weight), wk=cvt(at.k_proj.weight), wv=cvt(at.v_proj.weight),
-                bq=cvt(at.q_proj.bias), bk=cvt(at.k_proj.bias), bv=cvt(at.v_proj.bias), wo=cvt(at.o_proj.weight),
-                q_norm=cvt(qn.weight) if qn is not None else None, k_norm=cvt(kn.weight) if kn is not None else None,
-                w_gate=cvt(mlp.gate_proj.weight), w_up=cvt(mlp.up_proj.weight), w_down=cvt(mlp.down_proj.weight),
-            )  # fmt: skip
-        )
+        lw = LayerWeights(
+            ln1=cvt(layer.input_layernorm.weight), ln2=cvt(layer.post_attention_layernorm.weight),
+            wq=cvt(at.q_proj.weight), wk=cvt(at.k_proj.weight), wv=cvt(at.v_proj.weight),
+            bq=cvt(at.q_proj.bias), bk=cvt(at.k_proj.bias), bv=cvt(at.v_proj.bias), wo=cvt(at.o_proj.weight),
+            q_norm=cvt(qn.weight) if qn is not None else None, k_norm=cvt(kn.weight) if kn is not None else None,
+            w_gate=cvt(mlp.gate_proj.weight), w_up=cvt(mlp.up_proj.weight), w_down=cvt(mlp.down_proj.weight),
+        )  # fmt: skip
+        if copy:
+            _fuse(lw)
+        layers.append(lw)
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     embed = cvt(base.embed_tokens.weight)
@@ -141,6 +148,18 @@ def pack_weights(model, dtype: torch.dtype, max_positions: int) -> DecoderWeight
         rope_sin=sin.to(dtype),
         act=getattr(cfg, "hidden_act", "silu"),
     )
+
+
+def _fuse(lw: LayerWeights) -> None:
+    nq, nk = lw.wq.shape[0], lw.wk.shape[0]
+    lw.wqkv = torch.cat([lw.wq, lw.wk, lw.wv])
+    lw.wq, lw.wk, lw.wv = lw.wqkv[:nq], lw.wqkv[nq : nq + nk], lw.wqkv[nq + nk :]
+    if lw.bq is not None:
+        lw.bqkv = torch.cat([lw.bq, lw.bk, lw.bv])
+        lw.bq, lw.bk, lw.bv = lw.bqkv[:nq], lw.bqkv[nq : nq + nk], lw.bqkv[nq + nk :]
+    ni = lw.w_gate.shape[0]
+    lw.w_gu = torch.cat([lw.w_gate, lw.w_up])
+    lw.w_gate, lw.w_up = lw.w_gu[:ni], lw.w_gu[ni:]
 
 
 def _rope_table(model, max_positions: int) -> tuple[Tensor, Tensor]:
@@ -173,17 +192,25 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def _mlp(x: Tensor, lw: LayerWeights, act: str) -> Tensor:
-    gate = F.linear(x, lw.w_gate)
+    if lw.w_gu is not None:
+        gate, up = F.linear(x, lw.w_gu).chunk(2, dim=-1)
+    else:
+        gate, up = F.linear(x, lw.w_gate), F.linear(x, lw.w_up)
     gate = F.silu(gate) if act == "silu" else F.gelu(gate, approximate="tanh" if act.endswith("tanh") else "none")
-    return F.linear(gate * F.linear(x, lw.w_up), lw.w_down)
+    return F.linear(gate * up, lw.w_down)
 
 
 def _qkv(x: Tensor, lw: LayerWeights, w: DecoderWeights, cos: Tensor, sin: Tensor):
     # x [B, L, H] -> q [B, Hq, L, D], k, v [B, Hkv, L, D] (rotated)
     b, seq, _ = x.shape
-    q = F.linear(x, lw.wq, lw.bq).view(b, seq, w.n_heads, w.head_dim).transpose(1, 2)
-    k = F.linear(x, lw.wk, lw.bk).view(b, seq, w.n_kv_heads, w.head_dim).transpose(1, 2)
-    v = F.linear(x, lw.wv, lw.bv).view(b, seq, w.n_kv_heads, w.head_dim).transpose(1, 2)
+    if lw.wqkv is not None:
+        nq, nk = lw.wq.shape[0], lw.wk.shape[0]
+        q, k, v = F.linear(x, lw.wqkv, lw.bqkv).split([nq, nk, nk], dim=-1)
+    else:
+        q, k, v = F.linear(x, lw.wq, lw.bq), F.linear(x, lw.wk, lw.bk), F.linear(x, lw.wv, lw.bv)
+    q = q.reshape(b, seq, w.n_heads, w.head_dim).transpose(1, 2)
+    k = k.reshape(b, seq, w.n_kv_heads, w.head_dim).transpose(1, 2)
+    v = v.reshape(b, seq, w.n_kv_heads, w.head_dim).transpose(1, 2)
     if lw.q_norm is not None:
         q, k = _rms(q, lw.q_norm, w.eps), _rms(k, lw.k_norm, w.eps)
     return _rotate(q, cos, sin), _rotate(k, cos, sin), v
@@ -219,7 +246,7 @@ def decode_step(w: DecoderWeights, tok: Tensor, pos: Tensor, kv: Tensor, col: in
     """One token per row: tok [B] at positions pos [B], written to cache column `col`.
 
     kv is the cache view of the active rows [L, 2, B, Hkv, S, D]; valid [B, S] bool marks real
-    columns (including `col`). Returns logits [B, V] (fp32).
+    columns (including `col`). Returns logits [B, V] in the compute dtype.
     """
     b = tok.shape[0]
     hkv, g, d = w.n_kv_heads, w.n_heads // w.n_kv_heads, w.head_dim
@@ -239,4 +266,4 @@ def decode_step(w: DecoderWeights, tok: Tensor, pos: Tensor, kv: Tensor, col: in
         att = torch.matmul(probs, vals)  # [B, Hkv, G, D]
         x = x + F.linear(att.reshape(b, 1, hkv * g * d), lw.wo)
         x = x + _mlp(_rms(x, lw.ln2, w.eps), lw, w.act)
-    return F.linear(_rms(x[:, 0], w.norm, w.eps), w.lm_head).float()
+    return F.linear(_rms(x[:, 0], w.norm, w.eps), w.lm_head)

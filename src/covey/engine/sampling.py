@@ -10,17 +10,18 @@ vLLM's default "raw" log-probs do for the trainer); entropies are of the same fu
 distribution. Greedy decoding takes the argmax of the logits and reports the same tempered log-prob.
 
 Truncation order follows transformers' sampling: top-k, then top-p, then min-p, each on the
-previous result. Draws use inverse-CDF sampling with one uniform number per (row, step) taken from
-a `torch.Generator`, so a row's tokens depend only on its own uniforms and logits: dropping other
+previous result. Draws use (two-level) inverse-CDF sampling with one uniform number per (row, step) taken
+from a `torch.Generator`, so a row's tokens depend only on its own uniforms and logits: dropping other
 rows from the batch (compaction) or reordering them does not change them.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["filter_logits", "sample_tokens", "validate_sampling"]
+__all__ = ["filter_logits", "inverse_cdf", "sample_tokens", "validate_sampling"]
 
 _TOPP_PREFIX = 1024  # top-p first looks at this many best tokens; a full sort only when their mass is short
 
@@ -85,30 +86,63 @@ def sample_tokens(
     uniforms: Tensor | None = None,
     with_entropy: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Pick one token per row. logits [B, V] fp32; uniforms [B] in [0, 1) (required unless greedy).
+    """Pick one token per row. logits [B, V] (any float dtype); uniforms [B] in [0, 1) (unless greedy).
 
-    Returns tokens [B] long, their log-probs [B] under softmax(logits / temperature) (see the
+    Returns tokens [B] long, their log-probs [B] fp32 under softmax(logits / temperature) (see the
     module docstring), and the entropy [B] of that distribution when `with_entropy`.
     """
-    scaled = logits / temperature if temperature != 1.0 else logits
-    logp_all = scaled.log_softmax(-1)  # [B, V]
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature  # the same op as the learner's, so both round alike
+    probs = z.softmax(-1)  # [B, V]; one pass, cheaper than log_softmax + exp on CPU
     if greedy:
-        tokens = logits.argmax(-1)
+        tokens = z.argmax(-1)
     else:
         if uniforms is None:
             raise ValueError("sample_tokens needs `uniforms` [B] unless greedy=True")
         if top_k or top_p < 1.0 or min_p > 0.0:
-            probs = filter_logits(scaled, top_k=top_k, top_p=top_p, min_p=min_p).softmax(-1)
+            draw = filter_logits(z, top_k=top_k, top_p=top_p, min_p=min_p).softmax(-1)
         else:
-            probs = logp_all.exp()
-        cdf = probs.cumsum(-1)  # [B, V]
-        # Inverse CDF: the first token whose cumulative mass exceeds u * total. A token of zero
-        # probability never wins (its cdf equals its predecessor's); clamp guards u * total == total.
-        target = uniforms[:, None].to(cdf.dtype) * cdf[:, -1:]
-        tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(logits.shape[-1] - 1)
-        zero = probs.gather(-1, tokens[:, None]).squeeze(-1) == 0  # only after that clamp
-        if bool(zero.any()):
-            tokens = torch.where(zero, probs.argmax(-1), tokens)
-    logp = logp_all.gather(-1, tokens[:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+            draw = probs
+        tokens = inverse_cdf(draw, uniforms)
+    p_tok = probs.gather(-1, tokens[:, None]).squeeze(-1)  # [B]
+    logp = p_tok.log()
+    lse = None
+    tiny = p_tok < 1e-30  # log of an underflowed probability: recompute those rows exactly
+    if bool(tiny.any()) or with_entropy:
+        # log p_tok = z_tok - lse, so lse = z_tok - log p_tok: exact wherever p_tok did not underflow.
+        lse = z.gather(-1, tokens[:, None]).squeeze(-1) - logp
+        if bool(tiny.any()):
+            rows = tiny.nonzero().squeeze(1)
+            lse[rows] = torch.logsumexp(z[rows], dim=-1)
+            logp[rows] = z[rows, tokens[rows]] - lse[rows]
+    entropy = lse - (probs * z).sum(-1) if with_entropy else None  # H = lse - sum p z
     return tokens, logp, entropy
+
+
+_BLOCK = 256
+
+
+def inverse_cdf(probs: Tensor, uniforms: Tensor) -> Tensor:
+    """Draw one index per row from probs [B, V] (non-negative, any total) with uniforms [B] in [0, 1).
+
+    Two-level inverse CDF: find the block of 256 tokens holding the target mass, then the token
+    inside it, which avoids a sequential cumulative sum over the whole vocabulary. A token of zero
+    probability is never returned (a rounding edge case falls back to the row's most likely token).
+    """
+    b, v = probs.shape
+    nb = -(-v // _BLOCK)
+    padded = F.pad(probs, (0, nb * _BLOCK - v)) if nb * _BLOCK != v else probs
+    blocks = padded.view(b, nb, _BLOCK)
+    bsum = blocks.sum(-1)  # [B, nb]
+    cum = bsum.cumsum(-1)  # [B, nb]
+    target = uniforms.to(cum.dtype)[:, None] * cum[:, -1:]  # [B, 1]
+    bi = torch.searchsorted(cum, target, right=True).clamp_max(nb - 1)  # [B, 1]
+    rest = target - (cum.gather(-1, bi) - bsum.gather(-1, bi))  # mass still to cover inside the block
+    inner = blocks[torch.arange(b), bi.squeeze(-1)].cumsum(-1)  # [B, 256]
+    j = torch.searchsorted(inner, rest, right=True).clamp_max(_BLOCK - 1)
+    tokens = (bi * _BLOCK + j).squeeze(-1).clamp_max(v - 1)
+    zero = probs.gather(-1, tokens[:, None]).squeeze(-1) <= 0
+    if bool(zero.any()):
+        tokens = torch.where(zero, probs.argmax(-1), tokens)
+    return tokens

@@ -213,11 +213,11 @@ class TorchEngine:
             prompt_ids=[torch.tensor(p, dtype=torch.long) for p in plist for _ in range(n)],
             completion_ids=ids,
             completion_mask=mask,
-            behaviour_logprobs=out_lp[:, :t] * mask,
+            behaviour_logprobs=out_lp[:, :t].masked_fill(mask == 0, 0.0),
             group=pid.clone(),
             prompt_id=pid,
             finish_reason=["stop" if s else "length" for s in stopped.tolist()],
-            entropies=None if out_ent is None else out_ent[:, :t] * mask,
+            entropies=None if out_ent is None else out_ent[:, :t].masked_fill(mask == 0, 0.0),
         ).validate()
 
 

@@ -1,0 +1,148 @@
+"""Generation benchmark: covey's TorchEngine against HF `generate` on the same model and prompts.
+
+Both get the same random-token prompts (equal lengths, so HF needs no padding) and produce exactly
+`new_tokens` tokens per row (EOS ignored: HF via min_new_tokens, covey via ignore_eos), sampling at
+temperature 1 with no truncation. Runs alternate (covey, HF, covey, HF, ...) so both see the same
+machine load; the reported ratio is of the medians in this one run. Throughput counts generated
+tokens only (batch x new_tokens per run; the prefill time is included in the run time).
+
+Achieved FLOP/s: 2 x (matmul parameters, lm_head included, embedding lookup excluded) per token
+processed (prompt + generated), plus attention 4 x layers x heads x head_dim x context per token,
+divided by covey's time; `ceiling_fraction` compares it with the ~1 TFLOP/s AMX bf16 matmul peak
+of this machine (fp32 peak is ~0.3 TFLOP/s).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import torch
+
+from covey.engine.base import SamplingParams
+from covey.engine.torch_engine import TorchEngine
+
+__all__ = ["bench_generate", "generate_cmd"]
+
+BF16_PEAK_FLOPS = 1.0e12
+FP32_PEAK_FLOPS = 0.3e12
+
+
+def _matmul_params(model) -> int:
+    emb = model.get_input_embeddings().weight
+    total = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and p is not emb)
+    tied = model.get_output_embeddings().weight is emb
+    return total + (emb.numel() if tied else 0)
+
+
+def _flops(model, batch: int, prompt_tokens: int, new_tokens: int) -> float:
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    tokens = batch * (prompt_tokens + new_tokens)
+    attn_per_ctx = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
+    # prefill: context grows 1..P (mean P/2); decode: context P..P+new (mean P + new/2)
+    ctx = batch * (prompt_tokens * prompt_tokens / 2 + new_tokens * (prompt_tokens + new_tokens / 2))
+    return 2.0 * _matmul_params(model) * tokens + attn_per_ctx * ctx
+
+
+def bench_generate(
+    model: str = "tiny-llama",
+    batch: int = 64,
+    prompt_tokens: int = 32,
+    new_tokens: int = 64,
+    dtype: str = "bf16",
+    repeats: int = 3,
+    seed: int = 0,
+    threads: int = 0,
+) -> dict:
+    """Time covey's engine and HF generate on `model` (an alias or path); return one result dict.
+
+    threads: torch intra-op threads for both (0: leave torch's default). On a shared, oversubscribed
+    machine 1 thread can beat 2 by a wide margin (OpenMP threads wait on each other).
+    """
+    from covey.models import load
+
+    if threads:
+        torch.set_num_threads(threads)
+    if dtype not in ("bf16", "fp32"):
+        raise ValueError(f"dtype must be 'bf16' or 'fp32', got {dtype!r}")
+    if min(batch, prompt_tokens, new_tokens, repeats) < 1:
+        raise ValueError("batch, prompt_tokens, new_tokens and repeats must all be >= 1")
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    hf_model, tok = load(model, dtype=torch_dtype)
+    engine = TorchEngine(hf_model, dtype=dtype, tokenizer=tok)
+    gen = torch.Generator().manual_seed(seed)
+    low = 5 if hf_model.config.vocab_size > 10 else 0  # skip the special-token ids of the tiny vocab
+    prompts = torch.randint(low, hf_model.config.vocab_size, (batch, prompt_tokens), generator=gen)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=seed, ignore_eos=True)
+    hf_kwargs = dict(
+        do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens, pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
+    )  # fmt: skip
+
+    def run_covey() -> float:
+        t0 = time.perf_counter()
+        out = engine.generate(list(prompts), 1, sampling)
+        dt = time.perf_counter() - t0
+        assert out.completion_ids.shape == (batch, new_tokens)
+        return dt
+
+    def run_hf() -> float:
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = hf_model.generate(prompts, attention_mask=torch.ones_like(prompts), **hf_kwargs)
+        dt = time.perf_counter() - t0
+        assert out.shape == (batch, prompt_tokens + new_tokens)
+        return dt
+
+    run_covey()  # warm-up (allocator, thread pool, oneDNN kernels)
+    run_hf()
+    covey_t, hf_t = [], []
+    for _ in range(repeats):
+        covey_t.append(run_covey())
+        hf_t.append(run_hf())
+    c_med, h_med = statistics.median(covey_t), statistics.median(hf_t)
+    gen_tokens = batch * new_tokens
+    flops = _flops(hf_model, batch, prompt_tokens, new_tokens)
+    peak = BF16_PEAK_FLOPS if dtype == "bf16" else FP32_PEAK_FLOPS
+    result = {
+        "model": model,
+        "params": sum(p.numel() for p in hf_model.parameters()),
+        "batch": batch,
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": new_tokens,
+        "dtype": dtype,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "covey_tok_s": round(gen_tokens / c_med, 1),
+        "hf_tok_s": round(gen_tokens / h_med, 1),
+        "ratio": round(h_med / c_med, 2),
+        "ratio_per_repeat": [round(h / c, 2) for c, h in zip(covey_t, hf_t)],
+        "covey_s": [round(x, 3) for x in covey_t],
+        "hf_s": [round(x, 3) for x in hf_t],
+        "achieved_tflops": round(flops / c_med / 1e12, 4),
+        "ceiling_fraction": round(flops / c_med / peak, 3),
+    }
+    return result
+
+
+def generate_cmd(
+    model: str = "tiny-llama",
+    batch: int = 64,
+    prompt_tokens: int = 32,
+    new_tokens: int = 64,
+    dtype: str = "bf16",
+    repeats: int = 3,
+    threads: int = 0,
+) -> None:
+    """Benchmark covey's generation against HF generate; print one JSON line."""
+    print(json.dumps(bench_generate(model, batch, prompt_tokens, new_tokens, dtype, repeats, threads=threads)))
+
+
+if __name__ == "__main__":
+    import sys
+
+    args = dict(a.split("=", 1) for a in sys.argv[1:])
+    ints = {"batch", "prompt_tokens", "new_tokens", "repeats", "threads"}
+    generate_cmd(**{k: int(v) if k in ints else v for k, v in args.items()})

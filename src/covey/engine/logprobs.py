@@ -1,0 +1,106 @@
+"""Learner-side log-probs of completion tokens (teacher forcing), with autograd.
+
+The one home for "log pi_theta(token | prefix)" on the learner: the same quantity the engine
+reports as behaviour log-probs, `log softmax(logits / temperature)` of the full vocabulary (see
+`covey.engine.sampling`), so at equal weights and temperature the two agree (a test keeps them
+within 1e-4 in fp32).
+
+Memory: the base model runs once on each row's prompt + completion (right-padded, so positions
+are 0..len-1 with no attention mask: padding only ever follows the real tokens under the causal
+mask). Only positions with completion_mask == 1 go through lm_head, `chunk_size` tokens at a time,
+each chunk under activation checkpointing: the backward recomputes that chunk's [chunk, V] logits
+instead of keeping N x T x V of them alive. Works under bf16 autocast (logits are upcast to fp32
+before the softmax).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ["completion_logprobs", "token_logprobs_from_logits"]
+
+
+def token_logprobs_from_logits(
+    logits: Tensor, targets: Tensor, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """logits [M, V], targets [M] -> (log softmax(logits / temperature)[target] [M] fp32, entropy [M] or None)."""
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    lse = torch.logsumexp(z, dim=-1)  # [M]
+    logp = z.gather(-1, targets[:, None]).squeeze(-1) - lse
+    if not with_entropy:
+        return logp, None
+    # H = -sum p log p = lse - sum p z
+    entropy = lse - (z.softmax(-1) * z).sum(-1)
+    return logp, entropy
+
+
+def completion_logprobs(
+    model,
+    prompt_ids: list[Tensor],
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_size: int = 512,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-token log-probs of the completions under `model` at `temperature`.
+
+    model:           an HF causal LM (also a PEFT-wrapped one): `get_decoder()` gives hidden
+                     states (after the final norm), `get_output_embeddings()` the lm_head.
+    prompt_ids:      N 1-D long tensors (lengths may differ; each non-empty).
+    completion_ids:  [N, T] long, right-padded.
+    completion_mask: [N, T], nonzero where a log-prob is wanted (real completion tokens).
+    Returns logp [N, T] float32 (0 where the mask is 0), and entropy [N, T] float32 of the same
+    tempered distribution (or None). Both carry autograd to the model's parameters when grad is on.
+    """
+    n, t = completion_ids.shape
+    if len(prompt_ids) != n:
+        raise ValueError(f"prompt_ids must hold N={n} tensors (one per completion row), got {len(prompt_ids)}")
+    if tuple(completion_mask.shape) != (n, t):
+        raise ValueError(f"completion_mask must have shape {(n, t)}, got {tuple(completion_mask.shape)}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    device = completion_ids.device
+    plen = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long, device=device)
+    if bool((plen == 0).any()):
+        raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
+    keep = completion_mask != 0
+    # Each row runs up to its last wanted token only.
+    last = torch.where(keep.any(-1), t - keep.flip(-1).float().argmax(-1), torch.zeros_like(plen))  # [N]
+    seq_len = int((plen + last).max())
+    ids = torch.zeros(n, seq_len, dtype=torch.long, device=device)
+    for i, p in enumerate(prompt_ids):
+        ids[i, : plen[i]] = p.to(device)
+        ids[i, plen[i] : plen[i] + last[i]] = completion_ids[i, : last[i]]
+
+    hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # [N, L, H]
+    rows, cols = keep.nonzero(as_tuple=True)  # the M wanted (row, token) pairs
+    targets = completion_ids[rows, cols]  # [M]
+    h = hidden[rows, plen[rows] + cols - 1]  # [M, H]: the state that predicts each target
+    lm_head = model.get_output_embeddings()
+
+    def chunk_fn(h_c: Tensor, tgt_c: Tensor):
+        lp, ent = token_logprobs_from_logits(lm_head(h_c), tgt_c, temperature, with_entropy)
+        return (lp, ent) if with_entropy else (lp,)
+
+    use_ckpt = torch.is_grad_enabled() and h.requires_grad
+    pieces: list[tuple] = []
+    for s in range(0, h.shape[0], chunk_size):
+        args = (h[s : s + chunk_size], targets[s : s + chunk_size])
+        pieces.append(checkpoint(chunk_fn, *args, use_reentrant=False) if use_ckpt else chunk_fn(*args))
+
+    zero = hidden.sum() * 0.0 if use_ckpt else 0.0  # keeps an all-masked batch connected to the graph
+    logp = torch.zeros(n, t, dtype=torch.float32, device=device) + zero
+    entropy = (torch.zeros(n, t, dtype=torch.float32, device=device) + zero) if with_entropy else None
+    if pieces:
+        logp = logp.index_put((rows, cols), torch.cat([p[0] for p in pieces]))
+        if with_entropy:
+            entropy = entropy.index_put((rows, cols), torch.cat([p[1] for p in pieces]))
+    return logp, entropy
