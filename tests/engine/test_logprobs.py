@@ -57,7 +57,7 @@ def test_chunked_equals_unchunked_values_and_gradients(batch):
     assert torch.allclose(lp_a, lp_b, atol=1e-6) and torch.allclose(ent_a, ent_b, atol=1e-6)
     assert g_a.keys() == g_b.keys() and "model.embed_tokens.weight" in g_a
     # summation order differs between chunkings: equal up to fp32 rounding (gradients reach ~17)
-    assert all(torch.allclose(g_a[k], g_b[k], rtol=1e-5, atol=1e-5) for k in g_a)
+    assert all(torch.allclose(g_a[k], g_b[k], rtol=1e-4, atol=1e-4) for k in g_a)
     assert g_a["model.layers.0.self_attn.q_proj.weight"].abs().sum() > 0  # reaches the first layer
 
 
