@@ -10,8 +10,10 @@ The rotary table comes from the model's own `rotary_emb` module, so its rope sca
 Why not the HF forward: its per-call Python (mask building, cache objects, hooks) dominates a
 decode step on CPU at batch 64, and it has no per-row cache compaction or forking.
 
-The cache is one tensor `kv[L, 2, B, Hkv, S, D]`, rows (B) indexable, so a row can be dropped
-(compaction), repeated (n samples per prompt) or copied (tree rollouts fork) with one index op.
+The cache (`KVCache`) is two explicit tensors, keys [L, B, Hkv, D, S] (stored transposed: a decode
+step's q @ K is then a plain matmul over a column prefix, ~2x faster on CPU than through a
+transposed view) and values [L, B, Hkv, S, D]. Rows (B) are indexable, so a row can be dropped
+(compaction), repeated (n samples per prompt) or copied (tree rollouts fork) with `gather_rows`.
 Rows are left-padded: all rows write column `t` at a step; `valid[B, S]` marks real columns and
 `pos[B]` is each row's own position (column minus its padding).
 
@@ -20,13 +22,13 @@ This module covers the tensor math; sampling, stopping and the loop live in `tor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["DecoderWeights", "decode_step", "new_cache", "pack_weights", "prefill"]
+__all__ = ["DecoderWeights", "KVCache", "decode_step", "new_cache", "pack_weights", "prefill", "step_tables"]
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
 
@@ -52,6 +54,9 @@ class LayerWeights:
     wqkv: Tensor | None = None
     bqkv: Tensor | None = None
     w_gu: Tensor | None = None
+    # oneDNN pre-packed (blocked-layout) copies of the decode matmul weights, bf16 copy mode only:
+    # saves re-blocking the weight on every small-batch call. Rebuilt by `DecoderWeights.repack`.
+    packed: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,6 +75,17 @@ class DecoderWeights:
     rope_cos: Tensor  # [P_max, D], P_max = max positions
     rope_sin: Tensor
     act: str
+    packed_head: Tensor | None = None
+
+    def repack(self, batch_hint: int = 64) -> None:
+        """(Re)build the oneDNN packed weights after the plain ones changed (no-op when unused)."""
+        if not (self.layers and self.layers[0].wqkv is not None and _can_pack(self.embed.dtype)):
+            return
+        pack = torch.ops.mkldnn._reorder_linear_weight
+        for lw in self.layers:
+            lw.packed = {"qkv": pack(lw.wqkv, batch_hint), "o": pack(lw.wo, batch_hint),
+                         "gu": pack(lw.w_gu, batch_hint), "down": pack(lw.w_down, batch_hint)}  # fmt: skip
+        self.packed_head = pack(self.lm_head, batch_hint)
 
     def sources(self) -> list[tuple[str, Tensor]]:
         """(HF state-dict name, tensor) pairs, for refreshing a copy from a new state dict."""
@@ -134,7 +150,7 @@ def pack_weights(model, dtype: torch.dtype, max_positions: int) -> DecoderWeight
     embed = cvt(base.embed_tokens.weight)
     tied = model.lm_head.weight.data_ptr() == base.embed_tokens.weight.data_ptr()
     cos, sin = _rope_table(model, max_positions)
-    return DecoderWeights(
+    w = DecoderWeights(
         embed=embed,
         layers=layers,
         norm=cvt(base.norm.weight),
@@ -148,6 +164,18 @@ def pack_weights(model, dtype: torch.dtype, max_positions: int) -> DecoderWeight
         rope_sin=sin.to(dtype),
         act=getattr(cfg, "hidden_act", "silu"),
     )
+    w.repack()
+    return w
+
+
+def _can_pack(dtype: torch.dtype) -> bool:
+    return dtype == torch.bfloat16 and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None) -> Tensor:
+    if packed is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return F.linear(x, weight, bias)
 
 
 def _fuse(lw: LayerWeights) -> None:
@@ -172,9 +200,40 @@ def _rope_table(model, max_positions: int) -> tuple[Tensor, Tensor]:
     return cos[0].float(), sin[0].float()
 
 
-def new_cache(w: DecoderWeights, batch: int, length: int, dtype: torch.dtype) -> Tensor:
-    """An empty KV cache [L, 2, B, Hkv, S, D]."""
-    return torch.zeros(len(w.layers), 2, batch, w.n_kv_heads, length, w.head_dim, dtype=dtype)
+@dataclass
+class KVCache:
+    """k [L, B, Hkv, D, S] (transposed keys) and v [L, B, Hkv, S, D]; B rows, S columns."""
+
+    k: Tensor
+    v: Tensor
+
+    @property
+    def batch(self) -> int:
+        return self.k.shape[1]
+
+    def rows(self, start: int, stop: int) -> "KVCache":
+        """A view of rows [start, stop): writes through it fill this cache."""
+        return KVCache(self.k[:, start:stop], self.v[:, start:stop])
+
+    def gather_rows(self, index: Tensor, used: int) -> "KVCache":
+        """Rows `index` (any order, repeats allowed) moved to the front; returns the view of them.
+
+        Only the first `used` columns are copied (later ones are written before they are read).
+        The buffer must have at least len(index) rows. Serves compaction, n-fold repeat and forks.
+        """
+        m = index.numel()
+        self.k[:, :m, :, :, :used] = self.k[:, index, :, :, :used]
+        self.v[:, :m, :, :used] = self.v[:, index, :, :used]
+        return self.rows(0, m)
+
+
+def new_cache(w: DecoderWeights, batch: int, length: int, dtype: torch.dtype) -> KVCache:
+    """An empty cache for `batch` rows of `length` columns."""
+    n_layers, hkv, d = len(w.layers), w.n_kv_heads, w.head_dim
+    return KVCache(
+        k=torch.zeros(n_layers, batch, hkv, d, length, dtype=dtype),
+        v=torch.zeros(n_layers, batch, hkv, length, d, dtype=dtype),
+    )
 
 
 def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -192,12 +251,13 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def _mlp(x: Tensor, lw: LayerWeights, act: str) -> Tensor:
+    pk = lw.packed
     if lw.w_gu is not None:
-        gate, up = F.linear(x, lw.w_gu).chunk(2, dim=-1)
+        gate, up = _linear(x, lw.w_gu, None, pk.get("gu")).chunk(2, dim=-1)
     else:
         gate, up = F.linear(x, lw.w_gate), F.linear(x, lw.w_up)
     gate = F.silu(gate) if act == "silu" else F.gelu(gate, approximate="tanh" if act.endswith("tanh") else "none")
-    return F.linear(gate * up, lw.w_down)
+    return _linear(gate * up, lw.w_down, None, pk.get("down"))
 
 
 def _qkv(x: Tensor, lw: LayerWeights, w: DecoderWeights, cos: Tensor, sin: Tensor):
@@ -216,8 +276,8 @@ def _qkv(x: Tensor, lw: LayerWeights, w: DecoderWeights, cos: Tensor, sin: Tenso
     return _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
 
-def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: Tensor) -> Tensor:
-    """Run left-padded prompts ids [B, P] through the model, filling kv[:, :, :B, :, :P].
+def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache) -> Tensor:
+    """Run left-padded prompts ids [B, P] through the model, filling columns [0, P) of kv's B rows.
 
     valid [B, P] bool marks real tokens. Returns the last position's logits [B, V] (fp32).
     """
@@ -233,8 +293,8 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: Tensor) -> Tensor
     for li, lw in enumerate(w.layers):
         h = _rms(x, lw.ln1, w.eps)
         q, k, v = _qkv(h, lw, w, cos, sin)
-        kv[li, 0, :b, :, :p] = k
-        kv[li, 1, :b, :, :p] = v
+        kv.k[li, :, :, :, :p] = k.transpose(-1, -2)
+        kv.v[li, :, :, :p] = v
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=w.scaling, enable_gqa=True)
         x = x + F.linear(att.transpose(1, 2).reshape(b, p, -1), lw.wo)
         x = x + _mlp(_rms(x, lw.ln2, w.eps), lw, w.act)
@@ -242,28 +302,59 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: Tensor) -> Tensor
     return F.linear(last, w.lm_head).float()
 
 
-def decode_step(w: DecoderWeights, tok: Tensor, pos: Tensor, kv: Tensor, col: int, valid: Tensor) -> Tensor:
+def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Per-step rotary tables and attention bias, shared by all layers.
+
+    Returns cos, sin [B, Hq + Hkv, D] (query heads pre-multiplied by the attention scaling, and sin
+    signed so that rotation = x * cos + roll(x, D/2) * sin), and bias [B, 1, 1, t] (0 or -inf; None
+    when every column up to `col` is valid).
+    """
+    half = w.head_dim // 2
+    cos, sin = w.rope_cos[pos], w.rope_sin[pos]  # [B, D]
+    sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
+    heads = torch.tensor([w.scaling] * w.n_heads + [1.0] * w.n_kv_heads, dtype=cos.dtype)[:, None]  # [Hq+Hkv, 1]
+    cos, sin = cos[:, None] * heads, sin[:, None] * heads  # [B, Hq+Hkv, D]
+    seen = valid[:, : col + 1]
+    bias = None
+    if not bool(seen.all()):
+        bias = torch.zeros(seen.shape, dtype=cos.dtype).masked_fill_(~seen, float("-inf"))[:, None, None]
+    return cos, sin, bias
+
+
+def decode_step(w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: int, valid: Tensor) -> Tensor:
     """One token per row: tok [B] at positions pos [B], written to cache column `col`.
 
-    kv is the cache view of the active rows [L, 2, B, Hkv, S, D]; valid [B, S] bool marks real
+    kv holds exactly the active rows; valid [B, S] bool marks real
     columns (including `col`). Returns logits [B, V] in the compute dtype.
     """
     b = tok.shape[0]
-    hkv, g, d = w.n_kv_heads, w.n_heads // w.n_kv_heads, w.head_dim
-    cos, sin = w.rope_cos[pos][:, None, None], w.rope_sin[pos][:, None, None]  # [B, 1, 1, D]
-    keep = valid[:, None, None, : col + 1]  # [B, 1, 1, t]
-    x = F.embedding(tok, w.embed)[:, None]  # [B, 1, H]
+    hq, hkv, d = w.n_heads, w.n_kv_heads, w.head_dim
+    g, nq, nk = hq // hkv, hq * d, hkv * d
+    cos, sin, bias = step_tables(w, pos, valid, col)
+    x = F.embedding(tok, w.embed)  # [B, H]
+    h_dim = x.shape[-1]
     for li, lw in enumerate(w.layers):
-        h = _rms(x, lw.ln1, w.eps)
-        q, k, v = _qkv(h, lw, w, cos, sin)  # q [B, Hq, 1, D]; k, v [B, Hkv, 1, D]
-        kv[li, 0, :, :, col] = k[:, :, 0]
-        kv[li, 1, :, :, col] = v[:, :, 0]
-        keys, vals = kv[li, 0, :, :, : col + 1], kv[li, 1, :, :, : col + 1]  # [B, Hkv, t, D]
+        h = F.rms_norm(x, (h_dim,), lw.ln1, w.eps)
+        pk = lw.packed
+        if lw.wqkv is not None:
+            qkv = _linear(h, lw.wqkv, lw.bqkv, pk.get("qkv"))  # [B, nq + 2 nk]
+            qk, v = qkv[:, : nq + nk].view(b, hq + hkv, d), qkv[:, nq + nk :]
+        else:
+            qk = torch.cat([F.linear(h, lw.wq, lw.bq), F.linear(h, lw.wk, lw.bk)], dim=-1).view(b, hq + hkv, d)
+            v = F.linear(h, lw.wv, lw.bv)
+        if lw.q_norm is not None:  # Qwen3: per-head RMSNorm of q and k before the rotation
+            qk = torch.cat([F.rms_norm(qk[:, :hq], (d,), lw.q_norm, w.eps), F.rms_norm(qk[:, hq:], (d,), lw.k_norm, w.eps)], 1)
+        qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # rotary; q also scaled
+        kv.k[li, :, :, :, col] = qk[:, hq:]
+        kv.v[li, :, :, col] = v.view(b, hkv, d)
+        keys_t, vals = kv.k[li, :, :, :, : col + 1], kv.v[li, :, :, : col + 1]  # [B, Hkv, D, t], [B, Hkv, t, D]
         # Grouped-query decode: the G query heads sharing a KV head act as G query rows.
-        q = q.view(b, hkv, g, d)
-        scores = torch.matmul(q, keys.transpose(-1, -2)).float() * w.scaling  # [B, Hkv, G, t]
-        probs = scores.masked_fill(~keep, float("-inf")).softmax(-1).to(vals.dtype)
-        att = torch.matmul(probs, vals)  # [B, Hkv, G, D]
-        x = x + F.linear(att.reshape(b, 1, hkv * g * d), lw.wo)
-        x = x + _mlp(_rms(x, lw.ln2, w.eps), lw, w.act)
-    return F.linear(_rms(x[:, 0], w.norm, w.eps), w.lm_head)
+        q = qk[:, :hq].contiguous().view(b, hkv, g, d)  # a strided q slows the matmul
+        scores = torch.matmul(q, keys_t)  # [B, Hkv, G, t]
+        if bias is not None:
+            scores = scores + bias
+        probs = scores.float().softmax(-1).to(vals.dtype)
+        att = torch.matmul(probs, vals).view(b, nq)  # [B, Hq * D]
+        x = x + _linear(att, lw.wo, None, pk.get("o"))
+        x = x + _mlp(F.rms_norm(x, (h_dim,), lw.ln2, w.eps), lw, w.act)
+    return _linear(F.rms_norm(x, (h_dim,), w.norm, w.eps), w.lm_head, None, w.packed_head)

@@ -101,6 +101,7 @@ class TorchEngine:
                 raise ValueError(f"update_weights: {name} has shape {tuple(src.shape)}, engine needs {tuple(dst.shape)}")
             if src.data_ptr() != dst.data_ptr():
                 dst.copy_(src)
+        self.weights.repack()
 
     # ------------------------------------------------------------------ generation
     def generate(self, prompts, n: int, sampling: SamplingParams) -> Rollouts:
@@ -144,9 +145,9 @@ class TorchEngine:
         logits = torch.empty(u, w.embed.shape[0])
         for r0 in range(0, u, self.prefill_rows):
             r1 = min(u, r0 + self.prefill_rows)
-            logits[r0:r1] = prefill(w, ids[r0:r1], valid_p[r0:r1], kv[:, :, r0:r1])
+            logits[r0:r1] = prefill(w, ids[r0:r1], valid_p[r0:r1], kv.rows(r0, r1))
         if n > 1:
-            kv[:, :, :rows_total, :, :p_max] = kv[:, :, :u, :, :p_max].repeat_interleave(n, dim=2)
+            kv.gather_rows(torch.arange(u).repeat_interleave(n), p_max)
             logits = logits.repeat_interleave(n, dim=0)
         valid = torch.ones(rows_total, s_len, dtype=torch.bool)
         valid[:, :p_max] = valid_p.repeat_interleave(n, dim=0)
@@ -197,9 +198,7 @@ class TorchEngine:
             finished = int((~alive).sum())
             if self.compaction and finished and finished >= self.compact_fraction * alive.numel():
                 keep = alive.nonzero().squeeze(1)
-                m, used = keep.numel(), p_max + step  # columns written so far
-                kv_act[:, :, :m, :, :used] = kv_act[:, :, keep, :, :used]
-                kv_act = kv_act[:, :, :m]
+                kv_act = kv_act.gather_rows(keep, p_max + step)  # columns written so far
                 valid_act, plen_act, rows, tok = valid_act[keep], plen_act[keep], rows[keep], tok[keep]
                 alive = alive[keep]
         return self._rollouts(plist, n, out_tok, out_lp, out_ent, lengths, stopped)
