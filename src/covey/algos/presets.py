@@ -28,7 +28,7 @@ DEFAULT_PRESET = "grpo"
 
 # ---------------------------------------------------------------------------- presets (data only)
 # Parameters not written here take the component's documented defaults. Sources and the reasons
-# for each choice: docs/algorithms-losses.md, "Presets".
+# for each choice: docs/algorithms.md, "Presets".
 _PPO = {"name": "ppo_clip", "eps_low": 0.2, "eps_high": 0.2}
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {  # DeepSeekMath: seq-mean-token-mean, per-token k3 with beta 0.04 (paper value, UNVERIFIED)

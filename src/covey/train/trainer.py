@@ -42,6 +42,7 @@ class Trainer:
         random.seed(cfg.seed)
         self.task = get_task(cfg.task.name, **cfg.task.params)
         self.sampler = UniformSampler(list(self.task.examples(cfg.task.split)), seed=cfg.seed)
+        self.rewards = build_rewards(cfg, self.task)  # bad reward names/params fail before the model loads
         self.model, self.tokenizer = load_policy(cfg.model)
         self.advantage = cfg.algo.bind("advantage")
         needs = cfg.algo.requires()  # optional Rollouts fields the chosen components read
@@ -51,7 +52,6 @@ class Trainer:
         self.need_entropies = "entropies" in needs
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
         self.engine = TorchEngine(engine_model(self.model), dtype=cfg.rollout.engine_dtype, tokenizer=self.tokenizer)
-        self.rewards = build_rewards(cfg, self.task)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.steps)
         o = cfg.optim
         self.learner = Learner(
