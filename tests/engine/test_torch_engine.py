@@ -206,3 +206,22 @@ def test_bad_inputs_raise_clear_errors(tiny):
         engine.generate([[1, 2]], 1, SamplingParams(stop_strings=("x",)))
     with pytest.raises(ValueError, match="dtype must be one of"):
         TorchEngine(model, dtype="int8")
+
+
+def test_waves_of_rows_give_the_same_rollouts_as_one_batch(tiny):
+    model, tok = tiny
+    sp = SamplingParams(seed=4, max_new_tokens=15, stop_token_ids=tuple(range(40, 60)), ignore_eos=True)
+    one = TorchEngine(model, dtype="fp32").generate(_prompts(tok), 3, sp)
+    waves = TorchEngine(model, dtype="fp32", max_rows=4).generate(_prompts(tok), 3, sp)  # 1 prompt (3 rows) a wave
+    assert torch.equal(one.completion_ids, waves.completion_ids)
+    assert torch.equal(one.group, waves.group) and one.finish_reason == waves.finish_reason
+    assert torch.allclose(one.behaviour_logprobs, waves.behaviour_logprobs, atol=1e-4)
+
+
+def test_rollout_tensors_can_enter_the_learners_autograd_graph(tiny):
+    model, tok = tiny
+    out = TorchEngine(model, dtype="fp32").generate(_prompts(tok), 2, SamplingParams(seed=0, max_new_tokens=6))
+    logp, _ = completion_logprobs(model, out.prompt_ids, out.completion_ids, out.completion_mask)
+    ratio = (logp - out.behaviour_logprobs).exp()
+    (ratio * out.completion_mask).sum().backward()  # inference-mode tensors would fail here
+    assert not out.completion_mask.is_inference() and not out.behaviour_logprobs.is_inference()

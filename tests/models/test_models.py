@@ -68,18 +68,16 @@ def test_local_folder_loads_like_the_saved_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_smollm2_alias_converts_verifies_and_answers(tmp_path, monkeypatch):
-    from covey.models.convert import cache_root
-
-    # Reuse the user's converted cache when it is intact (fast); else convert into a temp cache.
-    user = cache_root() / "models" / "smollm2-135m-instruct"
-    cache = None if verify_folder(user) else tmp_path
-    folder = prepare("smollm2-135m-instruct", cache_dir=cache)
+def test_smollm2_alias_converts_verifies_and_answers():
+    # Converts into the covey cache on first use (~20 s), reuses it after; the reconversion logic
+    # itself is tested with a stand-in converter below.
+    folder = prepare("smollm2-135m-instruct")
     assert verify_folder(folder)
     record = json.loads((folder / CHECKSUM_FILE).read_text())
     assert "model.safetensors" in record["files"]
 
-    model, tok = load("smollm2-135m-instruct", cache_dir=cache)
+    model, tok = load("smollm2-135m-instruct")
+    assert model.config.model_type == "llama" and model.lm_head.weight is model.model.embed_tokens.weight
     assert "<|im_start|>" in tok.chat_template
     ids = apply_chat(tok, [{"role": "user", "content": "What is 2+3?"}])
     out = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)

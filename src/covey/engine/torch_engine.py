@@ -44,6 +44,7 @@ class TorchEngine:
     compaction:       drop finished rows from the active batch (False: keep them to the end).
     compact_fraction: compact when at least this fraction of the active rows has finished.
     prefill_rows:     prompts prefilled per forward (bounds the [rows, heads, P, P] attention memory).
+    max_rows:         rows decoded together; more prompts x n run in waves (bounds KV cache memory).
     max_positions:    longest prompt + completion (default: the model's max_position_embeddings).
     """
 
@@ -57,6 +58,7 @@ class TorchEngine:
         compaction: bool = True,
         compact_fraction: float = 0.25,
         prefill_rows: int = 16,
+        max_rows: int = 256,
         max_positions: int | None = None,
     ):
         if dtype not in _DTYPES:
@@ -69,6 +71,7 @@ class TorchEngine:
         self.compaction = compaction
         self.compact_fraction = compact_fraction
         self.prefill_rows = max(1, int(prefill_rows))
+        self.max_rows = max(1, int(max_rows))
         self.max_positions = int(max_positions or getattr(model.config, "max_position_embeddings", 4096))
         self.weights = pack_weights(model, self.dtype, self.max_positions)
         if pad_token_id is None:
@@ -113,10 +116,32 @@ class TorchEngine:
         plist = [_as_ids(p, i) for i, p in enumerate(prompts)]
         if not plist:
             raise ValueError("prompts is empty: pass at least one prompt")
-        stop_ids = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids))
+        stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
         stops = self._stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
-        with torch.inference_mode():
-            return self._generate(plist, n, sp, sorted(stop_ids), stops)
+        longest = max(len(p) for p in plist)
+        if longest + sp.max_new_tokens > self.max_positions:
+            raise ValueError(
+                f"longest prompt ({longest} tokens) + max_new_tokens ({sp.max_new_tokens}) exceeds "
+                f"max_positions={self.max_positions}"
+            )
+        # All uniforms up front, one per (row, step): results do not depend on how rows are batched.
+        gen = torch.Generator()
+        gen.manual_seed(sp.seed if sp.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+        uniforms = None if sp.greedy else torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen)
+        per = max(1, self.max_rows // n)  # prompts per wave: bounds the KV cache memory
+        parts = []
+        for a in range(0, len(plist), per):
+            b = min(len(plist), a + per)
+            u = None if uniforms is None else uniforms[a * n : b * n]
+            with torch.inference_mode():
+                raw = self._generate(plist[a:b], n, sp, stop_ids, stops, u)
+            # Built outside inference mode: the learner saves these tensors for backward.
+            parts.append(self._rollouts(plist[a:b], n, a, *raw))
+        if len(parts) == 1:
+            return parts[0]
+        out = Rollouts.concat(parts)
+        out.completion_ids = out.completion_ids.masked_fill(out.completion_mask == 0, self.pad_token_id)
+        return out.validate()
 
     def _stop_strings(self, strings: tuple[str, ...]) -> StopStrings:
         if self.tokenizer is None:
@@ -125,13 +150,9 @@ class TorchEngine:
             self._stops[strings] = StopStrings(self.tokenizer, strings, self.weights.embed.shape[0])
         return self._stops[strings]
 
-    def _generate(self, plist: list[list[int]], n: int, sp: SamplingParams, stop_ids: list[int], stops) -> Rollouts:
+    def _generate(self, plist: list[list[int]], n: int, sp: SamplingParams, stop_ids: list[int], stops, uniforms):
         w = self.weights
         u, p_max, new = len(plist), max(len(p) for p in plist), sp.max_new_tokens
-        if p_max + new > self.max_positions:
-            raise ValueError(
-                f"longest prompt ({p_max} tokens) + max_new_tokens ({new}) exceeds max_positions={self.max_positions}"
-            )
         rows_total = u * n
         s_len = p_max + new
         ids = torch.full((u, p_max), self.pad_token_id, dtype=torch.long)
@@ -153,9 +174,6 @@ class TorchEngine:
         valid[:, :p_max] = valid_p.repeat_interleave(n, dim=0)
         plen = torch.tensor([len(p) for p in plist], dtype=torch.long).repeat_interleave(n)
 
-        gen = torch.Generator()
-        gen.manual_seed(sp.seed if sp.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-        uniforms = None if sp.greedy else torch.rand(rows_total, new, generator=gen)
         stop_t = torch.tensor(stop_ids, dtype=torch.long)
 
         out_tok = torch.full((rows_total, new), self.pad_token_id, dtype=torch.long)
@@ -201,13 +219,13 @@ class TorchEngine:
                 kv_act = kv_act.gather_rows(keep, p_max + step)  # columns written so far
                 valid_act, plen_act, rows, tok = valid_act[keep], plen_act[keep], rows[keep], tok[keep]
                 alive = alive[keep]
-        return self._rollouts(plist, n, out_tok, out_lp, out_ent, lengths, stopped)
+        return out_tok, out_lp, out_ent, lengths, stopped
 
-    def _rollouts(self, plist, n, out_tok, out_lp, out_ent, lengths, stopped) -> Rollouts:
+    def _rollouts(self, plist, n, first_id, out_tok, out_lp, out_ent, lengths, stopped) -> Rollouts:
         t = int(lengths.max())
         mask = (torch.arange(t)[None] < lengths[:, None]).float()  # [N, T]
         ids = out_tok[:, :t].masked_fill(mask == 0, self.pad_token_id)
-        pid = torch.arange(len(plist)).repeat_interleave(n)
+        pid = torch.arange(first_id, first_id + len(plist)).repeat_interleave(n)
         return Rollouts(
             prompt_ids=[torch.tensor(p, dtype=torch.long) for p in plist for _ in range(n)],
             completion_ids=ids,

@@ -1,0 +1,20 @@
+"""The generation benchmark runs both engines on the same prompts and reports comparable numbers."""
+
+import pytest
+
+from covey.engine.bench import bench_generate
+
+
+def test_bench_generate_reports_both_engines_on_a_tiny_run():
+    r = bench_generate("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, dtype="fp32", repeats=1)
+    assert r["batch"] == 2 and r["new_tokens"] == 3 and r["dtype"] == "fp32"
+    assert r["covey_tok_s"] > 0 and r["hf_tok_s"] > 0 and r["ratio"] > 0
+    assert r["ratio"] == pytest.approx(r["hf_s"][0] / r["covey_s"][0], rel=0.02)
+    assert 0 < r["ceiling_fraction"] < 1
+
+
+def test_bench_generate_rejects_bad_settings():
+    with pytest.raises(ValueError, match="dtype"):
+        bench_generate("tiny-llama", dtype="int8")
+    with pytest.raises(ValueError, match=">= 1"):
+        bench_generate("tiny-llama", batch=0)
