@@ -123,14 +123,17 @@ def _check_supported(model) -> None:
 
 
 def pack_weights(model, dtype: torch.dtype, max_positions: int) -> DecoderWeights:
-    """Collect `model`'s tensors in `dtype` (views of the parameters when the dtype already matches)."""
+    """Collect `model`'s tensors in `dtype`: views of the parameters for an fp32 model in fp32, else a
+    fused (and, for bf16, oneDNN pre-packed) copy."""
     _check_supported(model)
     base = model.model
+    # Share the parameters only for fp32 (the learner's model: weight sync is then free). bf16 always
+    # gets its own fused, pre-packed copy: faster, and a bf16 learner model is rare.
+    copy = base.embed_tokens.weight.dtype != dtype or dtype != torch.float32
 
     def cvt(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t.detach().to(dtype)
+        return None if t is None else t.detach().to(dtype, copy=copy)
 
-    copy = base.embed_tokens.weight.dtype != dtype
     layers = []
     for layer in base.layers:
         at, mlp = layer.self_attn, layer.mlp
