@@ -22,6 +22,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 demo: $(STAMP)
+	$(VENV)/bin/covey models prepare smollm2-135m-instruct
 	$(VENV)/bin/covey train examples/quickstart.yaml
 
 clean:

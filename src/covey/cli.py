@@ -47,7 +47,10 @@ def train(
             out = run_dir or default_run_dir(cfg)
     except ConfigError as e:
         _fail(str(e))
-    summary = run_training(cfg, out, resume=resume is not None)
+    try:
+        summary = run_training(cfg, out, resume=resume is not None)
+    except (FileExistsError, FileNotFoundError) as e:
+        _fail(str(e))
     typer.echo(json.dumps(summary))
 
 

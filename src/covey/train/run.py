@@ -27,6 +27,8 @@ def default_run_dir(cfg: RunConfig) -> Path:
 
 def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False) -> dict:
     """Train to `cfg.steps`; returns a summary (eval before/after, paths)."""
+    if not resume and (run_dir / "metrics.jsonl").exists():
+        raise FileExistsError(f"{run_dir} already holds a run: resume it with --resume {run_dir}, or pick another log.name")
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
