@@ -1,5 +1,6 @@
-"""covey.eval: metrics over sampled completions (pass@k, maj@k); the evaluation runner joins later."""
+"""covey.eval: metrics over sampled completions (pass@k, maj@k) and the evaluation runner."""
 
 from covey.eval.metrics import maj_at_k, majority_vote, mean_pass_at_k, pass_at_k
+from covey.eval.runner import evaluate
 
-__all__ = ["maj_at_k", "majority_vote", "mean_pass_at_k", "pass_at_k"]
+__all__ = ["evaluate", "maj_at_k", "majority_vote", "mean_pass_at_k", "pass_at_k"]

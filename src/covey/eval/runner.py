@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import torch
 
 from covey.engine.base import Engine, SamplingParams
-from covey.eval.metrics import maj_at_k, pass_at_k
+from covey.eval.metrics import majority_vote, pass_at_k
 from covey.rollout import completion_texts, rollout_groups
 
 __all__ = ["evaluate"]
@@ -50,14 +49,15 @@ def evaluate(
             correct.append(scores[i * n : (i + 1) * n])
             if extract is not None:
                 answers.append([extract(t) for t in texts[i * n : (i + 1) * n]])
-    out = {"accuracy": float(torch.tensor(correct).mean()), "problems": len(correct), "samples_per_problem": n}
+    accuracy = sum(map(sum, correct)) / sum(map(len, correct))
+    out = {"accuracy": accuracy, "problems": len(correct), "samples_per_problem": n}
     for k in ks:
         out[f"pass@{k}"] = sum(pass_at_k(n, int(sum(c)), k) for c in correct) / len(correct)
         if answers:
             votes = []
             for c, a in zip(correct, answers):
                 # the voted answer is right iff some sample with that answer was scored correct
-                winner = maj_at_k(a, k)
-                votes.append(float(any(ci > 0 for ci, ai in zip(c, a) if ai == winner and winner is not None)))
+                winner, _ = majority_vote(a[:k])
+                votes.append(float(winner is not None and any(ci > 0 for ci, ai in zip(c[:k], a[:k]) if ai == winner)))
             out[f"maj@{k}"] = sum(votes) / len(votes)
     return out

@@ -1,10 +1,12 @@
-"""Helpers shared by the built-in tasks: prompt wrapping, split names, completion text."""
+"""Helpers shared by the built-in tasks: prompt wrapping, split names, the final-answer verifier."""
 
 from __future__ import annotations
 
-from covey.rewards.math import completion_text
+from collections.abc import Sequence
 
-__all__ = ["SPLITS", "as_prompt", "check_split", "completion_text"]
+from covey.rewards.math import EXTRACTION_MODES, completion_text, extract_answer, math_equal
+
+__all__ = ["SPLITS", "FinalAnswerTask", "as_prompt", "check_dataset_params", "check_split", "completion_text"]
 
 SPLITS = ("train", "test")
 
@@ -17,3 +19,33 @@ def as_prompt(text: str, chat: bool) -> str | list[dict]:
 def check_split(task: str, split: str, allowed: tuple[str, ...] = SPLITS) -> None:
     if split not in allowed:
         raise ValueError(f"task {task!r} has no split {split!r}; allowed: {', '.join(allowed)}")
+
+
+def check_dataset_params(template: str, placeholder: str, limit, order: Sequence[str]) -> None:
+    """Validate the parameters the dataset-backed math tasks share (gsm8k, math500)."""
+    if f"{{{placeholder}}}" not in template:
+        raise ValueError(f"template must contain '{{{placeholder}}}', got {template!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+    bad = [m for m in order if m not in EXTRACTION_MODES]
+    if bad or not order:
+        raise ValueError(f"order must list modes from {EXTRACTION_MODES}, got {list(order)}")
+
+
+class FinalAnswerTask:
+    """The verifier of tasks whose completion ends in one final answer, checked with `math_equal`.
+
+    Subclasses set `order` (the `extract_answer` modes tried in turn). `extract_answer` is also what
+    maj@k votes on (`covey eval`).
+    """
+
+    order: tuple[str, ...] = ("last_number",)
+
+    def extract_answer(self, completion) -> str | None:
+        """The final answer in one completion (str or chat messages), or None."""
+        return extract_answer(completion_text(completion), order=list(self.order))
+
+    def reward(self, prompts, completions, answer, **_) -> list[float | None]:
+        if len(answer) != len(completions):
+            raise ValueError(f"answer has {len(answer)} entries but there are {len(completions)} completions")
+        return [1.0 if math_equal(self.extract_answer(c), gold) else 0.0 for c, gold in zip(completions, answer)]

@@ -9,8 +9,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from covey.rewards.math import extract_answer, math_equal
-from covey.tasks._common import as_prompt, check_split, completion_text
+from covey.tasks._common import FinalAnswerTask, as_prompt, check_split
 from covey.tasks._expr import evaluate
 from covey.tasks.registry import register_task
 
@@ -21,7 +20,7 @@ _ENUMERATE_LIMIT = 2_000_000  # small problem spaces are enumerated instead of s
 
 
 @register_task("arithmetic")
-class Arithmetic:
+class Arithmetic(FinalAnswerTask):
     """Integer arithmetic with `operands` numbers of `digits` digits joined by operators from `ops`.
 
     Answer format: the LAST number in the completion is the answer (so "23 + 45 = 68", "68" and
@@ -53,6 +52,7 @@ class Arithmetic:
     """
 
     name = "arithmetic"
+    order = ("last_number",)
     answer_format = "The last number in the completion is the answer, e.g. '23 + 45 = 68' -> 68."
 
     def __init__(
@@ -91,13 +91,10 @@ class Arithmetic:
             self._cache = {"test": self._items(test), "train": self._items(train)}
         return self._cache[split]
 
-    def reward(self, prompts, completions, answer, **_) -> list[float | None]:
-        if len(answer) != len(completions):
-            raise ValueError(f"answer has {len(answer)} entries but there are {len(completions)} completions")
-        return [
-            1.0 if math_equal(extract_answer(completion_text(c), order=["last_number"]), gold) else 0.0
-            for c, gold in zip(completions, answer)
-        ]
+
+    def demonstration(self, item: dict) -> str:
+        """The target completion for a supervised warm start (`covey sft`): the number alone."""
+        return str(item["answer"])
 
     # --- generation -------------------------------------------------------------------------
 

@@ -3,6 +3,10 @@
 An item is a dict ``{"id": int, "prompt": str | list[{"role","content"}], "answer": ..., ...}``;
 every key besides id and prompt reaches reward functions as a keyword column. The verifier has
 the reward signature TRL users write: ``reward(prompts, completions, **columns) -> list[float | None]``.
+
+Optional hooks a task may add (callers check with getattr):
+    extract_answer(completion) -> str | None   the final answer maj@k votes on (`covey eval`)
+    demonstration(item) -> str                 a target completion for `covey sft`
 """
 
 from __future__ import annotations

@@ -120,6 +120,10 @@ class Countdown:
             self._cache = {"test": self._items(test), "train": self._items(train)}
         return self._cache[split]
 
+    def demonstration(self, item: dict) -> str:
+        """A known solution in the answer format, for a supervised warm start."""
+        return f"<answer> {item['solution']} </answer>"
+
     def reward(self, prompts, completions, nums, target, **_) -> list[float | None]:
         if not len(completions) == len(nums) == len(target):
             raise ValueError(f"got {len(completions)} completions, {len(nums)} nums, {len(target)} targets")

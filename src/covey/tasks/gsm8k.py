@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from covey.rewards.math import EXTRACTION_MODES, extract_answer, math_equal
-from covey.tasks._common import as_prompt, check_split, completion_text
+from covey.tasks._common import FinalAnswerTask, as_prompt, check_dataset_params, check_split
 from covey.tasks._data import data_file, read_jsonl
 from covey.tasks.registry import register_task
 
@@ -34,7 +33,7 @@ def gsm8k_gold(solution: str) -> str:
 
 
 @register_task("gsm8k")
-class GSM8K:
+class GSM8K(FinalAnswerTask):
     """GSM8K (Cobbe et al. 2021, "Training Verifiers to Solve Math Word Problems", arXiv 2110.14168).
 
     Answer format: the prompt asks for a last line ``#### <number>``; the verifier takes the
@@ -67,15 +66,13 @@ class GSM8K:
         template: str = DEFAULT_TEMPLATE,
         order: Sequence[str] = ("gsm8k", "boxed", "answer_is", "last_number"),
     ):
-        if "{question}" not in template:
-            raise ValueError(f"template must contain '{{question}}', got {template!r}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
-        bad = [m for m in order if m not in EXTRACTION_MODES]
-        if bad or not order:
-            raise ValueError(f"order must list modes from {EXTRACTION_MODES}, got {list(order)}")
+        check_dataset_params(template, "question", limit, order)
         self.path, self.limit, self.chat, self.template, self.order = path, limit, chat, template, tuple(order)
         self._cache: dict[str, list[dict]] = {}
+
+    def demonstration(self, item: dict) -> str:
+        """The reference solution, which ends in the '#### <answer>' line the prompt asks for."""
+        return item["solution"]
 
     def examples(self, split: str = "train") -> list[dict]:
         check_split(self.name, split)
@@ -93,10 +90,3 @@ class GSM8K:
             self._cache[split] = items
         return self._cache[split]
 
-    def reward(self, prompts, completions, answer, **_) -> list[float | None]:
-        if len(answer) != len(completions):
-            raise ValueError(f"answer has {len(answer)} entries but there are {len(completions)} completions")
-        return [
-            1.0 if math_equal(extract_answer(completion_text(c), order=self.order), gold) else 0.0
-            for c, gold in zip(completions, answer)
-        ]

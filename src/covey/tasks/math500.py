@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from covey.rewards.math import EXTRACTION_MODES, extract_answer, math_equal
-from covey.tasks._common import as_prompt, check_split, completion_text
+from covey.tasks._common import FinalAnswerTask, as_prompt, check_dataset_params, check_split
 from covey.tasks._data import data_file, read_jsonl
 from covey.tasks.registry import register_task
 
@@ -20,7 +19,7 @@ DEFAULT_TEMPLATE = "{problem}\nPlease reason step by step, and put your final an
 
 
 @register_task("math500")
-class MATH500:
+class MATH500(FinalAnswerTask):
     r"""MATH-500: the 500-problem test subset of MATH (Hendrycks et al. 2021, "Measuring Mathematical
     Problem Solving With the MATH Dataset", arXiv 2103.03874) chosen in "Let's Verify Step by Step"
     (Lightman et al. 2023, arXiv 2305.20050).
@@ -55,13 +54,7 @@ class MATH500:
         template: str = DEFAULT_TEMPLATE,
         order: Sequence[str] = ("boxed", "answer_is"),
     ):
-        if "{problem}" not in template:
-            raise ValueError(f"template must contain '{{problem}}', got {template!r}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"limit must be a positive int or None, got {limit!r}")
-        bad = [m for m in order if m not in EXTRACTION_MODES]
-        if bad or not order:
-            raise ValueError(f"order must list modes from {EXTRACTION_MODES}, got {list(order)}")
+        check_dataset_params(template, "problem", limit, order)
         self.path, self.limit, self.chat, self.template, self.order = path, limit, chat, template, tuple(order)
         self._items: list[dict] | None = None
 
@@ -83,10 +76,3 @@ class MATH500:
             ]
         return self._items
 
-    def reward(self, prompts, completions, answer, **_) -> list[float | None]:
-        if len(answer) != len(completions):
-            raise ValueError(f"answer has {len(answer)} entries but there are {len(completions)} completions")
-        return [
-            1.0 if math_equal(extract_answer(completion_text(c), order=self.order), gold) else 0.0
-            for c, gold in zip(completions, answer)
-        ]

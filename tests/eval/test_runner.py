@@ -1,0 +1,57 @@
+import torch
+
+from covey.eval import evaluate, pass_at_k
+from covey.models import build_tiny_tokenizer
+from covey.rollouts import Rollouts
+from covey.tasks import get_task
+
+
+class ScriptedEngine:
+    """An Engine that answers every prompt with the same scripted completions (one group of n)."""
+
+    def __init__(self, tokenizer, texts):
+        self.tokenizer, self.texts = tokenizer, texts
+
+    def generate(self, prompts, n, sampling):
+        assert n == len(self.texts)
+        rows = [self.tokenizer.encode(t) for _ in prompts for t in self.texts]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows])
+        group = torch.arange(len(prompts)).repeat_interleave(n)
+        return Rollouts([torch.tensor(p) for p in prompts for _ in range(n)], ids, mask, torch.zeros_like(mask),
+                        group, group.clone(), finish_reason=["stop"] * len(rows))  # fmt: skip
+
+    def update_weights(self, source):
+        pass
+
+
+def test_pass_at_k_and_maj_at_k_on_a_hand_example():
+    tok = build_tiny_tokenizer()
+    task = get_task("arithmetic", n_train=0, n_test=1, chat=False)
+    item = task.examples("test")[0]
+    gold = item["answer"]
+    wrong = str(int(gold) + 1)
+    # 5 samples, 2 right: pass@1 = 2/5, pass@2 = 1 - C(3,2)/C(5,2) = 1 - 3/10 = 0.7, pass@5 = 1.
+    # votes over all 5: gold x2, wrong x2, "0" x1 -> tie, the first seen (gold) wins -> maj@5 = 1.
+    # votes over the first 2: gold, wrong -> tie, gold first -> maj@2 = 1.
+    texts = [f"= {gold}", f"= {wrong}", f"= {gold}", f"= {wrong}", "0"]
+    res = evaluate(ScriptedEngine(tok, texts), tok, task, [item], n=5, ks=(1, 2, 5), temperature=1.0)
+    assert res["accuracy"] == 0.4
+    assert abs(res["pass@2"] - 0.7) < 1e-12 and abs(res["pass@2"] - pass_at_k(5, 2, 2)) < 1e-12
+    assert res["pass@1"] == 0.4 and res["pass@5"] == 1.0
+    assert res["maj@5"] == 1.0 and res["maj@2"] == 1.0
+    # wrong answers first: the majority of 3 wrong beats 2 right
+    res = evaluate(ScriptedEngine(tok, [f"{wrong}"] * 3 + [gold] * 2), tok, task, [item], n=5, ks=(5,), temperature=1.0)
+    assert res["maj@5"] == 0.0 and res["pass@5"] == 1.0
+
+
+def test_k_larger_than_n_is_rejected():
+    tok = build_tiny_tokenizer()
+    task = get_task("arithmetic", n_train=0, n_test=1, chat=False)
+    try:
+        evaluate(ScriptedEngine(tok, ["1"]), tok, task, task.examples("test"), n=1, ks=(2,))
+    except ValueError as e:
+        assert "k <= n" in str(e)
+    else:
+        raise AssertionError("k > n accepted")
