@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from covey.engine.base import Engine, SamplingParams
 from covey.eval.metrics import majority_vote, pass_at_k
 from covey.rollout import completion_texts, rollout_groups
