@@ -44,7 +44,7 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out)
