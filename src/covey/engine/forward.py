@@ -268,7 +268,7 @@ def _qkv(x: Tensor, lw: LayerWeights, w: DecoderWeights, cos: Tensor, sin: Tenso
     b, seq, _ = x.shape
     if lw.wqkv is not None:
         nq, nk = lw.wq.shape[0], lw.wk.shape[0]
-        q, k, v = F.linear(x, lw.wqkv, lw.bqkv).split([nq, nk, nk], dim=-1)
+        q, k, v = _linear(x, lw.wqkv, lw.bqkv, lw.packed.get("qkv")).split([nq, nk, nk], dim=-1)
     else:
         q, k, v = F.linear(x, lw.wq, lw.bq), F.linear(x, lw.wk, lw.bk), F.linear(x, lw.wv, lw.bv)
     q = q.reshape(b, seq, w.n_heads, w.head_dim).transpose(1, 2)
@@ -299,10 +299,10 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache) -> Tenso
         kv.k[li, :, :, :, :p] = k.transpose(-1, -2)
         kv.v[li, :, :, :p] = v
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=w.scaling, enable_gqa=True)
-        x = x + F.linear(att.transpose(1, 2).reshape(b, p, -1), lw.wo)
+        x = x + _linear(att.transpose(1, 2).reshape(b, p, -1), lw.wo, None, lw.packed.get("o"))
         x = x + _mlp(_rms(x, lw.ln2, w.eps), lw, w.act)
     last = _rms(x[:, -1], w.norm, w.eps)
-    return F.linear(last, w.lm_head).float()
+    return _linear(last, w.lm_head, None, w.packed_head).float()
 
 
 def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tuple[Tensor, Tensor, Tensor | None]:
