@@ -19,6 +19,6 @@ def test_smollm2_engine_answers_and_fp32_greedy_matches_hf():
     assert out.finish_reason == ["stop"] and out.completion_ids[0, out.lengths[0] - 1] == tok.eos_token_id
 
     fp32 = TorchEngine(model, dtype="fp32", tokenizer=tok)
-    got = fp32.generate([ids], 1, SamplingParams(greedy=True, max_new_tokens=12, ignore_eos=True))
-    ref = model.generate(torch.tensor([ids]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
-    assert got.completion_ids[0].tolist() == ref[0, len(ids) :].tolist()
+    got = fp32.generate([ids], 1, SamplingParams(greedy=True, max_new_tokens=16))
+    ref = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)  # stops at EOS too
+    assert got.completion_ids[0, : got.lengths[0]].tolist() == ref[0, len(ids) :].tolist()

@@ -121,8 +121,8 @@ def bench_generate(
         "ratio_per_repeat": [round(h / c, 2) for c, h in zip(covey_t, hf_t)],
         "covey_s": [round(x, 3) for x in covey_t],
         "hf_s": [round(x, 3) for x in hf_t],
-        "achieved_tflops": round(flops / c_med / 1e12, 4),
-        "ceiling_fraction": round(flops / c_med / peak, 3),
+        "achieved_tflops": float(f"{flops / c_med / 1e12:.3g}"),
+        "ceiling_fraction": float(f"{flops / c_med / peak:.3g}"),
     }
     return result
 

@@ -94,7 +94,12 @@ def sample_tokens(
     z = logits.float()
     if temperature != 1.0:
         z = z / temperature  # the same op as the learner's, so both round alike
-    probs = z.softmax(-1)  # [B, V]; one pass, cheaper than log_softmax + exp on CPU
+    # log p = z - lse with lse = m + log(sum exp(z - m)): the learner's logsumexp formula, and no
+    # normalisation pass over [B, V] (the draw works on unnormalised weights).
+    m = z.amax(-1, keepdim=True)  # [B, 1]
+    weights = (z - m).exp_()  # [B, V], the largest is 1
+    total = weights.sum(-1)  # [B]
+    lse = m.squeeze(-1) + total.log()  # [B]
     if greedy:
         tokens = z.argmax(-1)
     else:
@@ -103,20 +108,10 @@ def sample_tokens(
         if top_k or top_p < 1.0 or min_p > 0.0:
             draw = filter_logits(z, top_k=top_k, top_p=top_p, min_p=min_p).softmax(-1)
         else:
-            draw = probs
+            draw = weights
         tokens = inverse_cdf(draw, uniforms)
-    p_tok = probs.gather(-1, tokens[:, None]).squeeze(-1)  # [B]
-    logp = p_tok.log()
-    lse = None
-    tiny = p_tok < 1e-30  # log of an underflowed probability: recompute those rows exactly
-    if bool(tiny.any()) or with_entropy:
-        # log p_tok = z_tok - lse, so lse = z_tok - log p_tok: exact wherever p_tok did not underflow.
-        lse = z.gather(-1, tokens[:, None]).squeeze(-1) - logp
-        if bool(tiny.any()):
-            rows = tiny.nonzero().squeeze(1)
-            lse[rows] = torch.logsumexp(z[rows], dim=-1)
-            logp[rows] = z[rows, tokens[rows]] - lse[rows]
-    entropy = lse - (probs * z).sum(-1) if with_entropy else None  # H = lse - sum p z
+    logp = z.gather(-1, tokens[:, None]).squeeze(-1) - lse
+    entropy = lse - (weights * z).sum(-1) / total if with_entropy else None  # H = lse - sum p z
     return tokens, logp, entropy
 
 

@@ -90,7 +90,9 @@ class TorchEngine:
     def update_weights(self, source) -> None:
         """Load the learner's weights: an HF model of the same architecture, or its state dict.
 
-        Tensors that already share storage with the source are skipped (free when shared).
+        Tensors that already share storage with the source are skipped (free when shared). In
+        shared fp32 mode the engine's tensors ARE its model's parameters, so loading a different
+        source writes into that model. PEFT-wrapped models are not accepted (merge adapters first).
         """
         state = source.state_dict() if hasattr(source, "state_dict") else dict(source)
         tied = self.weights.lm_head is self.weights.embed
