@@ -291,14 +291,16 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache) -> Tenso
     # A padded query sees itself only: it must not see nothing (an all-masked row gives NaN, and
     # NaN in a padded column's cache would poison every row through 0 * NaN in attention).
     mask = (causal & valid[:, None, :]) | torch.eye(p, dtype=torch.bool)  # [B, P, P]
-    mask = mask[:, None]  # [B, 1, P, P]
+    mask = None if bool(valid.all()) else mask[:, None]  # [B, 1, P, P]; none: the plain causal kernel
     x = F.embedding(ids, w.embed)
     for li, lw in enumerate(w.layers):
         h = _rms(x, lw.ln1, w.eps)
         q, k, v = _qkv(h, lw, w, cos, sin)
         kv.k[li, :, :, :, :p] = k.transpose(-1, -2)
         kv.v[li, :, :, :p] = v
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=w.scaling, enable_gqa=True)
+        att = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, scale=w.scaling, enable_gqa=True
+        )
         x = x + _linear(att.transpose(1, 2).reshape(b, p, -1), lw.wo, None, lw.packed.get("o"))
         x = x + _mlp(_rms(x, lw.ln2, w.eps), lw, w.act)
     last = _rms(x[:, -1], w.norm, w.eps)

@@ -85,19 +85,23 @@ def sample_tokens(
     min_p: float = 0.0,
     uniforms: Tensor | None = None,
     with_entropy: bool = False,
+    scratch: dict | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Pick one token per row. logits [B, V] (any float dtype); uniforms [B] in [0, 1) (unless greedy).
 
     Returns tokens [B] long, their log-probs [B] fp32 under softmax(logits / temperature) (see the
     module docstring), and the entropy [B] of that distribution when `with_entropy`.
+    `scratch`: a dict the caller keeps across steps; the two [B, V] fp32 work tensors live in it
+    (a fresh 12 MB tensor per step costs page faults that rival the arithmetic on CPU).
     """
-    z = logits.float()
+    b, v = logits.shape
+    z = _buffer(scratch, "z", b, v).copy_(logits)  # fp32 copy of the logits
     if temperature != 1.0:
-        z = z / temperature  # the same op as the learner's, so both round alike
+        z.div_(temperature)  # the same op as the learner's z / T, so both round alike
     # log p = z - lse with lse = m + log(sum exp(z - m)): the learner's logsumexp formula, and no
     # normalisation pass over [B, V] (the draw works on unnormalised weights).
     m = z.amax(-1, keepdim=True)  # [B, 1]
-    weights = (z - m).exp_()  # [B, V], the largest is 1
+    weights = torch.sub(z, m, out=_buffer(scratch, "w", b, v)).exp_()  # [B, V], the largest is 1
     total = weights.sum(-1)  # [B]
     lse = m.squeeze(-1) + total.log()  # [B]
     if greedy:
@@ -111,8 +115,19 @@ def sample_tokens(
             draw = weights
         tokens = inverse_cdf(draw, uniforms)
     logp = z.gather(-1, tokens[:, None]).squeeze(-1) - lse
-    entropy = lse - (weights * z).sum(-1) / total if with_entropy else None  # H = lse - sum p z
+    entropy = None
+    if with_entropy:  # H = lse - sum p z; a batched dot keeps the [B, V] product out of memory
+        entropy = lse - torch.bmm(weights[:, None, :], z[:, :, None]).view(b) / total
     return tokens, logp, entropy
+
+
+def _buffer(scratch: dict | None, key: str, b: int, v: int) -> Tensor:
+    if scratch is None:
+        return torch.empty(b, v)
+    buf = scratch.get(key)
+    if buf is None or buf.shape[0] < b or buf.shape[1] != v:
+        buf = scratch[key] = torch.empty(b, v)
+    return buf[:b]
 
 
 _BLOCK = 256

@@ -79,6 +79,7 @@ class TorchEngine:
         self.pad_token_id = int(pad_token_id) if pad_token_id is not None else 0
         self.eos_ids = _eos_ids(model, tokenizer)
         self._stops: dict[tuple[str, ...], StopStrings] = {}
+        self._scratch: dict = {}  # sampling work tensors reused across steps
 
     # ------------------------------------------------------------------ weights
     @property
@@ -201,6 +202,7 @@ class TorchEngine:
                 min_p=sp.min_p,
                 uniforms=None if uniforms is None else uniforms[rows, step],
                 with_entropy=sp.return_entropies,
+                scratch=self._scratch,
             )
             out_tok[rows, step] = tok
             out_lp[rows, step] = lp
