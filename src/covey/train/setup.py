@@ -97,7 +97,9 @@ def build_reference(policy: torch.nn.Module, cfg: ModelConfig) -> Reference:
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     """AdamW over trainable weights and a warmup + constant/linear/cosine schedule (per optimizer step)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    # fused: one kernel over all tensors. On CPU torch otherwise picks the per-tensor loop, which
+    # took 12.7 s vs 0.11 s per step for SmolLM2-135M (same update up to float rounding).
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True)
     updates = max(1, total_steps * cfg.epochs * cfg.mini_batches)
     warm = cfg.warmup_steps * cfg.epochs * cfg.mini_batches
 
