@@ -119,8 +119,8 @@ def bench_generate(
         "hf_tok_s": round(gen_tokens / h_med, 1),
         "ratio": round(h_med / c_med, 2),
         "ratio_per_repeat": [round(h / c, 2) for c, h in zip(covey_t, hf_t)],
-        "covey_s": [round(x, 3) for x in covey_t],
-        "hf_s": [round(x, 3) for x in hf_t],
+        "covey_s": [float(f"{x:.4g}") for x in covey_t],
+        "hf_s": [float(f"{x:.4g}") for x in hf_t],
         "achieved_tflops": float(f"{flops / c_med / 1e12:.3g}"),
         "ceiling_fraction": float(f"{flops / c_med / peak:.3g}"),
     }

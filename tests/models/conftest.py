@@ -1,0 +1,13 @@
+"""Model tests run single-threaded: on a shared, oversubscribed CPU two OpenMP threads waiting on
+each other make small ops many times slower, and these models gain nothing from a second thread."""
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
