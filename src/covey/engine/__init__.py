@@ -7,7 +7,21 @@ engine with HF `generate`. Chat templates live in `covey.models`.
 """
 
 from covey.engine.base import Engine, SamplingParams
-from covey.engine.sampling import filter_logits, sample_tokens
+from covey.engine.bench import bench_generate
+from covey.engine.forward import KVCache
+from covey.engine.logprobs import completion_logprobs, token_logprobs_from_logits
+from covey.engine.sampling import filter_logits, inverse_cdf, sample_tokens
 from covey.engine.torch_engine import TorchEngine
 
-__all__ = ["Engine", "SamplingParams", "TorchEngine", "filter_logits", "sample_tokens"]
+__all__ = [
+    "Engine",
+    "KVCache",
+    "SamplingParams",
+    "TorchEngine",
+    "bench_generate",
+    "completion_logprobs",
+    "filter_logits",
+    "inverse_cdf",
+    "sample_tokens",
+    "token_logprobs_from_logits",
+]
