@@ -225,3 +225,26 @@ def test_rollout_tensors_can_enter_the_learners_autograd_graph(tiny):
     ratio = (logp - out.behaviour_logprobs).exp()
     (ratio * out.completion_mask).sum().backward()  # inference-mode tensors would fail here
     assert not out.completion_mask.is_inference() and not out.behaviour_logprobs.is_inference()
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "mistral"])
+def test_other_llama_family_architectures_match_hf_greedy(kind):
+    """Qwen3 adds per-head q/k RMSNorm; Mistral is Llama-shaped (no sliding window here)."""
+    from transformers import MistralConfig, MistralForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from covey.models import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    cfg_cls, model_cls = {"qwen3": (Qwen3Config, Qwen3ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}[kind]
+    extra = {"sliding_window": None} if kind == "mistral" else {"head_dim": 32}
+    cfg = cfg_cls(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, initializer_range=INIT, **extra,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = model_cls(cfg).eval()
+    prompts = _prompts(tok)
+    out = TorchEngine(model, dtype="fp32").generate(prompts, 1, SamplingParams(greedy=True, max_new_tokens=10, ignore_eos=True))
+    for i, p in enumerate(prompts):
+        ref = model.generate(torch.tensor([p]), max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
+        assert out.completion_ids[i].tolist() == ref[0, len(p) :].tolist()
