@@ -2,7 +2,8 @@
 
 Per `generate` call: the distinct prompts are left-padded and prefilled once (in row chunks), their
 KV cache rows are repeated `n` times, then a decode loop samples one token per active row per step
-into a pre-allocated cache (`covey.engine.forward`). Rows that hit a stop token or stop string are
+into a pre-allocated cache (`covey.engine.forward`). More than `max_rows` rows run in waves of
+whole prompts (bounds the cache memory; the tokens do not depend on the waves). Rows that hit a stop token or stop string are
 dropped from the active batch once a fraction `compact_fraction` of it has finished (compaction:
 one index copy of the cache), so long tails do not pay for finished rows.
 
@@ -16,7 +17,9 @@ results do not depend on compaction. Log-probs and entropies are of the tempered
 distribution; see `covey.engine.sampling` for that choice.
 
 Continuing a partial completion (APRIL partial rollouts) = generating from prompt + partial tokens.
-The chat template is the caller's business (`covey.models.apply_chat`).
+Tree rollouts can fork rows with `KVCache.gather_rows`. The chat template is the caller's business
+(`covey.models.apply_chat`). Not covered: sliding-window attention, PEFT-wrapped models (pass the
+merged weights to `update_weights`), architectures outside `forward.SUPPORTED`.
 """
 
 from __future__ import annotations
