@@ -3,13 +3,13 @@
 Per `generate` call: the distinct prompts are left-padded and prefilled once (in row chunks), their
 KV cache rows are repeated `n` times, then a decode loop samples one token per active row per step
 into a pre-allocated cache (`covey.engine.forward`). More than `max_rows` rows run in waves of
-whole prompts (bounds the cache memory; the tokens do not depend on the waves). Rows that hit a stop token or stop string are
-dropped from the active batch once a fraction `compact_fraction` of it has finished (compaction:
-one index copy of the cache), so long tails do not pay for finished rows.
+whole prompts (bounds the cache memory; the tokens do not depend on the waves). Rows that hit a
+stop token or stop string are dropped from the active batch once a fraction `compact_fraction` of
+it has finished (compaction: one index copy of the cache), so long tails do not pay for them.
 
 Dtypes: "fp32" uses the model's own fp32 parameters when the model is fp32 (no copy;
-`update_weights` is then free); "bf16" keeps a bf16 copy of the weights, refreshed in place by
-`update_weights` (a memory copy, ~0.1 s for 135M parameters). bf16 matmuls use AMX on this CPU.
+`update_weights` is then free); "bf16" keeps a fused (q/k/v, gate/up), oneDNN pre-packed bf16
+copy, refreshed in place and repacked by `update_weights` (~0.1-0.3 s for 135M parameters).
 
 Reproducibility: with `SamplingParams.seed` set, the same prompts, n and settings give the same
 tokens; each (row, step) draws from its own pre-drawn uniform (see `covey.engine.sampling`), so
