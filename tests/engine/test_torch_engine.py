@@ -213,7 +213,9 @@ def test_waves_of_rows_give_the_same_rollouts_as_one_batch(tiny):
     sp = SamplingParams(seed=4, max_new_tokens=15, stop_token_ids=tuple(range(40, 60)), ignore_eos=True)
     one = TorchEngine(model, dtype="fp32").generate(_prompts(tok), 3, sp)
     waves = TorchEngine(model, dtype="fp32", max_rows=4).generate(_prompts(tok), 3, sp)  # 1 prompt (3 rows) a wave
+    by_memory = TorchEngine(model, dtype="fp32", max_cache_bytes=1).generate(_prompts(tok), 3, sp)  # same, by budget
     assert torch.equal(one.completion_ids, waves.completion_ids)
+    assert torch.equal(one.completion_ids, by_memory.completion_ids)
     assert torch.equal(one.group, waves.group) and one.finish_reason == waves.finish_reason
     assert torch.allclose(one.behaviour_logprobs, waves.behaviour_logprobs, atol=1e-4)
 

@@ -48,6 +48,7 @@ class TorchEngine:
     compact_fraction: compact when at least this fraction of the active rows has finished.
     prefill_rows:     prompts prefilled per forward (bounds the [rows, heads, P, P] attention memory).
     max_rows:         rows decoded together; more prompts x n run in waves (bounds KV cache memory).
+    max_cache_bytes:  fewer rows per wave when the KV cache of max_rows would exceed this (2 GiB).
     max_positions:    longest prompt + completion (default: the model's max_position_embeddings).
     """
 
@@ -62,6 +63,7 @@ class TorchEngine:
         compact_fraction: float = 0.25,
         prefill_rows: int = 16,
         max_rows: int = 256,
+        max_cache_bytes: int = 2 << 30,
         max_positions: int | None = None,
     ):
         if dtype not in _DTYPES:
@@ -75,6 +77,8 @@ class TorchEngine:
         self.compact_fraction = compact_fraction
         self.prefill_rows = max(1, int(prefill_rows))
         self.max_rows = max(1, int(max_rows))
+        self.max_cache_bytes = int(max_cache_bytes)
+        self._elt = torch.tensor([], dtype=self.dtype).element_size()
         self.max_positions = int(max_positions or getattr(model.config, "max_position_embeddings", 4096))
         self.weights = pack_weights(model, self.dtype, self.max_positions)
         if pad_token_id is None:
@@ -134,7 +138,10 @@ class TorchEngine:
         gen = torch.Generator()
         gen.manual_seed(sp.seed if sp.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
         uniforms = None if sp.greedy else torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen)
-        per = max(1, self.max_rows // n)  # prompts per wave: bounds the KV cache memory
+        w = self.weights
+        row_bytes = 2 * len(w.layers) * w.n_kv_heads * w.head_dim * (longest + sp.max_new_tokens) * self._elt
+        rows = min(self.max_rows, max(1, self.max_cache_bytes // row_bytes))
+        per = max(1, rows // n)  # prompts per wave: bounds the KV cache memory
         parts = []
         for a in range(0, len(plist), per):
             b = min(len(plist), a + per)
