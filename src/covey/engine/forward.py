@@ -358,8 +358,8 @@ def decode_step(w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: i
         scores = torch.matmul(q, keys_t)  # [B, Hkv, G, t]
         if bias is not None:
             scores = scores + bias
-        probs = scores.float().softmax(-1).to(vals.dtype)
+        probs = torch.softmax(scores, -1, dtype=torch.float32).to(vals.dtype)
         att = torch.matmul(probs, vals).view(b, nq)  # [B, Hq * D]
-        x = x + _linear(att, lw.wo, None, pk.get("o"))
-        x = x + _mlp(F.rms_norm(x, (h_dim,), lw.ln2, w.eps), lw, w.act)
+        x.add_(_linear(att, lw.wo, None, pk.get("o")))
+        x.add_(_mlp(F.rms_norm(x, (h_dim,), lw.ln2, w.eps), lw, w.act))
     return _linear(F.rms_norm(x, (h_dim,), w.norm, w.eps), w.lm_head, None, w.packed_head)
