@@ -8,11 +8,12 @@ from covey.rewards import get_reward
 from covey.tasks import get_task
 from covey.train.config import load_config
 
-EXAMPLES = sorted((Path(__file__).parents[1] / "examples").rglob("*.yaml"))
+ROOT = Path(__file__).parents[1] / "examples"
+EXAMPLES = sorted(ROOT.rglob("*.yaml"))
 
 
 def test_examples_exist_for_the_main_presets():
-    names = {p.relative_to(EXAMPLES[0].parents[1]).as_posix() for p in EXAMPLES}
+    names = {p.relative_to(ROOT).as_posix() for p in EXAMPLES}
     for preset in ("grpo", "dapo", "dr_grpo", "gspo", "cispo", "sapo", "mc_grpo", "gdpo"):
         assert f"smollm2/{preset}.yaml" in names and f"tiny/{preset}.yaml" in names
     assert "quickstart.yaml" in names
