@@ -198,11 +198,13 @@ def bench_step_vs_trl(
     prompts: int = 8,
     group_size: int = 8,
     new_tokens: int = 24,
+    threads: Annotated[int, typer.Option(help="torch threads for both (0 = torch's default; 1 is steadier on a shared machine).")] = 0,
 ):
     """TRL GRPOTrainer vs covey, same model/settings, median s/step and first-step losses."""
     from covey.train.bench_trl import step_vs_trl
 
-    typer.echo(json.dumps(step_vs_trl(model, steps=steps, prompts=prompts, group_size=group_size, new_tokens=new_tokens)))
+    result = step_vs_trl(model, steps=steps, prompts=prompts, group_size=group_size, new_tokens=new_tokens, threads=threads)
+    typer.echo(json.dumps(result))
 
 
 @models_app.command("prepare")

@@ -20,7 +20,9 @@ def digit_fraction(prompts, completions, **_):
 
 def test_first_step_loss_advantages_and_gradient_match_trl():
     # EOS allowed (fixed_length=False): unequal lengths make the token-mean loss non-zero at ratio 1.
-    r = first_step_match("tiny-llama", prompts=4, group_size=4, new_tokens=16, reward=digit_fraction, fixed_length=False)
+    r = first_step_match(
+        "tiny-llama", prompts=4, group_size=4, new_tokens=16, reward=digit_fraction, fixed_length=False
+    )
     assert r["advantages_nonzero"] > 0 and r["grad_norm_trl"] > 0  # the comparison is not vacuous
     assert r["loss_abs_diff"] < 1e-5
     assert r["advantages_max_abs_diff"] < 1e-5

@@ -61,7 +61,9 @@ def _task(prompts: int):
     return get_task("arithmetic", n_train=prompts, n_test=prompts)
 
 
-def covey_config(model: str, *, prompts: int, group_size: int, new_tokens: int, dtype: str = "bf16", steps: int = 4, seed: int = 0) -> RunConfig:
+def covey_config(
+    model: str, *, prompts: int, group_size: int, new_tokens: int, dtype: str = "bf16", steps: int = 4, seed: int = 0
+) -> RunConfig:
     """covey's run config matching TRL's GRPO defaults (see the module docstring)."""
     return validate_config(
         {
@@ -85,7 +87,9 @@ def covey_config(model: str, *, prompts: int, group_size: int, new_tokens: int, 
     )
 
 
-def trl_args(*, prompts: int, group_size: int, new_tokens: int, bf16: bool, steps: int, seed: int = 0, fixed_length: bool = True):
+def trl_args(
+    *, prompts: int, group_size: int, new_tokens: int, bf16: bool, steps: int, seed: int = 0, fixed_length: bool = True
+):
     """TRL `GRPOConfig` with the same settings: one update per generated batch of prompts*group_size rows."""
     from trl import GRPOConfig
 
@@ -160,7 +164,8 @@ def _recording_trainer(base):
         def training_step(self, model, inputs, *a, **kw):
             out = super().training_step(model, inputs, *a, **kw)
             if self.record_grads and "grads" not in self.record:  # after backward, before clip and step
-                self.record["grads"] = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+                named = model.named_parameters()
+                self.record["grads"] = {n: p.grad.detach().clone() for n, p in named if p.grad is not None}
             return out
 
     return Recording
@@ -196,7 +201,10 @@ def first_step_match(
     policy.float()
     initial = copy.deepcopy(policy)  # covey starts from these weights (TRL patches its own model)
     trl_tok = copy.deepcopy(tokenizer)
-    args = trl_args(prompts=prompts, group_size=group_size, new_tokens=new_tokens, bf16=False, steps=1, seed=seed, fixed_length=fixed_length)
+    args = trl_args(
+        prompts=prompts, group_size=group_size, new_tokens=new_tokens, bf16=False, steps=1, seed=seed,
+        fixed_length=fixed_length,
+    )  # fmt: skip
     trainer = _recording_trainer(GRPOTrainer)(
         model=policy, reward_funcs=reward or _verifier(task), args=args, train_dataset=_dataset(task),
         processing_class=trl_tok, record_grads=True,
@@ -228,7 +236,8 @@ def first_step_match(
     adv = cfg.algo.bind("advantage")(batch)
     batch.advantages, batch.sample_mask = adv.advantages.float(), adv.sample_mask
     mask = batch.loss_mask()
-    totals = BatchTotals(num_tokens=float(mask.sum()), num_seqs=float((mask.sum(-1) > 0).sum()), max_new_tokens=new_tokens)
+    seqs = float((mask.sum(-1) > 0).sum())
+    totals = BatchTotals(num_tokens=float(mask.sum()), num_seqs=seqs, max_new_tokens=new_tokens)
     initial.train()
     initial.zero_grad(set_to_none=True)
     loss, _ = learner._loss(batch, mask, totals)  # the exact loss an update would backpropagate
@@ -256,8 +265,15 @@ def first_step_match(
 
 
 # --------------------------------------------------------------------------------------------- timing
-def step_vs_trl(model: str, *, steps: int = 3, prompts: int = 8, group_size: int = 8, new_tokens: int = 24, covey_fp32: bool = True) -> dict:
-    """Median seconds per training step of TRL and covey (bf16 and optionally fp32), plus the loss match."""
+def step_vs_trl(
+    model: str, *, steps: int = 3, prompts: int = 8, group_size: int = 8, new_tokens: int = 24,
+    covey_fp32: bool = True, threads: int = 0,
+) -> dict:  # fmt: skip
+    """Median seconds per training step of TRL and covey (bf16 and optionally fp32), plus the loss match.
+
+    threads: torch intra-op threads for both frameworks (0 = torch's default). On a shared machine
+    1 thread gives steadier numbers (oversubscribed OpenMP threads wait on each other).
+    """
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
@@ -265,6 +281,10 @@ def step_vs_trl(model: str, *, steps: int = 3, prompts: int = 8, group_size: int
 
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0 (0 = torch's default), got {threads}")
+    if threads:
+        torch.set_num_threads(threads)
     load_before = os.getloadavg()
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the CLI's JSON line
         _log(f"{model}: first-step loss match (fp32)")
@@ -272,7 +292,11 @@ def step_vs_trl(model: str, *, steps: int = 3, prompts: int = 8, group_size: int
         _log(f"loss match: {match}")
 
         runs = {"covey": "bf16"} | ({"covey_fp32": "fp32"} if covey_fp32 else {})
-        covey = {name: Trainer(covey_config(model, prompts=prompts, group_size=group_size, new_tokens=new_tokens, dtype=dt, steps=steps + 1), tempfile.mkdtemp(prefix="covey-bench-")) for name, dt in runs.items()}  # fmt: skip
+        shape = {"prompts": prompts, "group_size": group_size, "new_tokens": new_tokens}
+        covey = {
+            name: Trainer(covey_config(model, **shape, dtype=dt, steps=steps + 1), tempfile.mkdtemp(prefix="covey-bench-"))
+            for name, dt in runs.items()
+        }
         times: dict[str, list[float]] = {"trl": [], **{k: [] for k in covey}}
         parts: dict[str, list[dict]] = {k: [] for k in covey}
         clock = {"t": 0.0}
@@ -296,7 +320,7 @@ def step_vs_trl(model: str, *, steps: int = 3, prompts: int = 8, group_size: int
         policy.float()
         trainer = _recording_trainer(GRPOTrainer)(
             model=policy, reward_funcs=_verifier(task), train_dataset=_dataset(task), processing_class=tokenizer,
-            args=trl_args(prompts=prompts, group_size=group_size, new_tokens=new_tokens, bf16=True, steps=steps + 1),
+            args=trl_args(**shape, bf16=True, steps=steps + 1),
             callbacks=[Alternate()],
         )  # fmt: skip
         try:
@@ -311,7 +335,7 @@ def step_vs_trl(model: str, *, steps: int = 3, prompts: int = 8, group_size: int
         "bench": "step-vs-trl",
         "model": model,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "machine": f"{_cpu_name()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads",
         "load_avg_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "settings": {"prompts": prompts, "group_size": group_size, "new_tokens": new_tokens, "steps_timed": steps,
                      "lr": LR, "loss": "token-mean (TRL dapo)", "adv_eps": ADV_EPS, "clip_eps": CLIP_EPS, "kl": 0},
@@ -333,6 +357,15 @@ def step_vs_trl(model: str, *, steps: int = 3, prompts: int = 8, group_size: int
         }
     out |= match
     return out
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        return names[0] if names else platform.machine()
+    except OSError:
+        return platform.processor() or platform.machine()
 
 
 def _breakdown(metrics: list[dict]) -> dict[str, float]:
