@@ -92,7 +92,7 @@ def test_resume_after_sigkill_is_exact(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     covey = [sys.executable, "-m", "covey.cli"]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}  # like the in-process tests (conftest)
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     subprocess.run(covey + ["train", str(path), "--run-dir", str(straight)], check=True, env=env, capture_output=True)
 
