@@ -184,11 +184,14 @@ def bench_generate(
     prompt_tokens: int = 32,
     new_tokens: int = 64,
     dtype: str = "bf16",
+    repeats: int = 3,
+    threads: Annotated[int, typer.Option(help="torch threads for both engines (0 = torch's default).")] = 0,
 ):
     """covey's engine vs HF generate on the same model, prompts and settings (tokens/s and ratio)."""
     from covey.engine.bench import generate_cmd
 
-    generate_cmd(model=model, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype)
+    generate_cmd(model=model, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
+                 repeats=repeats, threads=threads)  # fmt: skip
 
 
 @bench_app.command("step-vs-trl")

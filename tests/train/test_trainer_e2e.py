@@ -1,12 +1,10 @@
 """End-to-end training on the tiny model: learning, every preset, exact resume after SIGKILL."""
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
