@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from covey.engine.base import Engine, SamplingParams
 from covey.eval.metrics import majority_vote, pass_at_k
-from covey.rollout import completion_texts, rollout_groups
+from covey.rollout import completion_texts, item_columns, rollout_groups
 
 __all__ = ["evaluate"]
 
@@ -40,7 +40,7 @@ def evaluate(
         batch = rollout_groups(engine, tokenizer, chunk, n, sampling)
         texts = completion_texts(tokenizer, batch)
         rows = [it for it in chunk for _ in range(n)]
-        cols = {k: [r.get(k) for r in rows] for k in rows[0] if k not in ("id", "prompt")}
+        cols = item_columns(rows)
         scores = task.reward([r["prompt"] for r in rows], texts, **cols)
         scores = [float(s) if s is not None else 0.0 for s in scores]
         extract = getattr(task, "extract_answer", None)

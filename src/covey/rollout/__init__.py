@@ -1,5 +1,5 @@
 """Rollout strategies: how prompts become completions through an Engine."""
 
-from covey.rollout.group import completion_texts, rollout_groups
+from covey.rollout.group import completion_texts, item_columns, rollout_groups
 
-__all__ = ["completion_texts", "rollout_groups"]
+__all__ = ["completion_texts", "item_columns", "rollout_groups"]

@@ -12,7 +12,7 @@ from covey.engine.base import Engine, SamplingParams
 from covey.models import apply_chat
 from covey.rollouts import Rollouts
 
-__all__ = ["completion_texts", "rollout_groups"]
+__all__ = ["completion_texts", "item_columns", "rollout_groups"]
 
 
 def rollout_groups(engine: Engine, tokenizer, items: list[dict], group_size: int, sampling: SamplingParams) -> Rollouts:
@@ -30,3 +30,8 @@ def completion_texts(tokenizer, batch: Rollouts) -> list[str]:
     return tokenizer.batch_decode(
         [row[:n].tolist() for row, n in zip(batch.completion_ids, lengths)], skip_special_tokens=True
     )
+
+
+def item_columns(rows: list[dict]) -> dict[str, list]:
+    """Reward-function keyword columns from the item of each row: every key but id and prompt."""
+    return {k: [r.get(k) for r in rows] for k in rows[0] if k not in ("id", "prompt")}

@@ -153,8 +153,6 @@ class RunConfig(_Strict):
             raise ValueError(
                 f"optim.micro_batch_size={mb} is larger than a mini-batch ({n // self.optim.mini_batches} rows)"
             )
-        if self.algo.kl is not None and self.algo.kl.coef > 0 and self.model.lora is None:
-            pass  # a frozen reference copy is loaded; with LoRA the base model (adapters off) is the reference
         return self
 
 

@@ -20,7 +20,7 @@ from covey.algos.kl import kl_reward_penalty
 from covey.algos.shaping import overlong_penalty
 from covey.data import UniformSampler, informative_groups
 from covey.engine import SamplingParams, TorchEngine
-from covey.rollout import completion_texts, rollout_groups
+from covey.rollout import completion_texts, item_columns, rollout_groups
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
 from covey.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -128,7 +128,7 @@ class Trainer:
         G = len(batch) // len(items)
         rows = [item for item in items for _ in range(G)]
         texts = completion_texts(self.tokenizer, batch)
-        columns = {k: [r.get(k) for r in rows] for k in rows[0] if k not in ("id", "prompt")}
+        columns = item_columns(rows)
         columns["completion_length"] = batch.lengths.tolist()  # token counts, for length rewards
         result = self.rewards([r["prompt"] for r in rows], texts, group=batch.group.tolist(), **columns)
         cols, names, weights = [result.rewards], list(result.names), list(result.weights)
