@@ -45,6 +45,9 @@ class Rollouts:
         policy_version:      [N, T] long, which weights produced each token (partial/async rollouts).
         tree_path:           list of N tuples of node ids from root to leaf (tree rollouts).
         trajectory, step:    [N] long, for multi-turn agents (one row per step).
+        items:               list of N dataset items (dicts, shared not copied): the item each row
+                             answers; rewards read their columns from it (set by the rollout strategy).
+        extras:              free-form per-batch annotations (e.g. a sampler's per-row baseline).
     """
 
     prompt_ids: list[Tensor]
@@ -66,7 +69,25 @@ class Rollouts:
     tree_path: list[tuple[int, ...]] | None = None
     trajectory: Tensor | None = None
     step: Tensor | None = None
+    items: list[dict] | None = None
     extras: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_generation(cls, gen, group: Tensor, items: list[dict]) -> "Rollouts":
+        """A batch from an engine's `Generation`: `group` [N] long, `items` the item of each row
+        (its int ``id`` becomes `prompt_id`)."""
+        return cls(
+            prompt_ids=gen.prompt_ids,
+            completion_ids=gen.completion_ids,
+            completion_mask=gen.completion_mask,
+            behaviour_logprobs=gen.logprobs,
+            group=group,
+            prompt_id=torch.tensor([int(it["id"]) for it in items], dtype=torch.long),
+            finish_reason=list(gen.finish_reason),
+            entropies=gen.entropies,
+            policy_version=gen.policy_version,
+            items=list(items),
+        ).validate()
 
     # ------------------------------------------------------------------ derived views
     def __len__(self) -> int:
@@ -156,6 +177,8 @@ class Rollouts:
                 _check(val, name, (n,), (torch.long,))
         if self.tree_path is not None and len(self.tree_path) != n:
             raise RolloutsError(f"tree_path must hold N={n} tuples, got {len(self.tree_path)}")
+        if self.items is not None and len(self.items) != n:
+            raise RolloutsError(f"items must hold N={n} dataset items, got {len(self.items)}")
         return self
 
     # ------------------------------------------------------------------ row selection and joining

@@ -32,7 +32,7 @@ def test_sampler_rejects_empty_source():
         raise AssertionError("empty source accepted")
 
 
-def test_informative_groups_keeps_mixed_and_singleton_groups():
+def test_informative_groups_keeps_only_mixed_groups():
     rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5])
-    group = torch.tensor([7, 7, 2, 2, 9])  # group 7 constant, group 2 mixed, group 9 singleton (DAPO keeps it)
-    assert informative_groups(rewards, group).tolist() == [False, False, True, True, True]
+    group = torch.tensor([7, 7, 2, 2, 9])  # group 7 constant, group 2 mixed, group 9 a singleton (no signal)
+    assert informative_groups(rewards, group).tolist() == [False, False, True, True, False]

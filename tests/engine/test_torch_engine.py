@@ -53,7 +53,7 @@ def test_sampling_is_reproducible_by_seed_and_differs_across_seeds(tiny):
     b = engine.generate(_prompts(tok), 2, SamplingParams(seed=7, **sp))
     c = engine.generate(_prompts(tok), 2, SamplingParams(seed=8, **sp))
     assert torch.equal(a.completion_ids, b.completion_ids)
-    assert torch.equal(a.behaviour_logprobs, b.behaviour_logprobs)
+    assert torch.equal(a.logprobs, b.logprobs)
     assert not torch.equal(a.completion_ids, c.completion_ids)
     assert not torch.equal(a.completion_ids[0], a.completion_ids[1])  # the n samples of a prompt differ
 
@@ -62,7 +62,7 @@ def test_rollouts_layout_groups_and_prompts(tiny):
     model, tok = tiny
     prompts = _prompts(tok)
     out = TorchEngine(model, dtype="fp32").generate(prompts, 3, SamplingParams(seed=0, max_new_tokens=5, ignore_eos=True))
-    assert out.group.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2] == out.prompt_id.tolist()
+    assert out.prompt_index.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert [p.tolist() for p in out.prompt_ids] == [p for p in prompts for _ in range(3)]
     assert out.completion_ids.shape == (9, 5) and out.completion_mask.sum() == 45
 
@@ -76,9 +76,9 @@ def test_behaviour_logprobs_equal_teacher_forced_logprobs(tiny, temperature):
     logp, ent = completion_logprobs(
         model, out.prompt_ids, out.completion_ids, out.completion_mask, temperature=temperature, with_entropy=True
     )
-    assert (logp - out.behaviour_logprobs).abs().max() < 1e-4
+    assert (logp - out.logprobs).abs().max() < 1e-4
     assert (ent - out.entropies).abs().max() < 1e-4
-    assert (out.behaviour_logprobs[out.completion_mask == 0] == 0).all()
+    assert (out.logprobs[out.completion_mask == 0] == 0).all()
 
 
 def _stopping_engine(tiny):
@@ -151,7 +151,7 @@ def test_compaction_gives_the_same_tokens_as_no_compaction(tiny):
     assert torch.equal(on.completion_ids, off.completion_ids)
     assert on.finish_reason == off.finish_reason
     # the batch size changes BLAS blocking, so log-probs agree to rounding, not bit for bit
-    assert torch.allclose(on.behaviour_logprobs, off.behaviour_logprobs, atol=1e-4)
+    assert torch.allclose(on.logprobs, off.logprobs, atol=1e-4)
 
 
 def test_fp32_engine_shares_weights_and_sees_in_place_updates():
@@ -163,7 +163,7 @@ def test_fp32_engine_shares_weights_and_sees_in_place_updates():
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1.5)
-    engine.update_weights(model)  # free: every tensor is already shared
+    engine.load_weights(model)  # free: every tensor is already shared
     after = engine.generate([tok.encode("abc")], 1, sp).completion_ids
     assert not torch.equal(before, after)
     fresh = TorchEngine(model, dtype="fp32").generate([tok.encode("abc")], 1, sp).completion_ids
@@ -177,11 +177,11 @@ def test_bf16_copy_refreshes_from_learner_weights():
     assert not engine.shares_weights
     sp = SamplingParams(greedy=True, max_new_tokens=12, ignore_eos=True)
     prompt = [tok.encode("12+7=")]
-    engine.update_weights(other.state_dict())
+    engine.load_weights(other.state_dict())
     ref = TorchEngine(other, dtype="bf16").generate(prompt, 1, sp)
     got = engine.generate(prompt, 1, sp)
     assert torch.equal(got.completion_ids, ref.completion_ids)
-    assert torch.equal(got.behaviour_logprobs, ref.behaviour_logprobs)
+    assert torch.equal(got.logprobs, ref.logprobs)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
@@ -190,7 +190,7 @@ def test_bf16_engine_logprobs_are_close_to_fp32(name):
     sp = SamplingParams(seed=2, max_new_tokens=12, ignore_eos=True)
     out = TorchEngine(model, dtype="bf16").generate(_prompts(tok), 2, sp)
     logp, _ = completion_logprobs(model, out.prompt_ids, out.completion_ids, out.completion_mask)
-    assert (logp - out.behaviour_logprobs).abs().max() < 0.05
+    assert (logp - out.logprobs).abs().max() < 0.05
 
 
 def test_bad_inputs_raise_clear_errors(tiny):
@@ -216,17 +216,17 @@ def test_waves_of_rows_give_the_same_rollouts_as_one_batch(tiny):
     by_memory = TorchEngine(model, dtype="fp32", max_cache_bytes=1).generate(_prompts(tok), 3, sp)  # same, by budget
     assert torch.equal(one.completion_ids, waves.completion_ids)
     assert torch.equal(one.completion_ids, by_memory.completion_ids)
-    assert torch.equal(one.group, waves.group) and one.finish_reason == waves.finish_reason
-    assert torch.allclose(one.behaviour_logprobs, waves.behaviour_logprobs, atol=1e-4)
+    assert torch.equal(one.prompt_index, waves.prompt_index) and one.finish_reason == waves.finish_reason
+    assert torch.allclose(one.logprobs, waves.logprobs, atol=1e-4)
 
 
 def test_rollout_tensors_can_enter_the_learners_autograd_graph(tiny):
     model, tok = tiny
     out = TorchEngine(model, dtype="fp32").generate(_prompts(tok), 2, SamplingParams(seed=0, max_new_tokens=6))
     logp, _ = completion_logprobs(model, out.prompt_ids, out.completion_ids, out.completion_mask)
-    ratio = (logp - out.behaviour_logprobs).exp()
+    ratio = (logp - out.logprobs).exp()
     (ratio * out.completion_mask).sum().backward()  # inference-mode tensors would fail here
-    assert not out.completion_mask.is_inference() and not out.behaviour_logprobs.is_inference()
+    assert not out.completion_mask.is_inference() and not out.logprobs.is_inference()
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "mistral"])

@@ -2,7 +2,7 @@ import torch
 
 from covey.eval import evaluate, pass_at_k
 from covey.models import build_tiny_tokenizer
-from covey.rollouts import Rollouts
+from covey.engine import Generation
 from covey.tasks import get_task
 
 
@@ -18,11 +18,14 @@ class ScriptedEngine:
         width = max(len(r) for r in rows)
         ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
         mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows])
-        group = torch.arange(len(prompts)).repeat_interleave(n)
-        return Rollouts([torch.tensor(p) for p in prompts for _ in range(n)], ids, mask, torch.zeros_like(mask),
-                        group, group.clone(), finish_reason=["stop"] * len(rows))  # fmt: skip
+        index = torch.arange(len(prompts)).repeat_interleave(n)
+        return Generation([torch.tensor(p) for p in prompts for _ in range(n)], ids, mask, torch.zeros_like(mask),
+                          ["stop"] * len(rows), index)  # fmt: skip
 
-    def update_weights(self, source):
+    def load_weights(self, source, version=None):
+        pass
+
+    def close(self):
         pass
 
 

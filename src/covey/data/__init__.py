@@ -1,6 +1,7 @@
-"""Prompt sources, samplers and group filters."""
+"""Prompt samplers (the `PromptSampler` seam, registry `SAMPLERS`) and group filters."""
 
+from covey.data.base import SAMPLERS, BaseSampler, PromptSampler, register_sampler
 from covey.data.filters import informative_groups
 from covey.data.sampler import UniformSampler
 
-__all__ = ["UniformSampler", "informative_groups"]
+__all__ = ["SAMPLERS", "BaseSampler", "PromptSampler", "UniformSampler", "informative_groups", "register_sampler"]

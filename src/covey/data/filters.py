@@ -1,8 +1,10 @@
 """Group filters: find groups that carry no learning signal (DAPO dynamic sampling).
 
 A group whose scalar rewards are all equal gets zero advantage under every group-relative estimator,
-so it only costs compute. DAPO keeps a group iff std(rewards) > 0 or G == 1
-(verl-recipe `dapo_ray_trainer.py`); the trainer regenerates until enough groups are kept.
+so it only costs compute. DAPO keeps a group iff std(rewards) > 0. verl-recipe
+(`dapo_ray_trainer.py`) also keeps groups of one sample; covey does not: a single sample's
+group-relative advantage is zero, so it carries no signal either. The `dynamic` rollout strategy
+regenerates until enough groups are kept.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ __all__ = ["informative_groups"]
 
 
 def informative_groups(rewards: Tensor, group: Tensor) -> Tensor:
-    """[N] bool: True for rows whose group has non-constant reward, or is a singleton.
+    """[N] bool: True for rows whose group has non-constant reward (a singleton never does).
 
     rewards: [N] scalar reward; group: [N] group ids (any order).
     >>> informative_groups(torch.tensor([1., 1., 0., 1.]), torch.tensor([0, 0, 1, 1])).tolist()
@@ -23,5 +25,4 @@ def informative_groups(rewards: Tensor, group: Tensor) -> Tensor:
     _, inv, counts = torch.unique(group, return_inverse=True, return_counts=True)
     gmax = torch.full((len(counts),), -torch.inf).scatter_reduce(0, inv, rewards, "amax")
     gmin = torch.full((len(counts),), torch.inf).scatter_reduce(0, inv, rewards, "amin")
-    keep = (gmax > gmin) | (counts == 1)
-    return keep[inv]
+    return (gmax > gmin)[inv]

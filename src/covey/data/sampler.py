@@ -1,8 +1,7 @@
-"""Prompt samplers: which dataset items each step rolls out.
+"""`uniform`: a seeded permutation of the items, epoch after epoch (GRPO's default sampler).
 
-`UniformSampler` walks a seeded permutation of the items, epoch after epoch. Its whole state is
-(epoch, position), so a resumed run draws exactly the prompts an uninterrupted run would.
-Smarter samplers (VADE, SPO, DARS, curricula) implement the same three methods.
+Its whole state is (epoch, position), so a resumed run draws exactly the prompts an uninterrupted
+run would.
 """
 
 from __future__ import annotations
@@ -12,14 +11,15 @@ from typing import Any
 
 import torch
 
+from covey.data.base import BaseSampler, register_sampler
+
 __all__ = ["UniformSampler"]
 
 
-class UniformSampler:
+@register_sampler("uniform")
+class UniformSampler(BaseSampler):
     def __init__(self, items: Sequence[dict], seed: int = 0):
-        if len(items) == 0:
-            raise ValueError("the prompt source has no items: check the task/dataset and its split")
-        self.items, self.seed = items, seed
+        super().__init__(items, seed)
         self.epoch, self.pos = 0, 0
         self._order = self._permutation(0)
 

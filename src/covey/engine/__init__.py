@@ -6,7 +6,7 @@ learner; `filter_logits` / `sample_tokens` are the sampling math; `bench_generat
 engine with HF `generate`. Chat templates live in `covey.models`.
 """
 
-from covey.engine.base import Engine, SamplingParams
+from covey.engine.base import ENGINES, Engine, Generation, SamplingParams, register_engine
 from covey.engine.bench import bench_generate
 from covey.engine.forward import KVCache
 from covey.engine.logprobs import completion_logprobs, token_logprobs_from_logits
@@ -14,7 +14,9 @@ from covey.engine.sampling import filter_logits, inverse_cdf, sample_tokens
 from covey.engine.torch_engine import TorchEngine
 
 __all__ = [
+    "ENGINES",
     "Engine",
+    "Generation",
     "KVCache",
     "SamplingParams",
     "TorchEngine",
@@ -22,6 +24,7 @@ __all__ = [
     "completion_logprobs",
     "filter_logits",
     "inverse_cdf",
+    "register_engine",
     "sample_tokens",
     "token_logprobs_from_logits",
 ]

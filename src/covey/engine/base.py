@@ -1,7 +1,15 @@
-"""The Engine protocol: token ids in, sampled token ids and their log-probs out.
+"""The Engine seam: token ids in, sampled token ids and their log-probs out.
 
-The engine knows nothing about chat templates, datasets or rewards; it speaks tokens and tensors, so
-a vLLM-backed engine or a remote engine pool can implement the same two methods.
+The engine knows nothing about chat templates, datasets, groups or rewards; it speaks tokens and
+tensors, so a vLLM-backed engine or a remote engine pool can implement the same few methods:
+
+    generate(prompts, n, sampling) -> Generation     n completions per prompt
+    load_weights(source, version)                      the learner's weights, tagged with a version
+    close()                                            free memory, workers, devices
+
+Engines are built as ``factory(model, tokenizer, **params)`` from config ``engine: {name, ...}``
+(registered in `ENGINES`, or an import path). The rollout strategy turns a `Generation` into a
+`Rollouts` batch (it alone assigns groups and prompt ids).
 """
 
 from __future__ import annotations
@@ -9,11 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
-from covey.rollouts import Rollouts
+from covey.plugins import PluginRegistry
 
-__all__ = ["Engine", "SamplingParams"]
+__all__ = ["ENGINES", "Engine", "Generation", "SamplingParams", "register_engine"]
 
 
 @dataclass
@@ -33,21 +42,64 @@ class SamplingParams:
     seed: int | None = None
     greedy: bool = False  # argmax decoding; logprobs are still those of the tempered distribution
     ignore_eos: bool = False  # no default stop tokens (benchmarks); explicit stop_token_ids still stop
-    return_entropies: bool = False  # fill Rollouts.entropies (entropy of the tempered distribution)
+    return_entropies: bool = False  # fill Generation.entropies (entropy of the tempered distribution)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Generation:
+    """What an engine returns for P prompts x n completions: N = P * n rows, prompt p's rows at
+    [p*n, (p+1)*n).
+
+    prompt_ids:     list of N 1-D long tensors (the prompt of each row).
+    completion_ids: [N, T] long, right-padded with the pad id.
+    completion_mask:[N, T] float32, 1.0 on generated tokens.
+    logprobs:       [N, T] float32, log-prob of each sampled token under the (tempered) sampling
+                    distribution of the weights that produced it; 0 on padding.
+    finish_reason:  N strings, "stop" or "length".
+    prompt_index:   [N] long, which of the P prompts each row continues.
+    entropies:      [N, T] float32 or None (when `SamplingParams.return_entropies`).
+    policy_version: [N, T] long or None, the weights version that produced each token.
+    """
+
+    prompt_ids: list[Tensor]
+    completion_ids: Tensor
+    completion_mask: Tensor
+    logprobs: Tensor
+    finish_reason: list[str]
+    prompt_index: Tensor
+    entropies: Tensor | None = None
+    policy_version: Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.completion_ids.shape[0])
+
+    @property
+    def lengths(self) -> Tensor:
+        """[N] long: generated tokens per row."""
+        return self.completion_mask.sum(-1).round().long()
 
 
 @runtime_checkable
 class Engine(Protocol):
-    def generate(self, prompts: list[list[int]] | list[Tensor], n: int, sampling: SamplingParams) -> Rollouts:
-        """Sample `n` completions for each prompt.
-
-        Returns a `Rollouts` with N = len(prompts) * n rows, rows of prompt p at [p*n, (p+1)*n),
-        `group` = `prompt_id` = p, completion ids, mask, behaviour log-probs of the sampled tokens
-        (under the tempered distribution) and `finish_reason` ("stop" or "length").
-        """
+    def generate(self, prompts: list[list[int]] | list[Tensor], n: int, sampling: SamplingParams) -> Generation:
+        """Sample `n` completions for each prompt (rows of prompt p at [p*n, (p+1)*n))."""
         ...
 
-    def update_weights(self, source: Any) -> None:
-        """Use the learner's current weights (a model or a state dict). Free when shared."""
+    def load_weights(self, source: Any, version: int | None = None) -> None:
+        """Use the learner's weights (an HF model or a name -> tensor mapping); tokens generated
+        afterwards carry `version` in `Generation.policy_version`."""
         ...
+
+    def close(self) -> None:
+        """Release what the engine holds (caches, workers, device memory)."""
+        ...
+
+
+def version_tensor(mask: Tensor, version: int) -> Tensor:
+    """[N, T] long policy versions for the generated tokens (0 on padding)."""
+    return (mask > 0).long() * int(version)
+
+
+ENGINES = PluginRegistry("engine", Engine, context=("model", "tokenizer"))
+register_engine = ENGINES.register

@@ -50,7 +50,7 @@ class LayerWeights:
     w_up: Tensor
     w_down: Tensor
     # Fused copies (copy mode only): wq/wk/wv and w_gate/w_up are then views into these, so one
-    # matmul replaces three (two) and update_weights still writes through the per-name views.
+    # matmul replaces three (two) and load_weights still writes through the per-name views.
     wqkv: Tensor | None = None
     bqkv: Tensor | None = None
     w_gu: Tensor | None = None

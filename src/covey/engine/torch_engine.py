@@ -8,8 +8,8 @@ stop token or stop string are dropped from the active batch once a fraction `com
 it has finished (compaction: one index copy of the cache), so long tails do not pay for them.
 
 Dtypes: "fp32" uses the model's own fp32 parameters when the model is fp32 (no copy;
-`update_weights` is then free); "bf16" keeps a fused (q/k/v, gate/up), oneDNN pre-packed bf16
-copy, refreshed in place and repacked by `update_weights` (~0.1-0.3 s for 135M parameters).
+`load_weights` is then free); "bf16" keeps a fused (q/k/v, gate/up), oneDNN pre-packed bf16
+copy, refreshed in place and repacked by `load_weights` (~0.1-0.3 s for 135M parameters).
 
 Reproducibility: with `SamplingParams.seed` set, the same prompts, n and settings give the same
 tokens; each (row, step) draws from its own pre-drawn uniform (see `covey.engine.sampling`), so
@@ -19,7 +19,7 @@ distribution; see `covey.engine.sampling` for that choice.
 Continuing a partial completion (APRIL partial rollouts) = generating from prompt + partial tokens.
 Tree rollouts can fork rows with `KVCache.gather_rows`. The chat template is the caller's business
 (`covey.models.apply_chat`). Not covered: sliding-window attention, PEFT-wrapped models (pass the
-merged weights to `update_weights`), architectures outside `forward.SUPPORTED`.
+merged weights to `load_weights`), architectures outside `forward.SUPPORTED`.
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from covey.engine.base import SamplingParams
+from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
 from covey.engine.forward import decode_step, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings
-from covey.rollouts import Rollouts
 
 __all__ = ["TorchEngine"]
 
 _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
 
 
+@register_engine("torch")
 class TorchEngine:
     """Engine over an HF causal LM (model_type llama / qwen2 / qwen3 / mistral).
 
@@ -55,9 +55,9 @@ class TorchEngine:
     def __init__(
         self,
         model,
+        tokenizer=None,
         *,
         dtype: str = "bf16",
-        tokenizer=None,
         pad_token_id: int | None = None,
         compaction: bool = True,
         compact_fraction: float = 0.25,
@@ -87,16 +87,18 @@ class TorchEngine:
         self.eos_ids = _eos_ids(model, tokenizer)
         self._stops: dict[tuple[str, ...], StopStrings] = {}
         self._scratch: dict = {}  # sampling work tensors reused across steps
+        self.version = 0  # policy version of the loaded weights (load_weights)
 
     # ------------------------------------------------------------------ weights
     @property
     def shares_weights(self) -> bool:
-        """True when the engine reads the model's parameters directly (update_weights is free)."""
+        """True when the engine reads the model's parameters directly (load_weights is free)."""
         return _shares(self.weights, self.model)
 
     @torch.no_grad()
-    def update_weights(self, source) -> None:
+    def load_weights(self, source, version: int | None = None) -> None:
         """Load the learner's weights: an HF model of the same architecture, or its state dict.
+        Tokens generated afterwards carry `version` (default: the previous version + 1).
 
         Tensors that already share storage with the source are skipped (free when shared). In
         shared fp32 mode the engine's tensors ARE its model's parameters, so loading a different
@@ -108,16 +110,22 @@ class TorchEngine:
             if name not in state:
                 if name == "lm_head.weight" and tied:
                     continue
-                raise KeyError(f"update_weights: source has no tensor {name!r} (is it the same architecture?)")
+                raise KeyError(f"load_weights: source has no tensor {name!r} (is it the same architecture?)")
             src = state[name]
             if tuple(src.shape) != tuple(dst.shape):
-                raise ValueError(f"update_weights: {name} has shape {tuple(src.shape)}, engine needs {tuple(dst.shape)}")
+                raise ValueError(f"load_weights: {name} has shape {tuple(src.shape)}, engine needs {tuple(dst.shape)}")
             if src.data_ptr() != dst.data_ptr():
                 dst.copy_(src)
         self.weights.repack()
+        self.version = self.version + 1 if version is None else int(version)
+
+    def close(self) -> None:
+        """Drop the sampling work buffers and the stop-string tables (the weights stay with the model)."""
+        self._scratch.clear()
+        self._stops.clear()
 
     # ------------------------------------------------------------------ generation
-    def generate(self, prompts, n: int, sampling: SamplingParams) -> Rollouts:
+    def generate(self, prompts, n: int, sampling: SamplingParams) -> Generation:
         """Sample `n` completions per prompt; see `covey.engine.base.Engine.generate`."""
         sp = sampling
         validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
@@ -149,12 +157,8 @@ class TorchEngine:
             with torch.inference_mode():
                 raw = self._generate(plist[a:b], n, sp, stop_ids, stops, u)
             # Built outside inference mode: the learner saves these tensors for backward.
-            parts.append(self._rollouts(plist[a:b], n, a, *raw))
-        if len(parts) == 1:
-            return parts[0]
-        out = Rollouts.concat(parts)
-        out.completion_ids = out.completion_ids.masked_fill(out.completion_mask == 0, self.pad_token_id)
-        return out.validate()
+            parts.append(self._generation(plist[a:b], n, a, *raw))
+        return parts[0] if len(parts) == 1 else _concat(parts, self.pad_token_id)
 
     def _stop_strings(self, strings: tuple[str, ...]) -> StopStrings:
         if self.tokenizer is None:
@@ -235,21 +239,41 @@ class TorchEngine:
                 alive = alive[keep]
         return out_tok, out_lp, out_ent, lengths, stopped
 
-    def _rollouts(self, plist, n, first_id, out_tok, out_lp, out_ent, lengths, stopped) -> Rollouts:
+    def _generation(self, plist, n, first_id, out_tok, out_lp, out_ent, lengths, stopped) -> Generation:
         t = int(lengths.max())
         mask = (torch.arange(t)[None] < lengths[:, None]).float()  # [N, T]
-        ids = out_tok[:, :t].masked_fill(mask == 0, self.pad_token_id)
-        pid = torch.arange(first_id, first_id + len(plist)).repeat_interleave(n)
-        return Rollouts(
+        return Generation(
             prompt_ids=[torch.tensor(p, dtype=torch.long) for p in plist for _ in range(n)],
-            completion_ids=ids,
+            completion_ids=out_tok[:, :t].masked_fill(mask == 0, self.pad_token_id),
             completion_mask=mask,
-            behaviour_logprobs=out_lp[:, :t].masked_fill(mask == 0, 0.0),
-            group=pid.clone(),
-            prompt_id=pid,
+            logprobs=out_lp[:, :t].masked_fill(mask == 0, 0.0),
             finish_reason=["stop" if s else "length" for s in stopped.tolist()],
+            prompt_index=torch.arange(first_id, first_id + len(plist)).repeat_interleave(n),
             entropies=None if out_ent is None else out_ent[:, :t].masked_fill(mask == 0, 0.0),
-        ).validate()
+            policy_version=version_tensor(mask, self.version),
+        )
+
+
+def _concat(parts: list[Generation], pad_id: int) -> Generation:
+    """Join waves row-wise, right-padding token tensors to the widest T."""
+    t = max(p.completion_ids.shape[1] for p in parts)
+
+    def cat(name, value=0):
+        vals = [getattr(p, name) for p in parts]
+        if vals[0] is None:
+            return None
+        return torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=value) for v in vals])
+
+    return Generation(
+        prompt_ids=[x for p in parts for x in p.prompt_ids],
+        completion_ids=cat("completion_ids", pad_id),
+        completion_mask=cat("completion_mask"),
+        logprobs=cat("logprobs"),
+        finish_reason=[r for p in parts for r in p.finish_reason],
+        prompt_index=torch.cat([p.prompt_index for p in parts]),
+        entropies=cat("entropies"),
+        policy_version=cat("policy_version"),
+    )
 
 
 def _shares(w, model) -> bool:

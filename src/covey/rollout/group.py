@@ -1,30 +1,46 @@
-"""Group sampling: G i.i.d. completions per prompt through an Engine (the GRPO rollout).
-
-This layer owns what the engine does not: chat templates (text/messages -> token ids), dataset ids,
-and decoding completions back to text for the reward functions.
+"""`group`: G i.i.d. completions per prompt through an Engine (the GRPO rollout), and the helpers
+every strategy shares: chat templates in, `Rollouts` out, completions decoded back to text.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from covey.engine.base import Engine, SamplingParams
 from covey.models import apply_chat
+from covey.rollout.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
 
-__all__ = ["completion_texts", "item_columns", "rollout_groups"]
+__all__ = ["GroupStrategy", "completion_texts", "item_columns", "sample_groups"]
 
 
-def rollout_groups(engine: Engine, tokenizer, items: list[dict], group_size: int, sampling: SamplingParams) -> Rollouts:
-    """Sample `group_size` completions for each item; `group` = position in `items`, `prompt_id` = item id."""
+def sample_groups(engine: Engine, tokenizer, items: list[dict], sizes: list[int] | int, sampling: SamplingParams) -> Rollouts:
+    """`sizes[i]` completions for item i (an int: the same for all), one group per item.
+
+    Rows are ordered item by item; `group` = position in `items`; unequal sizes are generated in one
+    engine call per distinct size.
+    """
+    sizes = [sizes] * len(items) if isinstance(sizes, int) else list(sizes)
+    if len(sizes) != len(items):
+        raise ValueError(f"got {len(sizes)} group sizes for {len(items)} items")
+    if any(n < 1 for n in sizes):
+        raise ValueError(f"every group size must be >= 1, got {sizes}")
     prompts = [apply_chat(tokenizer, item["prompt"]) for item in items]
-    batch = engine.generate(prompts, group_size, sampling)
-    ids = torch.tensor([int(item["id"]) for item in items], dtype=torch.long)
-    batch.prompt_id = ids.repeat_interleave(group_size)
+    parts: dict[int, Rollouts] = {}
+    for n in sorted(set(sizes)):
+        idx = [i for i, s in enumerate(sizes) if s == n]
+        gen = engine.generate([prompts[i] for i in idx], n, sampling)
+        index = torch.tensor(idx, dtype=torch.long)[gen.prompt_index]
+        parts[n] = Rollouts.from_generation(gen, group=index, items=[items[i] for i in index.tolist()])
+    batch = parts[sizes[0]] if len(parts) == 1 else Rollouts.concat(list(parts.values()))
+    if len(parts) > 1:
+        batch = batch.select(torch.argsort(batch.group, stable=True))
     return batch
 
 
-def completion_texts(tokenizer, batch: Rollouts) -> list[str]:
+def completion_texts(tokenizer, batch) -> list[str]:
     """Decoded completions (padding and special tokens dropped)."""
     lengths = batch.lengths.tolist()
     return tokenizer.batch_decode(
@@ -34,4 +50,19 @@ def completion_texts(tokenizer, batch: Rollouts) -> list[str]:
 
 def item_columns(rows: list[dict]) -> dict[str, list]:
     """Reward-function keyword columns from the item of each row: every key but id and prompt."""
-    return {k: [r.get(k) for r in rows] for k in rows[0] if k not in ("id", "prompt")}
+    keys = dict.fromkeys(k for r in rows for k in r if k not in ("id", "prompt"))
+    return {k: [r.get(k) for r in rows] for k in keys}
+
+
+@register_strategy("group")
+class GroupStrategy:
+    """GRPO's rollout: `group_sizes` i.i.d. completions per item in one sampling round."""
+
+    def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
+        return sample_groups(ctx.engine, ctx.tokenizer, items, ctx.group_sizes(items), ctx.sampling(0)), {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

@@ -70,7 +70,8 @@ def covey_config(
             "model": {"name": model, "dtype": dtype},
             "task": {"name": "arithmetic", "params": {"n_train": prompts, "n_test": prompts}},
             "sampling": {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True},
-            "rollout": {"prompts_per_step": prompts, "group_size": group_size, "engine_dtype": dtype},
+            "rollout": {"prompts_per_step": prompts, "group_size": group_size},
+            "engine": {"name": "torch", "dtype": dtype},
             "algo": {
                 "preset": "grpo",
                 "advantage": {"name": "grpo", "eps": ADV_EPS, "scale": "group"},

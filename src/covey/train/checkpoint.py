@@ -2,7 +2,8 @@
 
 A checkpoint is a folder RUN_DIR/checkpoints/step-NNNNNN/ holding the trainable weights (full state
 dict, or only the LoRA adapter), optimizer, scheduler, every RNG state, the sampler state, the step
-counter and the resolved config. It is written into a temporary folder next to its final place,
+counter, the resolved config, and the state of every stateful component (sampler, rollout
+strategy: `state_dict()` saved with torch.save so tensors and int keys survive). It is written into a temporary folder next to its final place,
 fsynced, then renamed: a kill at any moment leaves either the previous checkpoint or the new one,
 never half of one.
 """
@@ -61,12 +62,12 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(payload, meta) of a checkpoint folder."""
+def load_checkpoint(path: str | Path, map_location=None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(payload, meta) of a checkpoint folder; tensors go to `map_location` (default: where saved)."""
     path = Path(path)
     if not (path / "state.pt").is_file() or not (path / "meta.json").is_file():
         raise FileNotFoundError(f"{path} is not a complete covey checkpoint (state.pt + meta.json)")
-    payload = torch.load(path / "state.pt", weights_only=False)
+    payload = torch.load(path / "state.pt", weights_only=False, map_location=map_location)
     return payload, json.loads((path / "meta.json").read_text())
 
 

@@ -69,13 +69,48 @@ class SamplingConfig(_Strict):
     """Never stop at EOS: every completion is max_new_tokens long (benchmarks; stop_strings still apply)."""
 
 
+class PluginSpec(BaseModel):
+    """A runtime plugin: `name` (registered, or ``package.module:Name``) plus its parameters as the
+    other keys. A bare string is accepted as ``{name: ...}``."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class SamplerSpec(PluginSpec):
+    """`covey.data.SAMPLERS`: uniform (default), or your own ``package.module:Class``."""
+
+    name: str = "uniform"
+
+
+class StrategySpec(PluginSpec):
+    """`covey.rollout.STRATEGIES`: group (default), dynamic, or your own ``package.module:Class``."""
+
+    name: str = "group"
+
+
+class EngineSpec(PluginSpec):
+    """`covey.engine.ENGINES`: torch (default; params dtype, max_rows, ...), or ``package.module:Class``."""
+
+    name: str = "torch"
+
+
 class RolloutConfig(_Strict):
     prompts_per_step: int = Field(8, ge=1)
     """Prompts (groups) per training step, B."""
     group_size: int = Field(8, ge=1)
     """Completions per prompt, G."""
-    engine_dtype: Literal["bf16", "fp32"] = "bf16"
-    """Generation dtype; with bf16 the engine keeps a bf16 copy of the weights, refreshed after each update."""
+    strategy: StrategySpec = StrategySpec()
+    """How items become completions (`covey.rollout.STRATEGIES`)."""
 
 
 class OptimConfig(_Strict):
@@ -124,7 +159,13 @@ class RunConfig(_Strict):
     reward_workers: int = Field(2, ge=0)
     """Worker processes for reward functions (per-call timeouts need workers; 0 = in-process)."""
     sampling: SamplingConfig = SamplingConfig()
+    sampler: SamplerSpec = SamplerSpec()
+    """Which prompts each step rolls out (`covey.data.SAMPLERS`)."""
     rollout: RolloutConfig = RolloutConfig()
+    engine: EngineSpec = EngineSpec()
+    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32."""
+    device: str = "auto"
+    """Where the model, engine and every per-step tensor live: auto (CUDA when present), cpu, cuda, cuda:N."""
     algo: AlgoConfig = Field(default_factory=lambda: resolve_algo({"preset": "grpo"}))
     optim: OptimConfig = OptimConfig()
     log: LogConfig = LogConfig()
@@ -139,6 +180,55 @@ class RunConfig(_Strict):
         if isinstance(v, str):
             v = {"preset": v}
         return resolve_algo(v) if isinstance(v, dict) else v
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, v: str) -> str:
+        import re
+
+        import torch
+
+        if v not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", v):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {v!r}")
+        if v.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise ValueError(f"device={v!r} but CUDA is not available on this machine (use cpu or auto)")
+            if ":" in v and int(v.split(":")[1]) >= torch.cuda.device_count():
+                raise ValueError(f"device={v!r} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+        return v
+
+    def strategy_spec(self) -> StrategySpec:
+        """The rollout strategy to build: `rollout.strategy`, wrapped in `dynamic` when the algorithm
+        asks for DAPO dynamic sampling (`algo.dynamic_sampling`)."""
+        s = self.rollout.strategy
+        if not self.algo.dynamic_sampling or s.name == "dynamic":
+            return s
+        return StrategySpec(name="dynamic", inner=s.name, inner_params=s.params, max_rounds=self.algo.max_gen_batches)
+
+    def resolved_device(self) -> str:
+        import torch
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device
+
+    @model_validator(mode="after")
+    def _check_plugins(self) -> "RunConfig":
+        from covey.data import SAMPLERS
+        from covey.engine import ENGINES
+        from covey.plugins import PluginError
+        from covey.rollout import STRATEGIES
+
+        for key, registry, spec in (("sampler", SAMPLERS, self.sampler), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
+                                    ("engine", ENGINES, self.engine)):  # fmt: skip
+            try:
+                registry.check_params(spec.name, spec.params)
+                if key == "rollout.strategy" and spec.name == "dynamic":
+                    inner = spec.params.get("inner", "group")
+                    STRATEGIES.check_params(inner, spec.params.get("inner_params") or {})
+            except PluginError as e:
+                raise ValueError(f"{key}: {e}") from None
+        return self
 
     @model_validator(mode="after")
     def _check_combinations(self) -> "RunConfig":

@@ -71,8 +71,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False) -> dict:
     finally:
         signal.signal(signal.SIGINT, old_handler)
         summary["checkpoint"] = str(trainer.save())
-        trainer.logger.close()
-        trainer.rewards.close()
+        trainer.close()
     if stop["requested"]:
         console.print(f"stopped at step {trainer.step_num}; resume with: covey train --resume {run_dir}")
         return summary

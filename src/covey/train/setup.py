@@ -24,10 +24,25 @@ __all__ = [
 ]
 
 
-def load_policy(cfg: ModelConfig):
-    """(model, tokenizer): fp32 weights (the learner autocasts), LoRA-wrapped when configured."""
-    model, tokenizer = load_model(cfg.name)
-    model.float()
+def load_policy(cfg: ModelConfig, *, model=None, tokenizer=None, device: str | torch.device = "cpu"):
+    """(model, tokenizer) on `device`: fp32 weights (the learner autocasts), LoRA-wrapped when configured.
+
+    `model` (an HF `PreTrainedModel`) and `tokenizer` may be given as objects; otherwise they are
+    loaded from `cfg.name`. A given model without a tokenizer gets the one saved with `cfg.name`.
+    """
+    if model is None:
+        model, loaded_tok = load_model(cfg.name)
+        tokenizer = tokenizer or loaded_tok
+    elif tokenizer is None:
+        from transformers import AutoTokenizer
+
+        source = getattr(model, "name_or_path", "") or cfg.name
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+        except OSError as e:
+            raise ValueError(f"a model object was given without a tokenizer and none could be loaded from {source!r}: "
+                             "pass tokenizer=...") from e  # fmt: skip
+    model.float().to(device)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.lora is not None:
@@ -50,7 +65,7 @@ def engine_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def engine_state(model: torch.nn.Module):
-    """What `engine.update_weights` loads: the model itself, or for LoRA the merged weights
+    """What `engine.load_weights` loads: the model itself, or for LoRA the merged weights
     W + scale * B @ A under the base model's parameter names (computed, the learner is untouched)."""
     if not hasattr(model, "get_base_model"):
         return model
@@ -116,12 +131,22 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def build_rewards(cfg: RunConfig, task):
-    """The reward runner: the task's verifier as column `accuracy`, then the configured rewards."""
+def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None):
+    """The reward runner: the task's verifier as column `accuracy` (when the task has one), the
+    configured rewards, then `reward_funcs` (callables or import paths, from the Python API)."""
     from covey.rewards import RewardRunner, RewardSpec
 
-    verifier = (task.reward, RewardSpec(name="accuracy", weight=cfg.task_reward_weight, timeout_s=cfg.task_reward_timeout_s))
-    return RewardRunner([verifier] + [r.model_dump() for r in cfg.rewards], workers=cfg.reward_workers)
+    rewards: list = []
+    if getattr(task, "reward", None) is not None:
+        spec = RewardSpec(name="accuracy", weight=cfg.task_reward_weight, timeout_s=cfg.task_reward_timeout_s)
+        rewards.append((task.reward, spec))
+    rewards += [r.model_dump() for r in cfg.rewards]
+    for fn in reward_funcs or []:
+        rewards.append({"name": fn} if isinstance(fn, str) else fn)
+    if not rewards:
+        raise ValueError(f"task {cfg.task.name!r} has no verifier and no rewards are configured: add `rewards:` to the config "
+                         "(e.g. rewards: [{name: my_module:my_reward}])")  # fmt: skip
+    return RewardRunner(rewards, workers=cfg.reward_workers)
 
 
 def load_run_policy(run_dir):

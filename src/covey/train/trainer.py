@@ -16,11 +16,10 @@ from typing import Any
 
 import torch
 
-from covey.algos.kl import kl_reward_penalty
-from covey.algos.shaping import overlong_penalty
-from covey.data import UniformSampler, informative_groups
-from covey.engine import SamplingParams, TorchEngine
-from covey.rollout import completion_texts, item_columns, rollout_groups
+from covey.data import SAMPLERS
+from covey.engine import ENGINES, SamplingParams
+from covey.rewards.scoring import Scorer, shaping_terms
+from covey.rollout import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
 from covey.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -35,23 +34,30 @@ __all__ = ["Trainer"]
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, run_dir: str | Path, *, resume: bool = False):
+    """One run: config in, steps out. `model`/`tokenizer`, `task` and `reward_funcs` may be given as
+    objects (the Python API); otherwise they are built from the config."""
+
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, model=None, tokenizer=None,
+                 task=None, reward_funcs: list | None = None):  # fmt: skip
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        self.task = get_task(cfg.task.name, **cfg.task.params)
-        self.sampler = UniformSampler(list(self.task.examples(cfg.task.split)), seed=cfg.seed)
-        self.rewards = build_rewards(cfg, self.task)  # bad reward names/params fail before the model loads
-        self.model, self.tokenizer = load_policy(cfg.model)
+        self.device = torch.device(cfg.resolved_device())
+        self.task = task if task is not None else get_task(cfg.task.name, **cfg.task.params)
+        items = list(self.task.examples(cfg.task.split))
+        self.sampler = SAMPLERS.build(cfg.sampler.name, cfg.sampler.params, items, cfg.seed)
+        self.strategy = STRATEGIES.build(cfg.strategy_spec().name, cfg.strategy_spec().params)
+        self.rewards = build_rewards(cfg, self.task, reward_funcs)  # bad reward names/params fail before the model loads
+        self.model, self.tokenizer = load_policy(cfg.model, model=model, tokenizer=tokenizer, device=self.device)
         self.advantage = cfg.algo.bind("advantage")
         needs = cfg.algo.requires()  # optional Rollouts fields the chosen components read
-        kl = cfg.algo.active().get("kl")
-        self.kl_reward = cfg.algo.bind("kl") if kl is not None and kl.mode == "reward" else None
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
-        self.engine = TorchEngine(engine_model(self.model), dtype=cfg.rollout.engine_dtype, tokenizer=self.tokenizer)
+        shaping = shaping_terms(cfg.algo, cfg.sampling.max_new_tokens, self.add_reference_logprobs)
+        self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
+        self.engine = ENGINES.build(cfg.engine.name, cfg.engine.params, engine_model(self.model), self.tokenizer)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.steps)
         o = cfg.optim
         self.learner = Learner(
@@ -69,7 +75,7 @@ class Trainer:
     def step(self) -> dict[str, Any]:
         """One training step; returns its metrics (also written to metrics.jsonl)."""
         t0 = time.perf_counter()
-        batch, metrics = self.collect()  # sample -> rollout -> rewards -> group filter
+        batch, metrics = self.collect()  # sample -> rollout -> rewards (-> group filter)
         t1 = time.perf_counter()
         if len(batch) > 0:
             self.add_reference_logprobs(batch)
@@ -78,7 +84,7 @@ class Trainer:
             metrics.update(adv.metrics)
             gen = torch.Generator().manual_seed(self._seed("learn"))
             metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
-            self.engine.update_weights(engine_state(self.model))  # weight sync
+            self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
         self.step_num += 1
         metrics["time/learn"] = time.perf_counter() - t1
         metrics["time/step"] = time.perf_counter() - t0
@@ -89,72 +95,34 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ stages
     def collect(self) -> tuple[Rollouts, dict[str, Any]]:
-        """Generate and score batches until B informative groups are kept (dynamic sampling) or
-        the generation budget runs out (then train on what was kept and say so in the metrics)."""
-        cfg, algo = self.cfg, self.cfg.algo
-        B, G = cfg.rollout.prompts_per_step, cfg.rollout.group_size + algo.group_size_extra
-        kept: list[Rollouts] = []
-        n_kept, gen_batches, zero_signal = 0, 0, []
-        metrics: dict[str, Any] = {"time/generate": 0.0, "time/reward": 0.0}
-        while True:
-            t = time.perf_counter()
-            items = self.sampler.next(B)
-            batch = rollout_groups(self.engine, self.tokenizer, items, G, self._sampling(gen_batches))
-            metrics["time/generate"] += time.perf_counter() - t
-            t = time.perf_counter()
-            metrics.update(self.score(batch, items))
-            metrics["time/reward"] += time.perf_counter() - t
-            batch.group = batch.group + gen_batches * B  # unique across generation batches
-            gen_batches += 1
-            if gen_batches == 1:
-                metrics.update(_rollout_metrics(batch, metrics["time/generate"]))
-            if not algo.dynamic_sampling:
-                return batch, metrics
-            keep = informative_groups(batch.scalar_rewards(), batch.group)
-            zero_signal.append(1 - float(keep.float().mean()))
-            kept.append(batch.select(keep))
-            n_kept += int(keep.sum()) // G
-            if n_kept >= B or gen_batches >= algo.max_gen_batches:
-                break
-        batch = Rollouts.concat(kept)
-        batch = batch.select(torch.arange(min(len(batch), B * G)))  # truncate to B groups
-        metrics.update({"filter/gen_batches": gen_batches, "filter/kept_groups": min(n_kept, B),
-                        "filter/zero_signal_frac": sum(zero_signal) / len(zero_signal),
-                        "filter/underfilled": float(n_kept < B)})  # fmt: skip
-        return batch, metrics
+        """Sampler -> rollout strategy (through the engine) -> scored batch -> sampler feedback."""
+        cfg = self.cfg
+        G = cfg.rollout.group_size + cfg.algo.group_size_extra
+        timer = {"reward": 0.0}
 
-    def score(self, batch: Rollouts, items: list[dict]) -> dict[str, Any]:
-        """Fill batch.rewards [N, K]: reward functions, then shaping columns (overlong, KL penalty)."""
-        G = len(batch) // len(items)
-        rows = [item for item in items for _ in range(G)]
-        texts = completion_texts(self.tokenizer, batch)
-        columns = item_columns(rows)
-        columns["completion_length"] = batch.lengths.tolist()  # token counts, for length rewards
-        result = self.rewards([r["prompt"] for r in rows], texts, group=batch.group.tolist(), **columns)
-        cols, names, weights = [result.rewards], list(result.names), list(result.weights)
-        algo = self.cfg.algo
-        if algo.overlong is not None:
-            max_len = self.cfg.sampling.max_new_tokens
-            pen = overlong_penalty(batch.lengths, max_len, algo.overlong.buffer_tokens(max_len), algo.overlong.penalty_factor)
-            cols.append(pen.float()[:, None])
-            names.append("overlong")
-            weights.append(1.0)
-        if self.kl_reward is not None:
-            self.add_reference_logprobs(batch)
-            kl_tok = self.kl_reward(batch.behaviour_logprobs, batch.ref_logprobs)
-            penalty = kl_reward_penalty(kl_tok, batch.completion_mask, self.cfg.algo.kl.coef)
-            cols.append(-penalty.float()[:, None])
-            names.append("kl_penalty")
-            weights.append(1.0)
-        batch.rewards = torch.cat(cols, dim=1).float()
-        batch.reward_names, batch.reward_weights = tuple(names), torch.tensor(weights, dtype=torch.float32)
-        batch.validate()
-        total = batch.scalar_rewards()
-        out = dict(result.metrics)
-        out["reward/mean"] = float(total.mean())  # the scalar reward advantages see (with shaping)
-        for i, name in enumerate(names[len(result.names) :], start=len(result.names)):
-            out[f"reward/{name}/mean"] = float(batch.rewards[:, i].mean())
-        return out
+        def score(batch: Rollouts) -> dict[str, Any]:
+            t = time.perf_counter()
+            out = self.scorer(batch)
+            timer["reward"] += time.perf_counter() - t
+            return out
+
+        sizes = getattr(self.sampler, "group_sizes", None)
+        ctx = RolloutContext(
+            engine=self.engine, tokenizer=self.tokenizer,
+            group_sizes=(lambda items: sizes(items, G)) if sizes else (lambda items: [G] * len(items)),
+            sampling=self._sampling, score=score, draw=self.sampler.next,
+            step=self.step_num, policy_version=self.step_num,
+        )  # fmt: skip
+        t = time.perf_counter()
+        batch, metrics = self.strategy.rollout(self.sampler.next(cfg.rollout.prompts_per_step), ctx)
+        if batch.rewards is None:
+            metrics.update(score(batch))
+        elapsed = time.perf_counter() - t
+        metrics["time/reward"] = timer["reward"]
+        metrics["time/generate"] = elapsed - timer["reward"]
+        metrics.update(_rollout_metrics(batch, metrics["time/generate"]))
+        metrics.update(self.sampler.observe(batch))  # before advantages: a sampler may annotate the batch
+        return batch, metrics
 
     def add_reference_logprobs(self, batch: Rollouts) -> None:
         """Fill the optional fields the chosen components asked for (registry `requires`)."""
@@ -168,14 +136,18 @@ class Trainer:
         key = f"{self.cfg.seed}/{self.step_num}/{stage}/{sub}".encode()
         return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
 
-    def _sampling(self, gen_batch: int) -> SamplingParams:
+    def _sampling(self, round_: int = 0) -> SamplingParams:
         s = self.cfg.sampling
         return SamplingParams(
             temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
             max_new_tokens=s.max_new_tokens, stop_strings=tuple(s.stop_strings),
-            seed=self._seed("generate", gen_batch), return_entropies=self.need_entropies,
+            seed=self._seed("generate", round_), return_entropies=self.need_entropies,
             ignore_eos=s.ignore_eos,
         )  # fmt: skip
+
+    def _stateful(self) -> dict[str, Any]:
+        """Components whose state the checkpoint holds (through torch.save: tensors, int keys intact)."""
+        return {"sampler": self.sampler, "strategy": self.strategy}
 
     def save(self) -> Path:
         payload = {
@@ -183,15 +155,16 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng_state(),
+            **{name: obj.state_dict() for name, obj in self._stateful().items()},
         }
-        meta = {"sampler": self.sampler.state_dict(), "config": self.cfg.model_dump(mode="json")}
+        meta = {"config": self.cfg.model_dump(mode="json")}
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep)
 
     def _restore(self) -> None:
         path = latest_checkpoint(self.run_dir)
         if path is None:
             raise FileNotFoundError(f"{self.run_dir} has no checkpoint to resume from")
-        payload, meta = load_checkpoint(path)
+        payload, meta = load_checkpoint(path, map_location="cpu")  # load_state_dict moves to the device
         missing = set(trainable_state(self.model)) - set(payload["model"])
         if missing:
             raise ValueError(f"checkpoint {path} lacks weights {sorted(missing)[:3]}...: was it written by another model?")
@@ -199,9 +172,16 @@ class Trainer:
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
         set_rng_state(payload["rng"])
-        self.sampler.load_state_dict(meta["sampler"])
+        for name, obj in self._stateful().items():
+            obj.load_state_dict(payload.get(name, meta.get(name, {})))
         self.step_num = meta["step"]
-        self.engine.update_weights(engine_state(self.model))
+        self.engine.load_weights(engine_state(self.model), version=self.step_num)
+
+    def close(self) -> None:
+        """Free the reward workers, the engine and the metrics files (idempotent)."""
+        self.rewards.close()
+        self.engine.close()
+        self.logger.close()
 
 
 def _rollout_metrics(batch: Rollouts, gen_time: float) -> dict[str, float]:

@@ -1,0 +1,110 @@
+"""Scoring a `Rollouts` batch: reward functions, then reward-side shaping terms, in one place.
+
+    batch.rewards [N, K] = [reward functions (RewardRunner) | shaping columns]
+    scalar reward        = batch.rewards @ batch.reward_weights      (`Rollouts.scalar_rewards`)
+
+A shaping term is a component with a `name` and `__call__(batch) -> [N]` float column, added with
+weight 1 after the reward functions: DAPO's soft overlong punishment (`overlong`) and the KL
+penalty in the reward (`kl_penalty`, `algo.kl.mode: reward`). They are built from the algorithm
+config by `shaping_terms`; nothing else adds to the reward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from covey.algos.kl import kl_reward_penalty
+from covey.algos.shaping import overlong_penalty
+from covey.rollouts import Rollouts
+
+__all__ = ["KLRewardPenalty", "OverlongShaping", "Scorer", "ShapingTerm", "shaping_terms"]
+
+
+class ShapingTerm(Protocol):
+    name: str
+
+    def __call__(self, batch: Rollouts) -> Tensor: ...
+
+
+class OverlongShaping:
+    """DAPO soft overlong punishment (arXiv 2503.14476, eq. 13) as a reward column."""
+
+    name = "overlong"
+
+    def __init__(self, max_len: int, buffer_len: int, penalty_factor: float = 1.0):
+        self.max_len, self.buffer_len, self.penalty_factor = max_len, buffer_len, penalty_factor
+
+    def __call__(self, batch: Rollouts) -> Tensor:
+        return overlong_penalty(batch.lengths, self.max_len, self.buffer_len, self.penalty_factor).float()
+
+
+class KLRewardPenalty:
+    """-coef * sum_t kl(behaviour, ref) per row: KL to the reference in the reward (verl use_kl_in_reward).
+
+    `fill_ref(batch)` writes `batch.ref_logprobs` (the trainer's reference model)."""
+
+    name = "kl_penalty"
+
+    def __init__(self, estimator: Callable[[Tensor, Tensor], Tensor], coef: float, fill_ref: Callable[[Rollouts], None]):
+        self.estimator, self.coef, self.fill_ref = estimator, coef, fill_ref
+
+    def __call__(self, batch: Rollouts) -> Tensor:
+        self.fill_ref(batch)
+        kl_tok = self.estimator(batch.behaviour_logprobs, batch.ref_logprobs)
+        return -kl_reward_penalty(kl_tok, batch.completion_mask, self.coef).float()
+
+
+def shaping_terms(algo, max_new_tokens: int, fill_ref: Callable[[Rollouts], None]) -> list[ShapingTerm]:
+    """The shaping terms an `AlgoConfig` asks for (overlong punishment, KL in the reward)."""
+    terms: list[ShapingTerm] = []
+    if algo.overlong is not None:
+        o = algo.overlong
+        terms.append(OverlongShaping(max_new_tokens, o.buffer_tokens(max_new_tokens), o.penalty_factor))
+    kl = algo.active().get("kl")
+    if kl is not None and kl.mode == "reward":
+        terms.append(KLRewardPenalty(algo.bind("kl"), kl.coef, fill_ref))
+    return terms
+
+
+class Scorer:
+    """`scorer(batch) -> metrics`: fills `batch.rewards`, `reward_names`, `reward_weights`.
+
+    runner:  a `RewardRunner` (the task verifier as column `accuracy` plus configured rewards).
+    decode:  `decode(batch) -> [N] completion texts`.
+    shaping: shaping terms, each adding one weight-1 column.
+
+    Reward functions get TRL's arguments: prompts, completions, every item column, `group` (ids of
+    samples drawn for the same prompt), `completion_ids` (token ids) and `completion_length`.
+    """
+
+    def __init__(self, runner, decode: Callable[[Rollouts], list[str]], shaping: Sequence[ShapingTerm] = ()):
+        self.runner, self.decode, self.shaping = runner, decode, list(shaping)
+
+    def __call__(self, batch: Rollouts) -> dict[str, Any]:
+        from covey.rollout.group import item_columns
+
+        if batch.items is None:
+            raise ValueError("cannot score a batch without `items`: the rollout strategy must set the item of every row")
+        rows = batch.items
+        lengths = batch.lengths.tolist()
+        columns = item_columns(rows)
+        columns["completion_length"] = lengths
+        columns["completion_ids"] = [ids[:n].tolist() for ids, n in zip(batch.completion_ids, lengths)]
+        result = self.runner([r["prompt"] for r in rows], self.decode(batch), group=batch.group.tolist(), **columns)
+        cols, names, weights = [result.rewards], list(result.names), list(result.weights)
+        for term in self.shaping:
+            cols.append(term(batch).reshape(-1, 1))
+            names.append(term.name)
+            weights.append(1.0)
+        batch.rewards = torch.cat(cols, dim=1).float()
+        batch.reward_names, batch.reward_weights = tuple(names), torch.tensor(weights, dtype=torch.float32)
+        batch.validate()
+        out = dict(result.metrics)
+        out["reward/mean"] = float(batch.scalar_rewards().mean())  # what advantages see (with shaping)
+        for i in range(len(result.names), len(names)):
+            out[f"reward/{names[i]}/mean"] = float(batch.rewards[:, i].mean())
+        return out
