@@ -25,14 +25,17 @@ def default_run_dir(cfg: RunConfig) -> Path:
     return Path(cfg.log.dir) / name
 
 
-def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False) -> dict:
-    """Train to `cfg.steps`; returns a summary (eval before/after, paths)."""
+def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Trainer | None = None) -> dict:
+    """Train to `cfg.steps`; returns a summary (eval before/after, paths, the last step's metrics).
+
+    `trainer`: an already built `Trainer` for this config and folder (the Python API builds it
+    with model/dataset/reward objects); by default one is built from the config."""
     if not resume and (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run: resume it with --resume {run_dir}, or pick another log.name")
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    trainer = Trainer(cfg, run_dir, resume=resume)
+    trainer = trainer or Trainer(cfg, run_dir, resume=resume)
     summary: dict = {"run_dir": str(run_dir)}
     eval_items = list(trainer.task.examples(cfg.task.eval_split))[: cfg.eval.size] if cfg.eval.size else []
     max_eval_tokens = cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens

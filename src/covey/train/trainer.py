@@ -67,6 +67,7 @@ class Trainer:
             grad_clip=o.grad_clip, dtype=cfg.model.dtype,
         )  # fmt: skip
         self.step_num = 0
+        self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
         self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.log.tensorboard, resume_step=self.step_num if resume else None)
@@ -89,6 +90,7 @@ class Trainer:
         metrics["time/learn"] = time.perf_counter() - t1
         metrics["time/step"] = time.perf_counter() - t0
         self.logger.log(self.step_num, metrics)
+        self.last_metrics = metrics
         if self.cfg.checkpoint.every and self.step_num % self.cfg.checkpoint.every == 0:
             self.save()
         return metrics
