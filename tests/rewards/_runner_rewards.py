@@ -61,3 +61,72 @@ def uses_alarm(prompts, completions, **_):
     signal.alarm(0)
     signal.signal(signal.SIGALRM, old)
     return [1.0] * len(completions)
+
+
+def huge(prompts, completions, **_):
+    """Finite in float64 but beyond float32: 1e308 for 'huge', -1e39 for 'neg', else 1.0."""
+    return [1e308 if c == "huge" else -1e39 if c == "neg" else 1.0 for c in completions]
+
+
+def bad_entries(prompts, completions, **_):
+    """One score per completion, but the second is a string and the third None."""
+    return [1.0, "high", None][: len(completions)]
+
+
+def exits(prompts, completions, **_):
+    import sys
+
+    sys.exit(0)
+
+
+class Stop(BaseException):
+    """A BaseException that is neither SystemExit nor KeyboardInterrupt."""
+
+
+def raises_base(prompts, completions, **_):
+    raise Stop("stop everything")
+
+
+def interrupts(prompts, completions, **_):
+    raise KeyboardInterrupt
+
+
+def spawn_sleeper(prompts, completions, pid_file, **_):
+    """Starts `sleep 1000` per completion and appends its pid to pid_file; hangs on 'hang'."""
+    import subprocess
+
+    for c, path in zip(completions, pid_file):
+        proc = subprocess.Popen(["sleep", "1000"])
+        with open(path, "a") as f:
+            f.write(f"{proc.pid}\n")
+        if c == "hang":
+            time.sleep(60)
+    return [1.0] * len(completions)
+
+
+def message_length(completions, **kw):
+    """TRL-style: chat completions only, extra columns in kwargs."""
+    return [float(len(c[0]["content"])) for c in completions]
+
+
+def completion_kind(prompts, completions):
+    """No **kwargs: 1.0 for a plain string completion, 2.0 for chat messages."""
+    return [1.0 if isinstance(c, str) else 2.0 for c in completions]
+
+
+def id_count(completions, completion_ids):
+    """No prompts, no **kwargs: the number of token ids."""
+    return [float(len(ids)) for ids in completion_ids]
+
+
+def alarm_then_hang(prompts, completions, **_):
+    """Uses and cancels signal.alarm as math-verify does, then hangs on 'hang'."""
+    import signal
+
+    old = signal.signal(signal.SIGALRM, lambda *a: None)
+    signal.alarm(30)
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+    if "hang" in completions:
+        time.sleep(60)
+    return [1.0] * len(completions)

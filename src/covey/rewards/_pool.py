@@ -2,34 +2,53 @@
 
 Why not concurrent.futures: a ProcessPoolExecutor cannot kill one hung call (the whole pool breaks).
 Each worker here is a process with its own pipe; the parent sends it one job (a chunk of the batch
-for one reward), waits with that job's deadline, and on a timeout kills the worker's process group
-and starts a fresh one. Workers start with the "forkserver" context by default (preloading
-covey.rewards), so torch's threads in the parent are never forked and a restart costs milliseconds.
-Workers cache built rewards, so each reward's definition crosses the pipe once per worker.
-Reward calls run in the worker's main thread (math-verify's signal.alarm needs that).
+for one reward), waits with that job's deadline, and on a timeout kills the worker and starts a fresh
+one. Workers start with the "forkserver" context by default (preloading covey.rewards), so torch's
+threads in the parent are never forked and a restart costs milliseconds. Workers cache built
+rewards, so each reward's definition crosses the pipe once per worker. Reward calls run in the
+worker's main thread (math-verify's signal.alarm needs that).
+
+Processes a reward starts die with their worker: each worker leads its own session (process group),
+and every way a worker ends (timeout, crash, `close`, interpreter exit, the parent vanishing) kills
+that whole group. A child that starts its own session (``start_new_session=True``) leaves the group
+and is not tracked.
+
+Workers never run the user's script: multiprocessing normally re-imports the parent's ``__main__``
+in each child (``init_main_from_path`` / ``init_main_from_name`` in `spawn.get_preparation_data`,
+executed by ``spawn._fixup_main_from_path``), so a script without an ``if __name__ == "__main__":``
+guard would run again in every worker. For processes named `WORKER_NAME` those two keys are dropped;
+rewards reach workers by importable reference only (`runner.py` keeps ``__main__`` callables
+in-process).
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
+import multiprocessing.spawn
+import multiprocessing.util  # noqa: F401 - imported before our atexit hook so that hook runs first
 import os
 import pickle
 import signal
+import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from covey.rewards._scoring import ChunkOutcome, score_chunk
 
-__all__ = ["Job", "WorkerPool"]
+__all__ = ["Job", "WORKER_NAME", "WorkerPool"]
+
+WORKER_NAME = "covey-reward-worker"
 
 
 @dataclass
 class Job:
     key: int  # which reward
     payload: bytes  # pickled ("spec", name, params) or ("object", reward)
-    args: tuple  # (prompts, completions, columns, units)
+    args: tuple  # (kwargs, n, units), see score_chunk
     timeout_s: float
 
 
@@ -50,8 +69,13 @@ def _build(payload: bytes):
     return rest[0]
 
 
+def _end_group() -> None:
+    """Kill this worker's process group: the worker itself and every process a reward started."""
+    os.killpg(0, signal.SIGKILL)
+
+
 def _worker_main(conn) -> None:
-    os.setpgid(0, 0)  # our own group: the parent kills it whole (with any children we started)
+    os.setsid()  # our own session and group: whoever ends us ends the reward's children too
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     payloads: dict[int, bytes] = {}
     built: dict[int, object] = {}
@@ -59,9 +83,9 @@ def _worker_main(conn) -> None:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
-            return  # the parent is gone
+            _end_group()  # the parent is gone
         if msg is None:
-            return
+            _end_group()
         key, payload, args = msg
         if payload is not None:
             payloads[key] = payload
@@ -69,13 +93,53 @@ def _worker_main(conn) -> None:
         try:
             if key not in built:
                 built[key] = _build(payloads[key])
-            outcome = score_chunk(built[key], *args)
         except Exception:  # noqa: BLE001 - building the reward failed: every sample fails
             import traceback
 
-            n = len(args[1])
-            outcome = ChunkOutcome([None] * n, ["exception"] * n, {"exception": traceback.format_exc()})
-        conn.send(outcome)
+            n = args[1]
+            conn.send(ChunkOutcome([None] * n, ["exception"] * n, {"exception": traceback.format_exc()}))
+            continue
+        try:
+            conn.send(score_chunk(built[key], *args, isolated=True))
+        except (BrokenPipeError, OSError):
+            _end_group()
+
+
+# ------------------------------------------------------------ starting workers without the user's __main__
+_original_preparation_data = multiprocessing.spawn.get_preparation_data
+_patch_lock = threading.Lock()
+
+
+def _preparation_data(name):
+    data = _original_preparation_data(name)
+    if name == WORKER_NAME:
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+def _start_without_main(proc: multiprocessing.Process) -> None:
+    """proc.start(), with multiprocessing told not to re-import ``__main__`` in our worker (see above).
+
+    The patch is in place only while starting and touches only processes named WORKER_NAME, so other
+    threads starting their own processes meanwhile are unaffected."""
+    with _patch_lock:
+        multiprocessing.spawn.get_preparation_data = _preparation_data
+        try:
+            proc.start()
+        finally:
+            multiprocessing.spawn.get_preparation_data = _original_preparation_data
+
+
+_live_pools: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_pools() -> None:
+    # registered after multiprocessing.util's own exit hook, so it runs BEFORE that hook joins
+    # non-daemon children (our idle workers would otherwise keep the interpreter from exiting)
+    for pool in list(_live_pools):
+        pool.close()
 
 
 class WorkerPool:
@@ -89,22 +153,29 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context(context)
         if context == "forkserver":
             self._ctx.set_forkserver_preload(["covey.rewards"])
+        self._workers: list[_Worker] = []
+        _live_pools.add(self)
         self._workers = [self._start() for _ in range(n)]
         self.restarts = 0
 
     def _start(self) -> _Worker:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_main, args=(child,), name="covey-reward-worker", daemon=False)
-        proc.start()
+        # not daemonic: a daemonic worker could not run rewards that use multiprocessing themselves
+        proc = self._ctx.Process(target=_worker_main, args=(child,), name=WORKER_NAME, daemon=False)
+        _start_without_main(proc)
         child.close()
         return _Worker(proc, parent)
 
     def _kill(self, w: _Worker) -> None:
-        for target in (lambda: os.killpg(w.proc.pid, signal.SIGKILL), w.proc.kill):
-            try:
-                target()
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
+        # The group id is the worker's pid. After a crash the worker is gone but the reward's children
+        # may remain in its group; the kernel does not hand out that id again while they do, and once
+        # they are gone killpg finds nothing (ESRCH).
+        try:
+            os.killpg(w.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if w.proc.is_alive():  # killed before its setsid: not a group leader yet
+            w.proc.kill()
         w.proc.join(5.0)
         w.conn.close()
 
@@ -146,8 +217,8 @@ class WorkerPool:
                     try:
                         results[ji] = w.conn.recv()
                     except (EOFError, OSError):
-                        code = w.proc.exitcode if w.proc.join(1.0) is None else None
-                        results[ji] = ("crash", f"reward worker died (exit code {code}) while scoring")
+                        w.proc.join(1.0)
+                        results[ji] = ("crash", f"the reward worker died (exit code {w.proc.exitcode}) while scoring")
                         self._replace(wi)
                     del busy[wi]
                 elif time.monotonic() >= deadline:
@@ -157,15 +228,14 @@ class WorkerPool:
         return results
 
     def close(self) -> None:
+        """Stop every worker and its process group (idempotent)."""
         for w in self._workers:
             try:
-                w.conn.send(None)
+                w.conn.send(None)  # the worker answers by killing its own group
             except (BrokenPipeError, OSError):
                 pass
         for w in self._workers:
             w.proc.join(2.0)
-            if w.proc.is_alive():
-                self._kill(w)
-            else:
-                w.conn.close()
+            self._kill(w)
         self._workers = []
+        _live_pools.discard(self)

@@ -1,19 +1,27 @@
 """Call one reward on one chunk and turn whatever happens into per-sample values and failure kinds.
 
-Shared by the in-process path and the worker processes of `runner.py`. A call that raises (or returns
-the wrong length or a non-number) is retried on smaller pieces so one bad completion does not fail its
-neighbours: on single samples, or on whole groups for rewards marked ``group_aware = True``.
+Shared by the in-process path and the worker processes of `runner.py`. A call that raises or times
+out is retried on smaller pieces so one bad completion does not fail its neighbours: on single
+samples, or on whole groups for rewards marked ``group_aware = True``. Per sample, a score that is
+None is kind ``none``; NaN or +-inf ``nan``; finite but beyond float32 (|x| > 3.4e38) ``overflow``;
+not a number (a string, a list) ``exception``. A return that is not one score per completion (wrong
+length, or not a sequence) is a bug in the reward, not noise: `ChunkOutcome.fatal` says so and the
+runner raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 from dataclasses import dataclass, field
 
+from covey.rewards._deadline import CallTimeout, time_limit
+
 __all__ = ["ChunkOutcome", "FAILURE_KINDS", "RewardOutput", "score_chunk"]
 
-FAILURE_KINDS = ("exception", "timeout", "nan", "none")
+FAILURE_KINDS = ("exception", "timeout", "nan", "overflow", "none")
+FLOAT32_MAX = 3.4028234663852886e38  # torch refuses to store anything larger in a float32 tensor
 
 
 @dataclass
@@ -30,89 +38,118 @@ class RewardOutput:
 
 @dataclass
 class ChunkOutcome:
-    """values[i] is a finite float or None (failed); kinds[i] names the failure; tracebacks: first per kind."""
+    """values[i] is a finite float or None (failed); kinds[i] names the failure; tracebacks: first per kind.
+
+    fatal: set when the reward broke its contract (e.g. returned 3 scores for 4 completions); the
+    runner raises it instead of using any value.
+    """
 
     values: list[float | None]
     kinds: list[str | None]
     tracebacks: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, list[float]] = field(default_factory=dict)
+    fatal: str | None = None
 
 
-def _validate(out, n: int) -> tuple[list[float | None], list[str | None], dict[str, list[float]]]:
+class BadReturn(Exception):
+    """The reward's return value is not one score per completion."""
+
+
+def _validate(out, n: int):
+    """(values, kinds, notes, metrics) of one return value; raises BadReturn for the wrong shape."""
     metrics: dict[str, list[float]] = {}
     if isinstance(out, RewardOutput):
         metrics = {k: [float(v) for v in vals] for k, vals in out.metrics.items()}
         out = out.scores
     if hasattr(out, "tolist"):  # tensors and arrays
         out = out.tolist()
-    if isinstance(out, (str, bytes)) or not hasattr(out, "__len__"):
-        raise TypeError(f"reward returned {type(out).__name__}; expected a list of {n} floats")
+    if out is None or isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__"):
+        raise BadReturn(f"returned {type(out).__name__} instead of a list of {n} scores")
     out = list(out)
     if len(out) != n:
-        raise ValueError(f"reward returned {len(out)} scores for {n} completions")
-    values: list[float | None] = []
-    kinds: list[str | None] = []
-    for v in out:
+        raise BadReturn(f"returned {len(out)} scores for {n} completions")
+    values: list[float | None] = [None] * n
+    kinds: list[str | None] = [None] * n
+    notes: dict[str, str] = {}
+    for i, v in enumerate(out):
         if v is None:
-            values.append(None)
-            kinds.append("none")
+            kinds[i] = "none"
+            notes.setdefault("none", f"the reward returned None for sample {i}")
             continue
         try:
             f = float(v)
         except (TypeError, ValueError):
-            raise TypeError(f"reward returned a non-number score {v!r} ({type(v).__name__})") from None
-        if math.isfinite(f):
-            values.append(f)
-            kinds.append(None)
-        else:  # NaN and +-inf alike: neither can enter an advantage
-            values.append(None)
-            kinds.append("nan")
-    return values, kinds, metrics
+            kinds[i] = "exception"
+            notes.setdefault("exception", f"the reward returned a non-number score {v!r} ({type(v).__name__}) "
+                                          f"for sample {i}")
+            continue
+        if not math.isfinite(f):  # NaN and +-inf alike: neither can enter an advantage
+            kinds[i] = "nan"
+            notes.setdefault("nan", f"the reward returned {f} for sample {i}")
+        elif abs(f) > FLOAT32_MAX:
+            kinds[i] = "overflow"
+            notes.setdefault("overflow", f"the reward returned {f!r} for sample {i}, beyond float32's range")
+        else:
+            values[i] = f
+    return values, kinds, notes, metrics
 
 
-def _call(fn, prompts, completions, columns, idx):
-    sub = {k: [v[i] for i in idx] for k, v in columns.items()}
-    out = fn(prompts=[prompts[i] for i in idx], completions=[completions[i] for i in idx], **sub)
-    return _validate(out, len(idx))
+def _call(fn, kwargs: dict, idx: list[int] | None, timeout_s: float | None, isolated: bool):
+    """Call `fn` on the samples `idx` (None = all); returns its raw output or a failure kind."""
+    sub = kwargs if idx is None else {k: [v[i] for i in idx] for k, v in kwargs.items()}
+    try:
+        with time_limit(timeout_s) if timeout_s else contextlib.nullcontext():
+            return fn(**sub), None
+    except CallTimeout:
+        return None, "timeout"
+    except Exception:  # noqa: BLE001 - a failing reward must not stop training
+        return traceback.format_exc(), "exception"
+    except BaseException:  # SystemExit and friends: fatal in the caller's process, a failure in a worker
+        if not isolated:
+            raise
+        return traceback.format_exc(), "exception"
 
 
-def score_chunk(fn, prompts: list, completions: list, columns: dict, units: list[list[int]]) -> ChunkOutcome:
-    """Score one chunk; `units` partitions its local indices into the pieces a retry may use."""
-    n = len(completions)
+def score_chunk(fn, kwargs: dict, n: int, units: list[list[int]], *, timeout_s: float | None = None,
+                isolated: bool = False) -> ChunkOutcome:
+    """Score one chunk of `n` samples; `kwargs` holds the reward's arguments (lists of length n).
+
+    units: partition of range(n) into the pieces a retry may use. timeout_s: limit of each call in this
+    process (None: none; workers are limited by their parent instead). isolated: True in a worker, where
+    SystemExit & co. count as exceptions; in the caller's process they propagate.
+    """
     if n == 0:
         return ChunkOutcome([], [])
     try:
-        values, kinds, metrics = _validate(fn(prompts=prompts, completions=completions, **columns), n)
-        return ChunkOutcome(values, kinds, _first_tracebacks(kinds, "", values), metrics)
-    except Exception:  # noqa: BLE001 - a failing reward must not stop training
-        tb = traceback.format_exc()
-    if len(units) <= 1:
-        return ChunkOutcome([None] * n, ["exception"] * n, {"exception": tb})
-    values: list[float | None] = [None] * n
-    kinds: list[str | None] = ["exception"] * n
-    metrics: dict[str, list[float]] = {}
-    first_tb = None
-    for unit in units:
-        try:
-            v, k, m = _call(fn, prompts, completions, columns, unit)
-        except Exception:  # noqa: BLE001
-            first_tb = first_tb or traceback.format_exc()
-            continue
-        for j, i in enumerate(unit):
-            values[i], kinds[i] = v[j], k[j]
-        for name, vals in m.items():
-            metrics.setdefault(name, []).extend(vals)
-    tracebacks = _first_tracebacks(kinds, first_tb or tb, values)
-    return ChunkOutcome(values, kinds, tracebacks, metrics)
+        out, kind = _call(fn, kwargs, None, timeout_s, isolated)
+        if kind is None:
+            values, kinds, notes, metrics = _validate(out, n)
+            return ChunkOutcome(values, kinds, notes, metrics)
+        if len(units) <= 1:
+            msg = out if kind == "exception" else _timeout_note(timeout_s, n)
+            return ChunkOutcome([None] * n, [kind] * n, {kind: msg})
+        values: list[float | None] = [None] * n
+        kinds: list[str | None] = [kind] * n
+        notes: dict[str, str] = {}
+        metrics: dict[str, list[float]] = {}
+        for unit in units:
+            out, ukind = _call(fn, kwargs, unit, timeout_s, isolated)
+            if ukind is not None:
+                notes.setdefault(ukind, out if ukind == "exception" else _timeout_note(timeout_s, len(unit)))
+                for i in unit:
+                    kinds[i] = ukind
+                continue
+            v, k, unotes, m = _validate(out, len(unit))
+            for j, i in enumerate(unit):
+                values[i], kinds[i] = v[j], k[j]
+            for key, note in unotes.items():
+                notes.setdefault(key, note)
+            for name, vals in m.items():
+                metrics.setdefault(name, []).extend(vals)
+        return ChunkOutcome(values, kinds, notes, metrics)
+    except BadReturn as e:
+        return ChunkOutcome([None] * n, ["exception"] * n, fatal=str(e))
 
 
-def _first_tracebacks(kinds, tb: str, values) -> dict[str, str]:
-    out = {}
-    for i, kind in enumerate(kinds):
-        if kind is None or kind in out:
-            continue
-        if kind == "exception":
-            out[kind] = tb
-        else:
-            out[kind] = f"the reward returned {'None' if kind == 'none' else 'a non-finite value'} for sample {i}"
-    return out
+def _timeout_note(timeout_s: float | None, size: int) -> str:
+    return f"the reward did not return within timeout_s={timeout_s} on {size} sample(s)"

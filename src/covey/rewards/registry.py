@@ -3,7 +3,8 @@
 A reward is anything with TRL's signature ``fn(prompts, completions, **columns) -> list[float | None]``
 (called with keyword arguments only, as TRL does). A registered entry is either such a function, whose
 keyword parameters config `params` may bind, or a class whose constructor takes the params and whose
-instances are the reward (classes keep rewards picklable for worker processes; closures are not).
+instances are the reward (classes keep rewards picklable, so they can run in worker processes; closures
+and callables from ``__main__`` run in the calling process).
 This module only resolves names; running rewards (workers, timeouts, failures) is `runner.py`'s job.
 """
 

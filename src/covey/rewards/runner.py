@@ -1,17 +1,37 @@
 """Score a batch with K reward functions: the `rewards[N, K]` matrix, names, weights and weighted sum.
 
 Each reward is called as ``fn(prompts=..., completions=..., **columns)`` (keywords only, like TRL).
-Columns are the dataset item's extra keys (lists of length N) plus, when the caller passes group ids,
-``group`` (list of N ints: equal ids = completions of the same prompt; group-aware rewards such as
-majority vote need it). The batch is cut into chunks of whole groups; chunks of all rewards run in
-parallel worker processes (`_pool.py`), each call bounded by its reward's ``timeout_s``.
+Columns are the dataset item's extra keys (lists of length N) plus what the caller adds: ``group``
+(N ints: equal ids = completions of the same prompt; group-aware rewards such as majority vote need
+it) and ``completion_ids`` (N lists of token ids). A reward without ``**kwargs`` gets only the
+arguments its signature names; a required one the batch lacks is an error naming it. As in TRL, when
+a prompt is a chat message list the completion arrives as ``[{"role": "assistant", "content": text}]``;
+plain prompts get plain string completions.
+
+Where rewards run: the batch is cut into chunks of whole groups; chunks of all rewards run in
+parallel worker processes (`_pool.py`), each call bounded by its reward's ``timeout_s``. A reward
+runs in the calling process instead when ``in_process=True``, ``workers=0``, or a worker cannot
+rebuild it by reference (closures, lambdas, anything from ``__main__``: `_entry.py`); there the same
+``timeout_s`` is enforced by a signal in the main thread (`_deadline.py`; off the main thread there is
+no limit, and a warning says so). Workers never re-run the user's script, and processes a reward
+starts die with its worker (timeout, crash, `close`, interpreter exit).
 
 Failures never stop a step: a sample whose score is missing gets the reward's ``fallback`` (0.0), is
-flagged in `RewardBatch.failed`, and is counted under ``reward/<name>/failures/<kind>`` with kinds
-exception (raised, wrong length, non-number), timeout (the chunk's call passed timeout_s: every sample
-of the chunk), nan (non-finite) and none (None). The first traceback of each kind of each reward is
-logged once. A reward that fails on EVERY sample for `max_failed_steps` consecutive calls raises
-`RewardFailure` with its name and last traceback: a reward that never works is a bug, not noise.
+flagged in `RewardBatch.failed`, and is counted under ``reward/<name>/failures/<kind>``, kinds:
+  exception  the call raised (or the worker died), or the sample's score is not a number
+  timeout    the call passed timeout_s; a chunk that times out (or kills its worker) is re-scored one
+             sample (one group, for group-aware rewards) at a time, each call with its own timeout_s,
+             so only the culprit gets the fallback (worst case per step: about 1 + chunk/workers
+             times timeout_s for a reward that hangs on everything)
+  nan        NaN or +-inf;  overflow  finite but beyond float32 (e.g. 1e308);  none  None
+The first traceback of each kind of each reward is logged once. A reward that fails on EVERY sample
+for `max_failed_steps` consecutive calls raises `RewardFailure` with its name and last traceback.
+
+Bugs stop the run at once, with the reward's name: `RewardReturnError` when a reward returns the
+wrong number of scores (or not a list), `RewardCrashed` when an in-process reward raises SystemExit
+(``sys.exit``) or another BaseException (KeyboardInterrupt stays KeyboardInterrupt, with a note
+naming the reward). In a worker those count as exception failures. An in-process reward that kills
+the process itself (``os._exit``, a segfault) takes the run with it: give such rewards a worker.
 Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean).
 """
 
@@ -19,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
-import pickle
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -30,11 +50,11 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import Tensor
 
+from covey.rewards._entry import Entry, build_entry
 from covey.rewards._pool import Job, WorkerPool
 from covey.rewards._scoring import FAILURE_KINDS, ChunkOutcome, score_chunk
-from covey.rewards.registry import get_reward
 
-__all__ = ["RewardBatch", "RewardFailure", "RewardRunner", "RewardSpec"]
+__all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError", "RewardRunner", "RewardSpec"]
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +71,15 @@ class RewardSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword parameters of the reward (a class's constructor or a function's keyword args)."""
     timeout_s: float = Field(60.0, gt=0)
-    """Limit for one call on one chunk; a call over it is killed and its samples get the fallback."""
+    """Limit for one call (a chunk, or one sample when a timed-out chunk is re-scored); a call over it is
+    stopped (its worker killed) and its samples get the fallback."""
     fallback: float = 0.0
     """Score given to a sample whose reward failed."""
     alias: str | None = None
     """Column name (default: the name, or the function name of an import path); must be unique."""
     in_process: bool = False
-    """Run in the calling process (no worker, so no timeout): for cheap rewards."""
+    """Run in the calling process, not a worker: for cheap rewards. timeout_s is enforced by a signal in the
+    main thread (none off it); a reward that kills the process (os._exit) ends the run."""
 
     @field_validator("fallback", "weight")
     @classmethod
@@ -72,7 +94,16 @@ class RewardSpec(BaseModel):
 
 
 class RewardFailure(RuntimeError):
-    """A reward failed on every sample for `max_failed_steps` consecutive steps."""
+    """A reward cannot be trusted to score this run: it failed on every sample for `max_failed_steps`
+    consecutive steps (this class), broke the return contract, or tried to end the process (subclasses)."""
+
+
+class RewardReturnError(RewardFailure):
+    """A reward returned something other than one score per completion: a bug in the reward."""
+
+
+class RewardCrashed(RewardFailure):
+    """An in-process reward raised SystemExit (sys.exit) or another non-Exception BaseException."""
 
 
 @dataclass
@@ -99,24 +130,16 @@ class RewardBatch:
         rollouts.reward_weights = self.weights
 
 
-@dataclass
-class _Entry:
-    label: str
-    weight: float
-    timeout_s: float
-    fallback: float
-    in_process: bool
-    fn: Callable
-    payload: bytes
-    group_aware: bool
+def _is_chat(prompt) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
 
 
 class RewardRunner:
     """Runs K rewards over batches in `workers` processes (0 = everything in the calling process).
 
-    rewards: RewardSpec / dicts of its fields / plain callables (weight 1, default timeout; they must
-        be picklable, i.e. module-level, unless run with workers=0) / (callable, RewardSpec) pairs
-        (a ready callable configured by the spec's weight, alias, timeout and fallback; its name is the label).
+    rewards: RewardSpec / dicts of its fields / plain callables (weight 1, default timeout; closures and
+        callables from ``__main__`` run in the calling process) / (callable, RewardSpec) pairs (a ready
+        callable configured by the spec's weight, alias, timeout and fallback; its name is the label).
     chunk_size: samples per call (rounded to whole groups); None = one chunk per worker.
     mp_context: multiprocessing start method for workers ("forkserver" or "spawn"; not "fork",
         which would copy torch's threads).
@@ -146,7 +169,7 @@ class RewardRunner:
             raise ValueError("mp_context 'fork' would copy the parent's threads; use 'forkserver' or 'spawn'")
         if not rewards:
             raise ValueError("RewardRunner needs at least one reward")
-        self.entries = [self._entry(r, workers) for r in rewards]
+        self.entries = [build_entry(r, workers, RewardSpec) for r in rewards]
         labels = [e.label for e in self.entries]
         dupes = sorted({x for x in labels if labels.count(x) > 1})
         if dupes:
@@ -162,39 +185,6 @@ class RewardRunner:
         self._bad_steps = [0] * len(self.entries)
         self._logged: set[tuple[str, str]] = set()
 
-    # ------------------------------------------------------------------ setup
-    @staticmethod
-    def _entry(r, workers: int) -> _Entry:
-        if isinstance(r, tuple):  # (callable, RewardSpec): a ready function with its config, e.g. a task's verifier
-            r, spec = r
-        elif callable(r) and not isinstance(r, (dict, RewardSpec)):
-            spec = RewardSpec(name=getattr(r, "__name__", type(r).__name__), in_process=workers == 0)
-        if callable(r) and not isinstance(r, (dict, RewardSpec)):
-            fn = r
-            payload = None
-            if not (spec.in_process or workers == 0):
-                try:
-                    payload = pickle.dumps(("object", r))
-                except Exception as e:  # noqa: BLE001 - pickling errors come in many types
-                    raise ValueError(
-                        f"reward {spec.label!r} cannot be sent to worker processes ({e}); define it at module "
-                        "level, name it as 'package.module:function', or use workers=0"
-                    ) from None
-        else:
-            spec = r if isinstance(r, RewardSpec) else RewardSpec(**r)
-            fn = get_reward(spec.name, **spec.params)  # fails now, before any model loads
-            payload = pickle.dumps(("spec", spec.name, spec.params))
-        return _Entry(
-            label=spec.label,
-            weight=spec.weight,
-            timeout_s=spec.timeout_s,
-            fallback=spec.fallback,
-            in_process=spec.in_process or workers == 0,
-            fn=fn,
-            payload=payload,
-            group_aware=bool(getattr(fn, "group_aware", False)),
-        )
-
     def _get_pool(self) -> WorkerPool:
         if self._pool is None:
             self._pool = WorkerPool(self.workers, self._mp_context)
@@ -202,7 +192,7 @@ class RewardRunner:
         return self._pool
 
     def close(self) -> None:
-        """Stop the worker processes (also done at exit and when the runner is garbage-collected)."""
+        """Stop the worker processes and whatever they started (also done at exit and on garbage collection)."""
         if self._finalizer is not None:
             self._finalizer()
         self._pool = None
@@ -221,7 +211,10 @@ class RewardRunner:
         prompts, completions = list(prompts), list(completions)
         if len(prompts) != n:
             raise ValueError(f"got {len(prompts)} prompts for {n} completions; pass one prompt per completion")
-        cols = {}
+        # TRL's conversational format: a chat prompt's completion is one assistant message
+        completions = [[{"role": "assistant", "content": c}] if isinstance(c, str) and _is_chat(p) else c
+                       for p, c in zip(prompts, completions)]
+        cols = {"prompts": prompts, "completions": completions}
         for name, col in columns.items():
             col = col.tolist() if hasattr(col, "tolist") else list(col)
             if len(col) != n:
@@ -232,27 +225,62 @@ class RewardRunner:
             if len(group) != n:
                 raise ValueError(f"group has {len(group)} entries but there are {n} completions")
             cols["group"] = [int(g) for g in group]
+        args = [e.arguments(cols) for e in self.entries]  # fails on a missing column before any call
         chunks = self._chunks(n, cols.get("group"))
 
-        K = len(self.entries)
-        outcomes: list[list] = [[None] * len(chunks) for _ in range(K)]
-        jobs, slots = [], []
+        # pieces[k]: (global sample indices, outcome) covering the batch once for reward k
+        pieces: list[list[tuple[list[int], Any]]] = [[] for _ in self.entries]
+        jobs: list[tuple[int, list[int], list[list[int]]]] = []  # (k, indices, units) for the workers
         for k, e in enumerate(self.entries):
-            if e.in_process:
-                continue
-            for c, idx in enumerate(chunks):
-                jobs.append(Job(k, e.payload, self._args(prompts, completions, cols, idx, e.group_aware), e.timeout_s))
-                slots.append((k, c))
-        for k, e in enumerate(self.entries):  # cheap rewards run here, while nothing else is waiting
-            if e.in_process:
-                for c, idx in enumerate(chunks):
-                    outcomes[k][c] = score_chunk(e.fn, *self._args(prompts, completions, cols, idx, e.group_aware))
-        if jobs:
-            for (k, c), res in zip(slots, self._get_pool().run(jobs)):
-                outcomes[k][c] = res
-        batch = self._assemble(n, chunks, outcomes)
+            for idx in chunks:
+                units = self._units(idx, cols.get("group"), e.group_aware)
+                if e.in_process:
+                    pieces[k].append((idx, self._score_here(e, args[k], idx, units)))
+                else:
+                    jobs.append((k, idx, units))
+        retry = []
+        for (k, idx, units), res in zip(jobs, self._run_jobs(jobs, args) if jobs else []):
+            if isinstance(res, ChunkOutcome) or len(units) == 1:
+                pieces[k].append((idx, res))
+            else:  # timed out or killed its worker: re-score unit by unit so only the culprit fails
+                retry.extend((k, unit, [unit]) for unit in units)
+        for (k, unit, _), res in zip(retry, self._run_jobs(retry, args) if retry else []):
+            pieces[k].append((unit, res))
+        batch = self._assemble(n, pieces)
         batch.metrics["reward/seconds"] = time.monotonic() - start
         return batch
+
+    def _run_jobs(self, jobs, args) -> list:
+        pool_jobs = []
+        for k, idx, units in jobs:
+            e = self.entries[k]
+            pos = {i: j for j, i in enumerate(idx)}
+            kwargs = {name: [col[i] for i in idx] for name, col in args[k].items()}
+            pool_jobs.append(Job(k, e.payload, (kwargs, len(idx), [[pos[i] for i in u] for u in units]), e.timeout_s))
+        return self._get_pool().run(pool_jobs)
+
+    def _score_here(self, e: Entry, args: dict, idx: list[int], units: list[list[int]]) -> ChunkOutcome:
+        """Score one chunk in this process; SystemExit & co. become RewardCrashed."""
+        main = threading.current_thread() is threading.main_thread()
+        if not main and (e.label, "thread") not in self._logged:
+            self._logged.add((e.label, "thread"))
+            log.warning("reward %r runs in the calling process, which is not the main thread: its timeout_s=%s "
+                        "cannot be enforced (it needs a signal handler); call the runner from the main thread or "
+                        "give the reward a worker", e.label, e.timeout_s)
+        pos = {i: j for j, i in enumerate(idx)}
+        kwargs = {name: [col[i] for i in idx] for name, col in args.items()}
+        try:
+            return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
+                               timeout_s=e.timeout_s if main else None)
+        except KeyboardInterrupt as exc:  # Ctrl-C (or a reward raising it) stays an interrupt
+            exc.add_note(f"raised while reward {e.label!r} ran in the calling process")
+            raise
+        except BaseException as exc:  # noqa: BLE001 - score_chunk lets only non-Exception BaseExceptions out
+            raise RewardCrashed(
+                f"reward {e.label!r} raised {exc!r} while running in the calling process (in_process=True, workers=0, "
+                "or a closure / __main__ callable), which would have ended the run; a reward must return scores "
+                "(None for a sample it cannot score). Fix it, or run it in a worker where this counts as a failure"
+            ) from exc
 
     def _chunks(self, n: int, group: list[int] | None) -> list[list[int]]:
         """Index lists of whole groups (samples alone when no groups), about n / n_chunks each."""
@@ -277,18 +305,16 @@ class RewardRunner:
         return chunks
 
     @staticmethod
-    def _args(prompts, completions, cols, idx, group_aware):
-        sub = {k: [v[i] for i in idx] for k, v in cols.items()}
-        if group_aware and "group" in sub:
-            local: dict[int, list[int]] = {}
-            for j, g in enumerate(sub["group"]):
-                local.setdefault(g, []).append(j)
-            units = list(local.values())
-        else:
-            units = [[j] for j in range(len(idx))]
-        return [prompts[i] for i in idx], [completions[i] for i in idx], sub, units
+    def _units(idx: list[int], group: list[int] | None, group_aware: bool) -> list[list[int]]:
+        """The pieces of a chunk a retry may score alone: whole groups for group-aware rewards, else samples."""
+        if not (group_aware and group is not None):
+            return [[i] for i in idx]
+        by_group: dict[int, list[int]] = {}
+        for i in idx:
+            by_group.setdefault(group[i], []).append(i)
+        return list(by_group.values())
 
-    def _assemble(self, n: int, chunks, outcomes) -> RewardBatch:
+    def _assemble(self, n: int, pieces) -> RewardBatch:
         K = len(self.entries)
         rewards = torch.zeros(n, K, dtype=torch.float32)
         failed = torch.zeros(n, K, dtype=torch.bool)
@@ -297,8 +323,13 @@ class RewardRunner:
             counts = dict.fromkeys(FAILURE_KINDS, 0)
             tracebacks: dict[str, str] = {}
             extra: dict[str, list[float]] = {}
-            for idx, res in zip(chunks, outcomes[k]):
+            for idx, res in pieces[k]:
                 res = self._as_outcome(res, e, len(idx))
+                if res.fatal:
+                    raise RewardReturnError(
+                        f"reward {e.label!r} {res.fatal}; a reward must return one score per completion, in order "
+                        "(None for a completion it cannot score)"
+                    )
                 for j, i in enumerate(idx):
                     v, kind = res.values[j], res.kinds[j]
                     if kind is None and v is not None:
@@ -331,16 +362,16 @@ class RewardRunner:
         return RewardBatch(rewards, self.names, self.weights.clone(), total, failed, metrics)
 
     @staticmethod
-    def _as_outcome(res, e: _Entry, size: int) -> ChunkOutcome:
+    def _as_outcome(res, e: Entry, size: int) -> ChunkOutcome:
         if isinstance(res, ChunkOutcome):
             return res
         if res == "timeout":
-            msg = (f"reward {e.label!r} did not return within timeout_s={e.timeout_s} on a chunk of {size} "
-                   "samples; its worker was killed and replaced")
+            msg = (f"reward {e.label!r} did not return within timeout_s={e.timeout_s} on {size} sample(s); its "
+                   "worker was killed and replaced")
             return ChunkOutcome([None] * size, ["timeout"] * size, {"timeout": msg})
         return ChunkOutcome([None] * size, ["exception"] * size, {"exception": res[1]})
 
-    def _track(self, k: int, e: _Entry, n: int, failed_col: Tensor, counts, tracebacks) -> None:
+    def _track(self, k: int, e: Entry, n: int, failed_col: Tensor, counts, tracebacks) -> None:
         if n == 0 or not bool(failed_col.all()):
             self._bad_steps[k] = 0
             return

@@ -1,0 +1,76 @@
+"""A wall-clock limit for reward calls that run in the calling process (`RewardSpec.in_process`).
+
+``with time_limit(5.0): fn()`` raises `CallTimeout` inside ``fn`` once 5 s have passed. A watchdog
+thread waits out the limit and then sends a private real-time signal (SIGRTMAX - 2) to the main
+thread with ``pthread_kill``; that signal's handler raises `CallTimeout` there. Why not
+``signal.alarm`` / ``setitimer``: math-verify (the ``math`` reward) arms and cancels its own alarm on
+every parse (``alarm(0)``), which would silently cancel ours; a signal nobody else uses cannot clash.
+`CallTimeout` derives from BaseException so a reward's ``except Exception`` does not swallow it.
+
+Limits, by design of Python signals: the handler runs between bytecodes, so a call stuck inside one
+long C function (a catastrophic regex) is stopped only when that function returns; a reward that
+catches BaseException defeats the limit. Signal handlers exist only in the main thread, so off the
+main thread the call runs WITHOUT a limit (`time_limit` yields False). Worker processes need none
+of this: the parent kills a worker whose call overruns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+__all__ = ["CallTimeout", "time_limit"]
+
+_SIGNAL = signal.SIGRTMAX - 2
+_active: _Limit | None = None  # the limit of the call now running in the main thread
+_installed = False
+
+
+class CallTimeout(BaseException):
+    """The call ran past its limit (raised inside the call, in the main thread)."""
+
+
+class _Limit:
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.fired = False
+        self.open = True
+        self.lock = threading.Lock()
+
+    def fire(self) -> None:  # in the watchdog thread
+        with self.lock:
+            if self.open:
+                self.fired = True
+                signal.pthread_kill(threading.main_thread().ident, _SIGNAL)
+
+
+def _on_signal(signum, frame) -> None:
+    limit = _active
+    if limit is not None and limit.fired:
+        raise CallTimeout(f"the call did not return within {limit.timeout_s} s")
+    # otherwise a late signal of a call that already returned: ignore it
+
+
+@contextlib.contextmanager
+def time_limit(timeout_s: float):
+    """Raise `CallTimeout` in the body after `timeout_s` seconds; yields False (no limit) off the main thread."""
+    global _active, _installed
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    if not _installed:  # stays installed: it ignores the signal unless a limited call is running
+        signal.signal(_SIGNAL, _on_signal)
+        _installed = True
+    limit = _Limit(timeout_s)
+    timer = threading.Timer(timeout_s, limit.fire)
+    timer.daemon = True
+    _active = limit
+    timer.start()
+    try:
+        yield True
+    finally:
+        _active = None  # first: from here on a late signal is ignored
+        with limit.lock:
+            limit.open = False
+        timer.cancel()
