@@ -126,6 +126,28 @@ def test_one_crashing_sample_in_a_worker_fails_only_itself():
     assert batch.metrics["reward/flaky/failures/exception"] == 1.0
 
 
+def test_re_scoring_a_reward_that_hangs_everywhere_stops_at_its_budget():
+    calls = []
+
+    def hangs(prompts, completions, **_):  # a closure: runs in-process
+        calls.append(len(completions))
+        time.sleep(60)
+
+    spec = RewardSpec(name="hangs", timeout_s=0.2)
+    batch = RewardRunner([(hangs, spec)], workers=0)(["p"] * 10, ["c"] * 10)
+    # the chunk call, then single samples until 2 x 0.2 s had passed, not one timeout per sample
+    assert calls[0] == 10 and 1 <= len(calls) - 1 <= 3
+    assert batch.failed.all() and batch.metrics["reward/hangs/failures/timeout"] == 10.0
+
+
+def test_worker_re_scoring_stops_at_its_budget():
+    with RewardRunner([{"name": "_runner_rewards:flaky", "timeout_s": 0.5}], workers=1, chunk_size=6) as runner:
+        batch = runner(["p"] * 6, ["hang"] * 6)
+        # one kill for the chunk, then one per single sample started within 2 x 0.5 s (not 6)
+        assert 2 <= runner._pool.restarts <= 4
+    assert batch.failed.all() and batch.metrics["reward/flaky/failures/timeout"] == 6.0
+
+
 # ---------------------------------------------------------------- 4. child processes die with their worker
 def test_close_kills_processes_a_reward_started(tmp_path):
     pid_file = tmp_path / "pids"

@@ -143,7 +143,7 @@ def _close_live_pools() -> None:
 
 
 class WorkerPool:
-    """`n` worker processes; `run(jobs)` returns one ChunkOutcome, "timeout" or ("crash", msg) per job."""
+    """`n` worker processes; `run(jobs)` returns one ChunkOutcome, "timeout", "skipped" or ("crash", msg) per job."""
 
     def __init__(self, n: int, context: str = "forkserver"):
         if n < 1:
@@ -184,11 +184,17 @@ class WorkerPool:
         self._workers[i] = self._start()
         self.restarts += 1
 
-    def run(self, jobs: list[Job]) -> list:
+    def run(self, jobs: list[Job], give_up_s: float | None = None) -> list:
+        """Results in job order; jobs not started within `give_up_s` seconds are not run: "skipped"."""
         results: list = [None] * len(jobs)
         pending = deque(range(len(jobs)))
         busy: dict[int, tuple[int, float]] = {}  # worker index -> (job index, deadline)
+        give_up = time.monotonic() + give_up_s if give_up_s is not None else None
         while pending or busy:
+            if give_up is not None and pending and time.monotonic() > give_up:
+                for ji in pending:
+                    results[ji] = "skipped"
+                pending.clear()
             for wi in range(len(self._workers)):
                 if wi in busy or not pending:
                     continue

@@ -2,9 +2,11 @@
 
 Shared by the in-process path and the worker processes of `runner.py`. A call that raises or times
 out is retried on smaller pieces so one bad completion does not fail its neighbours: on single
-samples, or on whole groups for rewards marked ``group_aware = True``. Per sample, a score that is
-None is kind ``none``; NaN or +-inf ``nan``; finite but beyond float32 (|x| > 3.4e38) ``overflow``;
-not a number (a string, a list) ``exception``. A return that is not one score per completion (wrong
+samples, or on whole groups for rewards marked ``group_aware = True``. With a timeout, no retry starts
+after RETRY_BUDGET x timeout_s: a reward that hangs on everything must not cost one timeout per
+sample; the samples not reached keep the chunk's failure kind. Per sample, a score that is None is
+kind ``none``; NaN or +-inf ``nan``; finite but beyond float32 (|x| > 3.4e38) ``overflow``; not a
+number (a string, a list) ``exception``. A return that is not one score per completion (wrong
 length, or not a sequence) is a bug in the reward, not noise: `ChunkOutcome.fatal` says so and the
 runner raises.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 import traceback
 from dataclasses import dataclass, field
 
@@ -22,6 +25,7 @@ __all__ = ["ChunkOutcome", "FAILURE_KINDS", "RewardOutput", "score_chunk"]
 
 FAILURE_KINDS = ("exception", "timeout", "nan", "overflow", "none")
 FLOAT32_MAX = 3.4028234663852886e38  # torch refuses to store anything larger in a float32 tensor
+RETRY_BUDGET = 2  # re-scoring a failed chunk piece by piece starts no call after RETRY_BUDGET x timeout_s
 
 
 @dataclass
@@ -132,7 +136,12 @@ def score_chunk(fn, kwargs: dict, n: int, units: list[list[int]], *, timeout_s: 
         kinds: list[str | None] = [kind] * n
         notes: dict[str, str] = {}
         metrics: dict[str, list[float]] = {}
+        give_up = time.monotonic() + RETRY_BUDGET * timeout_s if timeout_s else math.inf
         for unit in units:
+            if time.monotonic() > give_up:  # the rest keep the chunk's failure kind
+                notes.setdefault(kind, f"{kind}: not re-scored alone, re-scoring this chunk ran past its budget "
+                                       f"({RETRY_BUDGET} x timeout_s)")
+                continue
             out, ukind = _call(fn, kwargs, unit, timeout_s, isolated)
             if ukind is not None:
                 notes.setdefault(ukind, out if ukind == "exception" else _timeout_note(timeout_s, len(unit)))

@@ -21,8 +21,9 @@ flagged in `RewardBatch.failed`, and is counted under ``reward/<name>/failures/<
   exception  the call raised (or the worker died), or the sample's score is not a number
   timeout    the call passed timeout_s; a chunk that times out (or kills its worker) is re-scored one
              sample (one group, for group-aware rewards) at a time, each call with its own timeout_s,
-             so only the culprit gets the fallback (worst case per step: about 1 + chunk/workers
-             times timeout_s for a reward that hangs on everything)
+             so only the culprit gets the fallback; re-scoring starts no call after 2 x timeout_s
+             (samples not reached keep `timeout`), so a reward that hangs on everything costs at
+             most about 4 x timeout_s per step, not one timeout per sample
   nan        NaN or +-inf;  overflow  finite but beyond float32 (e.g. 1e308);  none  None
 The first traceback of each kind of each reward is logged once. A reward that fails on EVERY sample
 for `max_failed_steps` consecutive calls raises `RewardFailure` with its name and last traceback.
@@ -52,7 +53,7 @@ from torch import Tensor
 
 from covey.rewards._entry import Entry, build_entry
 from covey.rewards._pool import Job, WorkerPool
-from covey.rewards._scoring import FAILURE_KINDS, ChunkOutcome, score_chunk
+from covey.rewards._scoring import FAILURE_KINDS, RETRY_BUDGET, ChunkOutcome, score_chunk
 
 __all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError", "RewardRunner", "RewardSpec"]
 
@@ -244,20 +245,21 @@ class RewardRunner:
                 pieces[k].append((idx, res))
             else:  # timed out or killed its worker: re-score unit by unit so only the culprit fails
                 retry.extend((k, unit, [unit]) for unit in units)
-        for (k, unit, _), res in zip(retry, self._run_jobs(retry, args) if retry else []):
+        budget = RETRY_BUDGET * max((self.entries[k].timeout_s for k, _, _ in retry), default=0.0)
+        for (k, unit, _), res in zip(retry, self._run_jobs(retry, args, give_up_s=budget) if retry else []):
             pieces[k].append((unit, res))
         batch = self._assemble(n, pieces)
         batch.metrics["reward/seconds"] = time.monotonic() - start
         return batch
 
-    def _run_jobs(self, jobs, args) -> list:
+    def _run_jobs(self, jobs, args, give_up_s: float | None = None) -> list:
         pool_jobs = []
         for k, idx, units in jobs:
             e = self.entries[k]
             pos = {i: j for j, i in enumerate(idx)}
             kwargs = {name: [col[i] for i in idx] for name, col in args[k].items()}
             pool_jobs.append(Job(k, e.payload, (kwargs, len(idx), [[pos[i] for i in u] for u in units]), e.timeout_s))
-        return self._get_pool().run(pool_jobs)
+        return self._get_pool().run(pool_jobs, give_up_s)
 
     def _score_here(self, e: Entry, args: dict, idx: list[int], units: list[list[int]]) -> ChunkOutcome:
         """Score one chunk in this process; SystemExit & co. become RewardCrashed."""
@@ -368,6 +370,10 @@ class RewardRunner:
         if res == "timeout":
             msg = (f"reward {e.label!r} did not return within timeout_s={e.timeout_s} on {size} sample(s); its "
                    "worker was killed and replaced")
+            return ChunkOutcome([None] * size, ["timeout"] * size, {"timeout": msg})
+        if res == "skipped":
+            msg = (f"reward {e.label!r} timed out or crashed on a chunk, and re-scoring its samples one by one ran "
+                   f"past its budget ({RETRY_BUDGET} x timeout_s={e.timeout_s}) before reaching these {size}")
             return ChunkOutcome([None] * size, ["timeout"] * size, {"timeout": msg})
         return ChunkOutcome([None] * size, ["exception"] * size, {"exception": res[1]})
 
