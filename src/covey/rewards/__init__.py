@@ -25,7 +25,7 @@ from covey.rewards.math import (
     parse_number,
 )
 from covey.rewards.registry import REWARDS, get_reward, register_reward
-from covey.rewards.runner import RewardBatch, RewardFailure, RewardRunner, RewardSpec
+from covey.rewards.runner import RewardBatch, RewardCrashed, RewardFailure, RewardReturnError, RewardRunner, RewardSpec
 
 register_reward("math")(math_accuracy_reward)
 register_reward("boxed_format")(boxed_format_reward)
@@ -38,7 +38,9 @@ __all__ = [
     "FormatReward",
     "MajorityVoteReward",
     "RewardBatch",
+    "RewardCrashed",
     "RewardFailure",
+    "RewardReturnError",
     "RewardOutput",
     "RewardRunner",
     "RewardSpec",
