@@ -30,7 +30,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
 
     `trainer`: an already built `Trainer` for this config and folder (the Python API builds it
     with model/dataset/reward objects); by default one is built from the config."""
-    if not resume and (run_dir / "metrics.jsonl").exists():
+    if trainer is None and not resume and (run_dir / "metrics.jsonl").exists():  # a given trainer already opened it
         raise FileExistsError(f"{run_dir} already holds a run: resume it with --resume {run_dir}, or pick another log.name")
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:

@@ -1,0 +1,211 @@
+"""`dataset`: train and evaluate on your own data (JSONL, JSON, Parquet, a `save_to_disk` folder, a
+hub dataset already in the local cache, or in-memory rows), loaded through HF `datasets`.
+
+    task: {name: dataset, params: {path: data/train.jsonl, eval_path: data/test.jsonl,
+                                   prompt_key: question, system_prompt: "Be brief."}}
+
+Each row needs a prompt under `prompt_key`: a string or a chat message list
+(``[{"role": "user", "content": ...}]``; the rollout applies the chat template). Every other column
+reaches reward functions as a keyword argument (TRL's convention). covey assigns item ids 0..n-1; a
+column named ``id`` is kept as ``row_id``. With a column `answer_key` (default ``answer``) the task's
+verifier is the final-answer math check (reward column ``accuracy``); without one (or with
+``verifier: none``) the run uses only the configured rewards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from covey.tasks._common import FinalAnswerTask
+from covey.tasks.registry import register_task
+
+__all__ = ["DatasetTask", "load_rows"]
+
+_FILE_TYPES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+class _MathVerifier(FinalAnswerTask):
+    """The verifier alone (small to send to reward workers; the rows stay behind)."""
+
+    order = ("boxed", "gsm8k", "answer_is", "last_number")
+
+
+@register_task("dataset")
+class DatasetTask:
+    """Your own prompts. Parameters (config `task.params`, or keyword arguments from Python):
+
+    path / rows:            training data: a file or folder path (or hub id in the local cache), or
+                            in-memory rows (list of dicts or a `datasets.Dataset`, Python API).
+    eval_path / eval_rows:  held-out data for `covey eval` and `eval.size` (split "test").
+    split / eval_split:     the split to take from a saved DatasetDict or a hub dataset.
+    prompt_key:             the prompt column (str or chat messages).
+    system_prompt:          prepended as a system message (a string prompt becomes a chat).
+    answer_key:             the gold-answer column of the math verifier.
+    verifier:               "auto" (math when `answer_key` is a column), "math", or "none".
+    limit:                  keep the first n rows of each split.
+    """
+
+    name = "dataset"
+    answer_format = "Whatever your reward functions check; with an answer column, a final answer (\\boxed{}, '####', 'The answer is', or the last number)."
+
+    def __init__(self, path: str | os.PathLike | None = None, *, rows: Any = None, prompt_key: str = "prompt",
+                 split: str = "train", eval_path: str | os.PathLike | None = None, eval_rows: Any = None,
+                 eval_split: str = "test", system_prompt: str | None = None, answer_key: str = "answer",
+                 verifier: str = "auto", limit: int | None = None):  # fmt: skip
+        if (path is None) == (rows is None):
+            raise ValueError("task 'dataset' needs exactly one of path=... (a file, folder or cached hub id) or rows=...")
+        if verifier not in ("auto", "math", "none"):
+            raise ValueError(f"task 'dataset': verifier must be auto, math or none, got {verifier!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"task 'dataset': limit must be a positive int, got {limit!r}")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ValueError(f"task 'dataset': system_prompt must be a string, got {type(system_prompt).__name__}")
+        self.prompt_key, self.answer_key, self.system_prompt = prompt_key, answer_key, system_prompt
+        self._splits: dict[str, list[dict]] = {"train": self._items(path, rows, split, limit)}
+        if eval_path is not None or eval_rows is not None:
+            self._splits["test"] = self._items(eval_path, eval_rows, eval_split, limit)
+        has_answer = all(answer_key in it for items in self._splits.values() for it in items)
+        if verifier == "math" and not has_answer:
+            raise ValueError(f"task 'dataset': verifier=math needs an {answer_key!r} column in every row")
+        self.reward = _MathVerifier().reward if verifier != "none" and has_answer else None
+        self.extract_answer = _MathVerifier().extract_answer if self.reward is not None else None
+
+    def has_split(self, split: str) -> bool:
+        return split in self._splits
+
+    def examples(self, split: str = "train") -> Sequence[dict]:
+        if split not in self._splits:
+            raise ValueError(f"task 'dataset' has no {split!r} data: give eval_path=... (or eval_rows) for a held-out split"
+                             if split == "test" else f"task 'dataset' has splits {sorted(self._splits)}, not {split!r}")  # fmt: skip
+        return self._splits[split]
+
+    # ------------------------------------------------------------------ loading
+    def _items(self, path, rows, split: str, limit: int | None) -> list[dict]:
+        located = load_rows(path, split) if path is not None else [(f"rows[{i}]", r) for i, r in enumerate(_as_list(rows))]
+        if not located:
+            raise ValueError(f"{path if path is not None else 'rows'}: no rows")
+        located = located[:limit] if limit else located
+        return [self._item(i, row, where) for i, (where, row) in enumerate(located)]
+
+    def _item(self, i: int, row: Any, where: str) -> dict:
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a mapping of columns, got {type(row).__name__}")
+        if self.prompt_key not in row:
+            raise ValueError(f"{where}: no {self.prompt_key!r} column (columns: {sorted(row)}); set prompt_key=...")
+        prompt = _check_prompt(row[self.prompt_key], where, self.prompt_key)
+        if self.system_prompt is not None:
+            msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+            prompt = [{"role": "system", "content": self.system_prompt}] + msgs
+        if self.answer_key in row:
+            ans = row[self.answer_key]
+            if isinstance(ans, bool) or not isinstance(ans, (str, int, float)):
+                raise ValueError(f"{where}: {self.answer_key!r} must be a string or a number, got {type(ans).__name__} {ans!r}")
+        item = {"id": i, "prompt": prompt}
+        for k, v in row.items():
+            if k != self.prompt_key:
+                item["row_id" if k == "id" else k] = str(v) if k == self.answer_key else v
+        return item
+
+
+def _check_prompt(prompt: Any, where: str, key: str):
+    if prompt is None:
+        raise ValueError(f"{where}: {key!r} is null")
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError(f"{where}: {key!r} is an empty string")
+        return prompt
+    if isinstance(prompt, (list, tuple)) and prompt:
+        msgs = []
+        for j, m in enumerate(prompt):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise ValueError(f"{where}: message {j} of {key!r} must be {{'role': str, 'content': str}}, got {m!r}")
+            msgs.append({"role": m["role"], "content": m["content"]})
+        return msgs
+    raise ValueError(f"{where}: {key!r} must be a string or a list of chat messages, got {type(prompt).__name__} {prompt!r}")
+
+
+def _as_list(rows: Any) -> list:
+    if hasattr(rows, "to_list") and hasattr(rows, "column_names"):  # datasets.Dataset
+        return rows.to_list()
+    if isinstance(rows, (list, tuple)):
+        return list(rows)
+    raise ValueError(f"rows must be a list of dicts or a datasets.Dataset, got {type(rows).__name__}")
+
+
+def load_rows(path: str | os.PathLike, split: str = "train") -> list[tuple[str, dict]]:
+    """``(where, row)`` pairs of a data file, a `save_to_disk` folder (`split` of a DatasetDict), or a
+    cached hub dataset; `where` names the place for error messages (``file:line`` for JSONL)."""
+    p = Path(path).expanduser()
+    if p.suffix == ".jsonl":
+        return _read_jsonl(p)  # own reader: errors name the line
+    import datasets
+
+    if p.is_file():
+        kind = _FILE_TYPES.get(p.suffix)
+        if kind is None:
+            raise ValueError(f"{p}: unsupported file type {p.suffix!r}; use one of {sorted(_FILE_TYPES)} or a save_to_disk folder")
+        try:
+            return _located(p, datasets.load_dataset(kind, data_files=str(p), split="train").to_list())
+        except Exception as e:  # noqa: BLE001 - arrow/json errors come in many types
+            raise ValueError(f"{p}: cannot read it as {kind} ({type(e).__name__}: {e})") from None
+    if p.is_dir():
+        try:
+            ds = datasets.load_from_disk(str(p))
+        except Exception as e:  # noqa: BLE001
+            raise ValueError(f"{p}: not a datasets save_to_disk folder ({e})") from None
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise ValueError(f"{p}: has splits {sorted(ds)}, not {split!r}; set split=...")
+            ds = ds[split]
+        return _located(p, ds.to_list())
+    if str(path).startswith((".", "/", "~")) or p.suffix:
+        raise FileNotFoundError(f"dataset file {str(path)!r} does not exist")
+    return _load_cached_hub(str(path), split)
+
+
+def _load_cached_hub(name: str, split: str) -> list[dict]:
+    import datasets
+
+    old = {k: os.environ.get(k) for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")}
+    os.environ.update({k: "1" for k in old})  # no network retries: the local cache or a clear error
+    try:
+        return _located(name, datasets.load_dataset(name, split=split).to_list())
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"dataset {name!r}: not a local file or folder, and not in the local HF cache ({type(e).__name__}); "
+                         "this machine has no hub access: download it elsewhere and pass the folder") from None  # fmt: skip
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _located(source, rows: list) -> list[tuple[str, dict]]:
+    return [(f"{source}: row {i + 1}", r) for i, r in enumerate(rows)]
+
+
+def _read_jsonl(p: Path) -> list[tuple[str, dict]]:
+    if not p.is_file():
+        raise FileNotFoundError(f"dataset file {str(p)!r} does not exist")
+    rows = []
+    with open(p, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{p}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#x} at column {e.start + 1})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            rows.append((f"{p}:{lineno}", row))
+    return rows
