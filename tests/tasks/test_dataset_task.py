@@ -1,0 +1,83 @@
+"""The `dataset` task: your own data from every supported source, and every malformed row named."""
+
+import json
+
+import pytest
+
+from covey.tasks import get_task
+
+ROWS = [
+    {"prompt": "What is 1 + 1?", "answer": "2", "level": 1},
+    {"prompt": [{"role": "user", "content": "What is 2 + 2?"}], "answer": 4, "level": 2},
+]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _check_items(task):
+    items = task.examples("train")
+    assert [it["id"] for it in items] == [0, 1]
+    assert items[0]["prompt"] == "What is 1 + 1?" and items[1]["prompt"][0]["role"] == "user"
+    assert items[1]["answer"] == "4" and items[0]["level"] == 1  # answers as strings; other columns kept
+    assert task.reward(["p", "p"], ["so 2", "\\boxed{5}"], answer=["2", "4"]) == [1.0, 0.0]
+
+
+def test_jsonl_parquet_save_to_disk_and_in_memory_sources(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    _check_items(get_task("dataset", path=str(_jsonl(tmp_path / "d.jsonl", ROWS))))
+    flat = [{"prompt": "What is 1 + 1?", "answer": "2", "level": 1}, {"prompt": "What is 2 + 2?", "answer": "4", "level": 2}]
+    Dataset.from_list(flat).to_parquet(str(tmp_path / "d.parquet"))
+    task = get_task("dataset", path=str(tmp_path / "d.parquet"))
+    assert [it["prompt"] for it in task.examples()] == ["What is 1 + 1?", "What is 2 + 2?"]
+    DatasetDict({"train": Dataset.from_list(flat), "test": Dataset.from_list(flat[:1])}).save_to_disk(str(tmp_path / "dd"))
+    task = get_task("dataset", path=str(tmp_path / "dd"), eval_path=str(tmp_path / "dd"), eval_split="test")
+    assert len(task.examples("train")) == 2 and len(task.examples("test")) == 1
+    _check_items(get_task("dataset", rows=ROWS))
+    chat = [{"prompt": [{"role": "user", "content": "Hi"}], "answer": "1"}] * 2
+    assert get_task("dataset", rows=Dataset.from_list(chat)).examples()[1]["prompt"][0]["content"] == "Hi"
+
+
+def test_system_prompt_ids_and_verifier_choices(tmp_path):
+    rows = [{"id": "q-7", "question": "Hi?", "tag": "x"}]
+    task = get_task("dataset", rows=rows, prompt_key="question", system_prompt="Be brief.")
+    item = task.examples()[0]
+    assert item["id"] == 0 and item["row_id"] == "q-7" and item["tag"] == "x"
+    assert item["prompt"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
+    assert task.reward is None  # no answer column: only the configured rewards score
+    assert get_task("dataset", rows=ROWS, verifier="none").reward is None
+    with pytest.raises(ValueError, match="verifier=math needs an 'answer' column"):
+        get_task("dataset", rows=rows, prompt_key="question", verifier="math")
+    with pytest.raises(ValueError, match="no 'test' data"):
+        task.examples("test")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"prompt": "ok", "answer": "1"}\n{"prompt": "caf\xe9"}\n', r"d.jsonl:2: not valid UTF-8"),
+        (b'{"prompt": "ok"}\n\n{"prompt": null}\n', r"d.jsonl:3: 'prompt' is null"),
+        (b'{"prompt": "ok", "answer": [18]}\n', r"d.jsonl:1: 'answer' must be a string or a number"),
+        (b'{"question": "ok"}\n', r"d.jsonl:1: no 'prompt' column"),
+        (b'{"prompt": 7}\n', r"d.jsonl:1: 'prompt' must be a string or a list of chat messages"),
+        (b'{"prompt": [{"role": "user"}]}\n', r"d.jsonl:1: message 0 of 'prompt'"),
+        (b'{"prompt": "ok"}\nnot json\n', r"d.jsonl:2: not valid JSON"),
+        (b"[1, 2]\n", r"d.jsonl:1: expected a JSON object"),
+    ],
+)
+def test_malformed_rows_name_the_file_and_line(tmp_path, content, message):
+    (tmp_path / "d.jsonl").write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        get_task("dataset", path=str(tmp_path / "d.jsonl"))
+
+
+def test_missing_sources_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        get_task("dataset", path=str(tmp_path / "nope.jsonl"))
+    with pytest.raises(ValueError, match="not in the local HF cache"):
+        get_task("dataset", path="some-org/some-dataset-that-is-not-cached")
+    with pytest.raises(ValueError, match="exactly one of path"):
+        get_task("dataset")
