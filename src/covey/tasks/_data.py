@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["data_file", "read_jsonl", "resolve_data_dir"]
+__all__ = ["check_fields", "data_file", "read_jsonl", "resolve_data_dir"]
 
 _REPO = Path(__file__).resolve().parents[3]  # src/covey/tasks/_data.py -> repository root
 
@@ -48,13 +48,18 @@ def data_file(path: str | os.PathLike | None, sub: str, split: str) -> Path:
 
 
 def read_jsonl(file: Path, required: Sequence[str]) -> list[tuple[int, dict]]:
-    """``(line number, row)`` of each JSON Lines row; a bad line fails with ``<file>:<line>: <problem>``.
+    """``(line number, row)`` of each JSON Lines row; a bad line fails with ``<file>:<line>: <problem>``
+    (not UTF-8, not JSON, not an object, missing fields).
 
     Blank lines are skipped (so line numbers, not row indices, name the place of an error).
     """
     rows = []
-    with open(file, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(file, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{file}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#x} at column {e.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -68,3 +73,12 @@ def read_jsonl(file: Path, required: Sequence[str]) -> list[tuple[int, dict]]:
                 raise ValueError(f"{file}:{lineno}: missing field(s) {missing}; each row needs {list(required)}")
             rows.append((lineno, row))
     return rows
+
+
+def check_fields(file, lineno: int, row: dict, types: dict[str, type | tuple[type, ...]]) -> None:
+    """Fail with ``<file>:<line>: field 'x' must be <type>, got ...`` for null or wrongly typed fields."""
+    for key, typ in types.items():
+        val = row.get(key)
+        if val is None or isinstance(val, bool) or not isinstance(val, typ):
+            names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
+            raise ValueError(f"{file}:{lineno}: field {key!r} must be {names}, got {type(val).__name__} {val!r}"[:300])

@@ -14,13 +14,13 @@ verifier is the final-answer math check (reward column ``accuracy``); without on
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from covey.tasks._common import FinalAnswerTask
+from covey.tasks._data import read_jsonl
 from covey.tasks.registry import register_task
 
 __all__ = ["DatasetTask", "load_rows"]
@@ -141,7 +141,9 @@ def load_rows(path: str | os.PathLike, split: str = "train") -> list[tuple[str, 
     cached hub dataset; `where` names the place for error messages (``file:line`` for JSONL)."""
     p = Path(path).expanduser()
     if p.suffix == ".jsonl":
-        return _read_jsonl(p)  # own reader: errors name the line
+        if not p.is_file():
+            raise FileNotFoundError(f"dataset file {str(p)!r} does not exist")
+        return [(f"{p}:{lineno}", row) for lineno, row in read_jsonl(p, required=())]  # errors name the line
     import datasets
 
     if p.is_file():
@@ -187,25 +189,3 @@ def _load_cached_hub(name: str, split: str) -> list[dict]:
 
 def _located(source, rows: list) -> list[tuple[str, dict]]:
     return [(f"{source}: row {i + 1}", r) for i, r in enumerate(rows)]
-
-
-def _read_jsonl(p: Path) -> list[tuple[str, dict]]:
-    if not p.is_file():
-        raise FileNotFoundError(f"dataset file {str(p)!r} does not exist")
-    rows = []
-    with open(p, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{p}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#x} at column {e.start + 1})") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append((f"{p}:{lineno}", row))
-    return rows

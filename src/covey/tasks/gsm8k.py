@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 
 from covey.tasks._common import FinalAnswerTask, as_prompt, check_dataset_params, check_split
-from covey.tasks._data import data_file, read_jsonl
+from covey.tasks._data import check_fields, data_file, read_jsonl
 from covey.tasks.registry import register_task
 
 __all__ = ["GSM8K", "gsm8k_gold"]
@@ -81,6 +81,7 @@ class GSM8K(FinalAnswerTask):
             rows = read_jsonl(file, required=("question", "answer"))[: self.limit]
             items = []
             for i, (lineno, row) in enumerate(rows):
+                check_fields(file, lineno, row, {"question": str, "answer": str})
                 try:
                     gold = gsm8k_gold(row["answer"])
                 except ValueError as e:

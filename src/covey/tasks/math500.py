@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 
 from covey.tasks._common import FinalAnswerTask, as_prompt, check_dataset_params, check_split
-from covey.tasks._data import data_file, read_jsonl
+from covey.tasks._data import check_fields, data_file, read_jsonl
 from covey.tasks.registry import register_task
 
 __all__ = ["MATH500"]
@@ -63,6 +63,8 @@ class MATH500(FinalAnswerTask):
         if self._items is None:
             file = data_file(self.path, "math500", "test")
             rows = read_jsonl(file, required=("problem", "answer"))[: self.limit]
+            for lineno, row in rows:
+                check_fields(file, lineno, row, {"problem": str, "answer": (str, int, float)})
             self._items = [
                 {
                     "id": i,

@@ -15,7 +15,7 @@ import os
 
 from covey.rewards.code import CodeReward
 from covey.tasks._common import as_prompt, check_split
-from covey.tasks._data import read_jsonl, resolve_data_dir
+from covey.tasks._data import check_fields, read_jsonl, resolve_data_dir
 from covey.tasks.registry import register_task
 
 __all__ = ["MBPP"]
@@ -72,7 +72,10 @@ class MBPP:
     def examples(self, split: str = "train") -> list[dict]:
         check_split(self.name, split)
         if not self._cache:
-            rows = [r for _, r in read_jsonl(self.path, required=("task_id", "text", "code", "test_list"))]
+            located = read_jsonl(self.path, required=("task_id", "text", "code", "test_list"))
+            for lineno, r in located:
+                check_fields(self.path, lineno, r, {"task_id": int, "text": str, "code": str, "test_list": list})
+            rows = [r for _, r in located]
             rows.sort(key=lambda r: r["task_id"])
             self._cache = {
                 "test": [self._item(r) for r in rows if r["task_id"] in TEST_IDS],
