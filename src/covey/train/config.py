@@ -56,6 +56,8 @@ class TaskConfig(_Strict):
     """Keyword arguments of the task (e.g. digits, operands, path)."""
     split: str = "train"
     eval_split: str = "test"
+    on_long_prompt: Literal["error", "skip"] = "error"
+    """A prompt longer than the model's context minus max_new_tokens: fail at start, or skip it (counted)."""
 
 
 class SamplingConfig(_Strict):

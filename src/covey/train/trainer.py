@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from covey.data import SAMPLERS
+from covey.data.lengths import check_prompt_lengths
 from covey.engine import ENGINES, SamplingParams
 from covey.rewards.scoring import Scorer, shaping_terms
 from covey.rollout import STRATEGIES, RolloutContext, completion_texts
@@ -46,10 +47,13 @@ class Trainer:
         self.device = torch.device(cfg.resolved_device())
         self.task = task if task is not None else get_task(cfg.task.name, **cfg.task.params)
         items = list(self.task.examples(cfg.task.split))
-        self.sampler = SAMPLERS.build(cfg.sampler.name, cfg.sampler.params, items, cfg.seed)
         self.strategy = STRATEGIES.build(cfg.strategy_spec().name, cfg.strategy_spec().params)
         self.rewards = build_rewards(cfg, self.task, reward_funcs)  # bad reward names/params fail before the model loads
         self.model, self.tokenizer = load_policy(cfg.model, model=model, tokenizer=tokenizer, device=self.device)
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        if context:
+            items = check_prompt_lengths(items, self.tokenizer, context - cfg.sampling.max_new_tokens, cfg.task.on_long_prompt)
+        self.sampler = SAMPLERS.build(cfg.sampler.name, cfg.sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
         needs = cfg.algo.requires()  # optional Rollouts fields the chosen components read
         self.need_ref = "ref_logprobs" in needs
