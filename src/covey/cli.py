@@ -166,6 +166,22 @@ def sft(
 
 
 @app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="A training run folder.")],
+    merge: Annotated[bool, typer.Option(help="LoRA runs: also write the adapters merged into final/.")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="Write final/ and adapter/ here (default: the run folder).")] = None,
+):
+    """Write the run's latest checkpoint as standard folders: final/ (save_pretrained model +
+    tokenizer) for full fine-tuning, adapter/ (peft) for LoRA runs (with --merge also final/)."""
+    from covey.train.export import export_run
+
+    try:
+        typer.echo(json.dumps(export_run(run_dir, merge=merge, out=out)))
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+
+
+@app.command()
 def plot(run_dir: Annotated[Path, typer.Argument(help="A run folder with metrics.jsonl.")]):
     """Write PNG charts (reward/accuracy, length, KL/entropy, time split) into RUN_DIR/plots/."""
     from covey.train.plots import plot_run

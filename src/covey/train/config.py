@@ -48,6 +48,13 @@ class ModelConfig(_Strict):
     """LoRA (peft) adapters instead of full fine-tuning; None trains every weight."""
     gradient_checkpointing: bool = False
 
+    @field_validator("name")
+    @classmethod
+    def _absolute_local_path(cls, v: str) -> str:
+        """A local model folder is stored as an absolute path, so the run's config.yaml works from anywhere."""
+        p = Path(v).expanduser()
+        return str(p.resolve()) if p.is_dir() else v
+
 
 class TaskConfig(_Strict):
     name: str = "arithmetic"

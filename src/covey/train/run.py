@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from covey.eval.runner import evaluate
 from covey.train.config import RunConfig
+from covey.train.export import export_model
 from covey.train.plots import plot_run
 from covey.train.trainer import Trainer
 
@@ -81,6 +82,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     if "eval_after" in summary:
         delta = summary["eval_after"] - summary.get("eval_before", float("nan"))
         console.print(f"held-out accuracy after training: [bold]{summary['eval_after']:.1%}[/] (change {delta:+.1%})")
+    summary.update(export_model(trainer.model, trainer.tokenizer, run_dir))  # final/ (+ adapter/ for LoRA)
     plots = plot_run(run_dir)
     summary["plots"] = [str(p) for p in plots]
     console.print(f"metrics: {run_dir / 'metrics.jsonl'}  plots: {run_dir / 'plots'}")

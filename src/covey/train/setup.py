@@ -149,19 +149,27 @@ def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None):
     return RewardRunner(rewards, workers=cfg.reward_workers)
 
 
-def load_run_policy(run_dir):
-    """(model, tokenizer) of a training run: its config's model with the latest checkpoint's weights."""
+def load_run_policy(run_dir, *, merge: bool = True):
+    """(model, tokenizer) of a training run: its config's model with the latest checkpoint's weights.
+
+    LoRA runs come back merged into a plain HF model (what engines and `covey eval` need), or as the
+    peft model with `merge=False` (for exporting the adapter)."""
     from pathlib import Path
 
     from covey.train.checkpoint import latest_checkpoint, load_checkpoint
     from covey.train.config import load_config
 
     run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a covey run folder (no config.yaml)")
     cfg = load_config(run_dir / "config.yaml")
-    model, tok = load_policy(cfg.model)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint yet")
-    payload, _ = load_checkpoint(ckpt)
+    model, tok = load_policy(cfg.model)
+    payload, _ = load_checkpoint(ckpt, map_location="cpu")
+    missing = set(trainable_state(model)) - set(payload["model"])
+    if missing:
+        raise ValueError(f"checkpoint {ckpt} lacks weights {sorted(missing)[:3]}: it does not belong to {cfg.model.name!r}")
     model.load_state_dict(payload["model"], strict=False)
-    return model, tok
+    return (engine_model(model) if merge else model), tok

@@ -1,0 +1,45 @@
+"""Standard outputs of a run: folders that `transformers` and `peft` load without covey.
+
+    RUN/final/     save_pretrained model + tokenizer (with its chat template): the trained policy,
+                   LoRA adapters merged into the base weights
+    RUN/adapter/   LoRA runs only: the peft adapter folder (`PeftModel.from_pretrained(base, RUN/adapter)`)
+
+`export_model` writes them from a live policy (end of `covey train`); `export_run` rebuilds the
+policy from a run's latest checkpoint (`covey export RUN [--merge] [--out DIR]`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+__all__ = ["export_model", "export_run"]
+
+
+def export_model(model: torch.nn.Module, tokenizer, out_dir: str | Path, *, merge: bool = True) -> dict[str, str]:
+    """Write `final/` (a LoRA model merged, when `merge`) and, for LoRA, `adapter/` under `out_dir`."""
+    from covey.train.setup import engine_model
+
+    out_dir = Path(out_dir)
+    written: dict[str, str] = {}
+    lora = hasattr(model, "get_base_model")
+    if lora:
+        model.save_pretrained(out_dir / "adapter")
+        tokenizer.save_pretrained(out_dir / "adapter")
+        written["adapter"] = str(out_dir / "adapter")
+    if merge or not lora:
+        plain = engine_model(model) if lora else model  # merged into a copy; the live adapters stay
+        plain.save_pretrained(out_dir / "final")
+        tokenizer.save_pretrained(out_dir / "final")
+        written["final"] = str(out_dir / "final")
+    return written
+
+
+def export_run(run_dir: str | Path, *, merge: bool = False, out: str | Path | None = None) -> dict[str, str]:
+    """Export a run's latest checkpoint: `final/` for full fine-tuning; `adapter/` (and with `merge`
+    also a merged `final/`) for LoRA. Written under `out` (default: the run folder)."""
+    from covey.train.setup import load_run_policy
+
+    model, tokenizer = load_run_policy(run_dir, merge=False)
+    return export_model(model, tokenizer, out or run_dir, merge=merge)

@@ -1,0 +1,92 @@
+"""Standard outputs: final/ loads with transformers alone and gives the trained policy's logits;
+LoRA runs export a peft adapter (and a merged final/); `covey eval --run` works on both."""
+
+import json
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from covey.cli import app
+from covey.train.config import load_config
+from covey.train.run import train
+
+runner = CliRunner()
+
+
+def _cfg(tmp_path, *extra):
+    return load_config(None, ["model.name=tiny-llama", "task.params={digits: 1, n_train: 16, n_test: 4}",
+                              "rollout.prompts_per_step=2", "rollout.group_size=2", "sampling.max_new_tokens=4",
+                              "reward_workers=0", "log.progress=false", "log.tensorboard=false", "algo.kl=null",
+                              "steps=1", "optim.lr=1e-2", *extra])  # fmt: skip
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits
+
+
+def test_full_run_final_folder_loads_with_identical_logits(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from covey.train.setup import load_run_policy
+
+    run = tmp_path / "run"
+    summary = train(_cfg(tmp_path), run)
+    assert summary["final"] == str(run / "final") and "adapter" not in summary
+    model = AutoModelForCausalLM.from_pretrained(run / "final")
+    tok = AutoTokenizer.from_pretrained(run / "final")
+    assert tok.chat_template
+    policy, _ = load_run_policy(run)
+    ids = tok.encode("12+3=")
+    assert torch.allclose(_logits(model, ids), _logits(policy, ids), atol=1e-5)
+    res = runner.invoke(app, ["eval", "--run", str(run), "--task", "arithmetic", "--limit", "2", "--max-new-tokens", "4",
+                              "--task-param", "digits=1", "--task-param", "n_train=4", "--task-param", "n_test=4"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1])["problems"] == 2
+
+
+def test_lora_run_exports_adapter_and_merged_model(tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from covey.models import load as load_model
+    from covey.train.setup import load_run_policy
+
+    run = tmp_path / "lora"
+    summary = train(_cfg(tmp_path, "model.lora={r: 4, alpha: 8}"), run)
+    assert {"final", "adapter"} <= set(summary)
+    merged = AutoModelForCausalLM.from_pretrained(run / "final")
+    base, tok = load_model("tiny-llama")
+    with_adapter = PeftModel.from_pretrained(base, run / "adapter")
+    ids = tok.encode("7+1=")
+    policy, _ = load_run_policy(run)  # merged for engines and eval
+    assert torch.allclose(_logits(merged, ids), _logits(policy, ids), atol=1e-5)
+    assert torch.allclose(_logits(with_adapter, ids), _logits(policy, ids), atol=1e-4)
+    out = tmp_path / "exported"
+    res = runner.invoke(app, ["export", str(run), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "adapter" / "adapter_config.json").is_file() and not (out / "final").exists()
+    res = runner.invoke(app, ["export", str(run), "--out", str(out), "--merge"])
+    assert res.exit_code == 0 and (out / "final" / "config.json").is_file()
+    res = runner.invoke(app, ["eval", "--run", str(run), "--task", "arithmetic", "--limit", "2", "--max-new-tokens", "4",
+                              "--task-param", "digits=1", "--task-param", "n_train=4", "--task-param", "n_test=4"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+
+
+def test_run_config_stores_absolute_model_paths(tmp_path, monkeypatch):
+    from covey.models import load as load_model
+
+    model, tok = load_model("tiny-llama")
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["model.name=m"])
+    assert cfg.model.name == str((tmp_path / "m").resolve())
+    assert yaml.safe_load(yaml.safe_dump(cfg.model_dump(mode="json")))["model"]["name"].startswith("/")
+
+
+def test_export_of_a_non_run_is_a_clear_error(tmp_path):
+    res = runner.invoke(app, ["export", str(tmp_path)])
+    assert res.exit_code == 2 and "not a covey run folder" in res.output
