@@ -129,15 +129,17 @@ def eval_cmd(
         _fail(f"every k must be <= n={n}; got k={k}")
     try:
         t = get_task(task, **parse_overrides(task_param or []))
-    except ValueError as e:
+        items = list(t.examples(split))
+    except (ValueError, FileNotFoundError) as e:
         _fail(str(e))
+    if getattr(t, "reward", None) is None:
+        _fail(f"task {task!r} has no verifier to score with (for `dataset`: give rows an answer column, see answer_key)")
     if run is not None:
         policy, tokenizer = load_run_policy(run)
     else:
         from covey.train.config import ModelConfig
 
         policy, tokenizer = load_policy(ModelConfig(name=model))
-    items = list(t.examples(split))
     items = items[:limit] if limit else items
     engine = TorchEngine(policy, dtype=dtype, tokenizer=tokenizer)
     res = evaluate(engine, tokenizer, t, items, n=n, ks=ks, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)

@@ -18,9 +18,13 @@ A factory's first parameters (before ``*``) are the context the trainer passes (
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import inspect
+import sys
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 __all__ = ["PluginError", "PluginRegistry", "import_object"]
@@ -31,12 +35,14 @@ class PluginError(ValueError):
 
 
 def import_object(path: str, what: str = "object") -> Any:
-    """The attribute named by ``package.module:attr`` (dots in attr walk nested attributes)."""
-    module_name, sep, attr = path.partition(":")
+    """The attribute named by ``package.module:attr`` or ``path/to/file.py:attr`` (dots in attr
+    walk nested attributes). A file is imported once under a name derived from its absolute path,
+    so worker processes that resolve the same string get the same module."""
+    module_name, sep, attr = path.rpartition(":")
     if not sep or not module_name or not attr:
-        raise PluginError(f"{what} import path must look like 'package.module:Name', got {path!r}")
+        raise PluginError(f"{what} import path must look like 'package.module:Name' or 'file.py:Name', got {path!r}")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
     except ImportError as e:
         raise PluginError(f"{what} {path!r}: cannot import module {module_name!r} ({e})") from None
     obj: Any = module
@@ -45,6 +51,24 @@ def import_object(path: str, what: str = "object") -> Any:
             raise PluginError(f"{what} {path!r}: module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def _import_file(file: str):
+    p = Path(file).expanduser().resolve()
+    if not p.is_file():
+        raise ImportError(f"no such file {str(p)!r}")
+    name = "covey_user_" + hashlib.sha1(str(p).encode()).hexdigest()[:12] + "_" + p.stem
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, p)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # pickling by reference finds it
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise ImportError(f"{p} raised {type(e).__name__}: {e}") from e
+    return module
 
 
 class PluginRegistry(Mapping[str, Callable[..., Any]]):

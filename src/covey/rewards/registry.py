@@ -11,9 +11,10 @@ This module only resolves names; running rewards (workers, timeouts, failures) i
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from collections.abc import Callable
+
+from covey.plugins import import_object
 
 __all__ = ["REWARDS", "get_reward", "register_reward"]
 
@@ -34,22 +35,6 @@ def register_reward(name: str) -> Callable:
     return deco
 
 
-def _import(path: str):
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"reward import path must look like 'package.module:function', got {path!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"reward {path!r}: cannot import module {module_name!r} ({e})") from None
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"reward {path!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
 def get_reward(name: str, **params) -> Callable:
     """The reward callable for a registered name or an import path, with `params` applied.
 
@@ -61,7 +46,7 @@ def get_reward(name: str, **params) -> Callable:
     [1.0]
     """
     if ":" in name:
-        obj = _import(name)
+        obj = import_object(name, "reward")
     elif name in REWARDS:
         obj = REWARDS[name]
     else:
