@@ -229,11 +229,20 @@ def bench_step_vs_trl(
 
 
 @models_app.command("prepare")
-def models_prepare(alias: str = "smollm2-135m-instruct"):
+def models_prepare(
+    alias: Annotated[Optional[str], typer.Argument(help="A built-in alias (default smollm2-135m-instruct).")] = None,
+    alias_option: Annotated[Optional[str], typer.Option("--alias", help="The same, as an option.")] = None,
+):
     """Convert a built-in alias into its cached HF folder (once; later loads are fast)."""
     from covey.models import prepare
+    from covey.models.convert import ALIAS_SOURCES
 
-    typer.echo(str(prepare(alias)))
+    if alias and alias_option and alias != alias_option:
+        _fail(f"two different aliases given: {alias!r} and --alias {alias_option!r}")
+    name = alias or alias_option or "smollm2-135m-instruct"
+    if name not in ALIAS_SOURCES:
+        _fail(f"unknown alias {name!r}; aliases that need preparing: {', '.join(sorted(ALIAS_SOURCES))}")
+    typer.echo(str(prepare(name)))
 
 
 def main() -> None:  # pragma: no cover
