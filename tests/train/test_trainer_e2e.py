@@ -18,8 +18,10 @@ from covey.train.trainer import Trainer
 
 TOY_REWARDS = '''
 def digit_fraction(prompts, completions, **columns):
-    """Dense toy reward: the fraction of completion characters that are digits."""
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+    """Dense toy reward: the fraction of completion characters that are digits (chat prompts give
+    TRL's [{"role": "assistant", "content": ...}] completions)."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
 '''
 
 

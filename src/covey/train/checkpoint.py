@@ -10,6 +10,7 @@ never half of one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -19,9 +20,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
+__all__ = ["WriteError", "latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state", "write_error"]
 
 _PREFIX = "step-"
+_ASIDE = ".aside-"
 
 
 def rng_state() -> dict[str, Any]:
@@ -33,32 +35,84 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
+class WriteError(OSError):
+    """Writing run state failed (disk full, read-only, quota): the message names the path."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
 def save_checkpoint(run_dir: str | Path, step: int, payload: dict[str, Any], meta: dict[str, Any], keep: int = 2) -> Path:
-    """Write `payload` (tensors/state dicts, saved with torch.save) and `meta` (JSON) atomically."""
+    """Write `payload` (tensors/state dicts, saved with torch.save) and `meta` (JSON) atomically.
+
+    Order: write a temporary folder and fsync it; move an existing folder of the same step aside;
+    rename the temporary folder into place; only then delete the aside copy and old checkpoints.
+    A kill at any point leaves a complete checkpoint that `latest_checkpoint` finds.
+    """
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{_PREFIX}{step:06d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    torch.save(payload, tmp / "state.pt")
-    (tmp / "meta.json").write_text(json.dumps({"step": step, **meta}, indent=1, default=str))
-    for f in tmp.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+    try:
+        tmp.mkdir()
+        _write(tmp / "state.pt", lambda f: torch.save(payload, f))
+        _write(tmp / "meta.json", lambda f: f.write(json.dumps({"step": step, **meta}, indent=1, default=str).encode()))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    aside = root / f"{_ASIDE}{final.name}"
     if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
-        shutil.rmtree(final)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(final, aside)
     os.rename(tmp, final)
     _fsync_dir(root)
-    for old in sorted(root.glob(f"{_PREFIX}*"))[:-keep]:
+    shutil.rmtree(aside, ignore_errors=True)
+    for old in _complete(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     return final
 
 
+def _write(path: Path, write) -> None:
+    """Write one file and fsync it; a failed write becomes a `WriteError` naming the path."""
+    try:
+        with open(path, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError("... iostream error")
+        raise write_error(path, e) from None
+
+
+def write_error(path: Path, e: BaseException) -> WriteError:
+    """A `WriteError` for a failed write of `path`: "no space left on device" when that is the cause."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return WriteError(errno.ENOSPC, f"no space left on device while writing {path}")
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = -1
+    if 0 <= free < 64 << 20:
+        return WriteError(errno.ENOSPC, f"no space left on device while writing {path} ({free} bytes free)")
+    return WriteError(getattr(e, "errno", None) or errno.EIO, f"could not write {path}: {e}")
+
+
+def _complete(root: Path, prefix: str = _PREFIX) -> list[Path]:
+    """Complete checkpoint folders (state.pt + meta.json) named prefix + step, oldest first."""
+    found = [p for p in root.glob(f"{prefix}*") if (p / "state.pt").is_file() and (p / "meta.json").is_file()]
+    return sorted(found, key=lambda p: p.name)
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = sorted((Path(run_dir) / "checkpoints").glob(f"{_PREFIX}*"))
+    """The newest complete checkpoint. A folder moved aside by an interrupted re-save is put back."""
+    root = Path(run_dir) / "checkpoints"
+    for aside in _complete(root, _ASIDE + _PREFIX):  # killed between moving the old copy aside and renaming the new one in
+        name = root / aside.name.removeprefix(_ASIDE)
+        if not name.exists():
+            os.rename(aside, name)
+    found = _complete(root)
     return found[-1] if found else None
 
 

@@ -34,9 +34,9 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     if trainer is None and not resume and (run_dir / "metrics.jsonl").exists():  # a given trainer already opened it
         raise FileExistsError(f"{run_dir} already holds a run: resume it with --resume {run_dir}, or pick another log.name")
     run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = trainer or Trainer(cfg, run_dir, resume=resume)  # holds the folder's lock from here on
     if not resume:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    trainer = trainer or Trainer(cfg, run_dir, resume=resume)
     summary: dict = {"run_dir": str(run_dir)}
     eval_items = list(trainer.task.examples(cfg.task.eval_split))[: cfg.eval.size] if cfg.eval.size else []
     max_eval_tokens = cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens

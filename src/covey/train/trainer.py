@@ -27,6 +27,7 @@ from covey.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state
 from covey.train.config import RunConfig
 from covey.train.learner import Learner
 from covey.train.metrics import MetricsLogger
+from covey.train.runlock import RunLock
 from covey.train.setup import (
     build_optimizer, build_reference, build_rewards, engine_model, engine_state, load_policy, trainable_state,
 )  # fmt: skip
@@ -42,6 +43,14 @@ class Trainer:
                  task=None, reward_funcs: list | None = None):  # fmt: skip
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = RunLock(self.run_dir).acquire()  # refuses a second process on this folder
+        try:
+            self._build(cfg, resume, model, tokenizer, task, reward_funcs)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _build(self, cfg: RunConfig, resume: bool, model, tokenizer, task, reward_funcs) -> None:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         self.device = torch.device(cfg.resolved_device())
@@ -184,10 +193,11 @@ class Trainer:
         self.engine.load_weights(engine_state(self.model), version=self.step_num)
 
     def close(self) -> None:
-        """Free the reward workers, the engine and the metrics files (idempotent)."""
+        """Free the reward workers, the engine, the metrics files and the run folder's lock (idempotent)."""
         self.rewards.close()
         self.engine.close()
         self.logger.close()
+        self._lock.release()
 
 
 def _rollout_metrics(batch: Rollouts, gen_time: float) -> dict[str, float]:
