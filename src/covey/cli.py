@@ -2,20 +2,69 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-app = typer.Typer(help="covey: group-relative RL for language models.", no_args_is_help=True, add_completion=False)
-config_app = typer.Typer(help="Inspect configurations.", no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks that print one JSON line with covey vs a baseline.", no_args_is_help=True)
-models_app = typer.Typer(help="Model aliases and their one-time preparation.", no_args_is_help=True)
+_DEBUG = {"on": bool(os.environ.get("COVEY_DEBUG"))}
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "your input is wrong" (a message, exit 2), not "covey has a bug" (traceback)."""
+    from covey.algos.registry import ComponentError
+    from covey.plugins import PluginError
+    from covey.rewards.runner import RewardFailure
+    from covey.train.checkpoint import WriteError
+    from covey.train.config import ConfigError
+    from covey.train.runlock import RunLocked
+
+    return (ConfigError, PluginError, ComponentError, ValueError, FileNotFoundError, FileExistsError,
+            NotADirectoryError, PermissionError, WriteError, RunLocked, RewardFailure)  # fmt: skip
+
+
+class _Typer(typer.Typer):
+    """Every command turns user errors into `error: <message>` and exit code 2 (`--debug`: traceback)."""
+
+    def command(self, *args, **kwargs):
+        register = super().command(*args, **kwargs)
+
+        def deco(fn):
+            @functools.wraps(fn)
+            def run(*a, **kw):
+                try:
+                    return fn(*a, **kw)
+                except _user_errors() as e:
+                    if _DEBUG["on"]:
+                        raise
+                    msg = str(e).strip() or type(e).__name__
+                    typer.secho(f"error: {msg}", fg="red", err=True)
+                    typer.secho("(run with --debug or COVEY_DEBUG=1 for the traceback)", err=True)
+                    raise typer.Exit(2) from None
+
+            return register(run)
+
+        return deco
+
+
+app = _Typer(help="covey: group-relative RL for language models.", no_args_is_help=True, add_completion=False)
+config_app = _Typer(help="Inspect configurations.", no_args_is_help=True)
+bench_app = _Typer(help="Benchmarks that print one JSON line with covey vs a baseline.", no_args_is_help=True)
+models_app = _Typer(help="Model aliases and their one-time preparation.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
+
+
+@app.callback()
+def _options(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of user errors too.")] = False):
+    """covey: group-relative RL for language models."""
+    if debug:
+        _DEBUG["on"] = True
 
 
 def _fail(msg: str) -> None:
@@ -30,28 +79,29 @@ def train(
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder from its latest checkpoint.")] = None,
     run_dir: Annotated[Optional[Path], typer.Option(help="Where to write the run (default: log.dir/log.name).")] = None,
 ):
-    """Train a policy with the configured algorithm; Ctrl-C saves a checkpoint."""
-    from covey.train.config import ConfigError, load_config
+    """Train a policy with the configured algorithm; Ctrl-C or SIGTERM saves a checkpoint."""
+    from covey.train.config import load_config, resume_config
     from covey.train.run import default_run_dir, train as run_training
 
-    try:
-        if resume is not None:
-            if config is not None:
-                _fail("give either CONFIG or --resume RUN_DIR, not both (a resumed run uses its saved config)")
-            cfg = load_config(resume / "config.yaml", overrides)
-            out = resume
-        else:
-            if config is None:
-                _fail("missing CONFIG: e.g. covey train examples/quickstart.yaml")
-            cfg = load_config(config, overrides)
-            out = run_dir or default_run_dir(cfg)
-    except ConfigError as e:
-        _fail(str(e))
-    try:
-        summary = run_training(cfg, out, resume=resume is not None)
-    except (FileExistsError, FileNotFoundError) as e:
-        _fail(str(e))
+    config, overrides = _split_config_arg(config, overrides)
+    if resume is not None:
+        if config is not None:
+            _fail("give either CONFIG or --resume RUN_DIR, not both (a resumed run uses its saved config)")
+        cfg = resume_config(resume, overrides)  # only safe keys may change
+        out = resume
+    else:
+        cfg = load_config(config, overrides)  # no CONFIG: defaults + overrides
+        out = run_dir or default_run_dir(cfg)
+    summary = run_training(cfg, out, resume=resume is not None)
     typer.echo(json.dumps(summary))
+
+
+def _split_config_arg(config: Optional[Path], overrides: Optional[list[str]]) -> tuple[Optional[Path], list[str]]:
+    """`covey train key=value ...` without a YAML: the first argument is an override, not a path."""
+    overrides = list(overrides or [])
+    if config is not None and "=" in str(config) and not config.exists():
+        return None, [str(config)] + overrides
+    return config, overrides
 
 
 @config_app.command("show")
@@ -62,12 +112,12 @@ def config_show(
     """Print the fully resolved configuration (preset expanded, defaults filled)."""
     import yaml
 
-    from covey.train.config import ConfigError, load_config
+    from covey.train.config import load_config
+    from covey.train.setup import check_run
 
-    try:
-        cfg = load_config(config, overrides)
-    except ConfigError as e:
-        _fail(str(e))
+    config, overrides = _split_config_arg(config, overrides)
+    cfg = load_config(config, overrides)
+    check_run(cfg)  # everything `covey train` checks before loading the model
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 

@@ -158,7 +158,7 @@ class KLSpec(ComponentSpec):
 class _Strict(BaseModel):
     """extra="forbid", with an error that lists the allowed keys."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     where: ClassVar[str] = "algo"  # the config path used in error messages
 
     @model_validator(mode="before")

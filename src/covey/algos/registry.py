@@ -21,7 +21,6 @@ Uniform signatures, one per axis (shapes: N rows, T tokens, K rewards):
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -97,6 +96,7 @@ class Component:
     summary: str = ""
     requires: tuple[str, ...] = ()  # optional Rollouts fields the component reads, e.g. ("ref_logprobs",)
     params_model: type[pydantic.BaseModel] = field(default=None, repr=False)
+    group_relative: bool = False  # advantages are zero for groups of one sample (warned at config time)
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -124,8 +124,14 @@ class Component:
         kwargs = self.validate_params(params or {})
         fn = self.fn
 
+        check = _RETURNS.get(self.axis)
+
         def bound(*args, **kw):
-            return fn(*args, **kwargs, **kw)
+            out = fn(*args, **kwargs, **kw)
+            problem = check(out) if check is not None else None
+            if problem:
+                raise ComponentError(f"{self.axis} {self.name!r} returned {problem}; it must return {_RETURN_DOC[self.axis]}")
+            return out
 
         bound.__name__ = self.name
         bound.component = self  # type: ignore[attr-defined]
@@ -157,7 +163,7 @@ class Registry(Mapping[str, Component]):
         self._items: dict[str, Component] = {}
 
     def register(
-        self, name: str, *, paper: str = "", arxiv: str = "", requires: tuple[str, ...] = ()
+        self, name: str, *, paper: str = "", arxiv: str = "", requires: tuple[str, ...] = (), group_relative: bool = False
     ) -> Callable[[Callable], Callable]:
         """Decorator. `requires` names optional `Rollouts` fields the trainer must fill for this
         component (e.g. "ref_logprobs", "entropies"), so no trainer code branches on method names."""
@@ -166,7 +172,7 @@ class Registry(Mapping[str, Component]):
                 raise ComponentError(f"{self.axis} {name!r} is registered twice")
             summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
             self._items[name] = Component(
-                name, fn, self.axis, paper, arxiv, summary, tuple(requires), _params_model(name, fn)
+                name, fn, self.axis, paper, arxiv, summary, tuple(requires), _params_model(name, fn), group_relative
             )
             return fn
 
@@ -185,17 +191,35 @@ class Registry(Mapping[str, Component]):
         )
 
     def _from_import_path(self, path: str) -> Component:
-        module_name, _, attr = path.partition(":")
+        from covey.plugins import PluginError, import_object
+
         try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise ComponentError(f"{self.axis} {path!r}: cannot import module {module_name!r} ({e})") from None
-        fn = getattr(module, attr, None)
+            fn = import_object(path, self.axis)
+        except PluginError as e:
+            raise ComponentError(str(e)) from None
         if not callable(fn):
-            raise ComponentError(f"{self.axis} {path!r}: module {module_name!r} has no function {attr!r}")
+            raise ComponentError(f"{self.axis} {path!r} is a {type(fn).__name__}, not a function")
+        self._check_signature(path, fn)
         summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
         requires = tuple(getattr(fn, "requires", ()))
         return Component(path, fn, self.axis, "", "", summary, requires, _params_model(path, fn))
+
+    def _check_signature(self, path: str, fn: Callable) -> None:
+        """An import-path component must take this axis's inputs positionally and its parameters as
+        keyword-only arguments with defaults (checked at config time, before any model loads)."""
+        try:
+            ps = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return
+        positional = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        varargs = any(p.kind is p.VAR_POSITIONAL for p in ps)
+        want = _INPUTS[self.axis]
+        required = [p for p in positional if p.default is p.empty]
+        if (len(positional) < want and not varargs) or len(required) > want:
+            raise ComponentError(
+                f"{self.axis} {path!r} has signature {inspect.signature(fn)}, but a {self.axis} is called as "
+                f"{self.signature}: it takes {want} positional input(s), then keyword-only parameters with defaults"
+            )
 
     def __getitem__(self, name: str) -> Component:
         return self.get(name)
@@ -209,6 +233,40 @@ class Registry(Mapping[str, Component]):
     def __contains__(self, name: object) -> bool:
         return name in self._items
 
+
+_INPUTS = {"advantage": 1, "surrogate": 1, "aggregation": 3, "kl": 2, "correction": 1}
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, Tensor)
+
+
+def _pair(x) -> str | None:
+    if not (isinstance(x, tuple) and len(x) == 2 and _is_tensor(x[0]) and isinstance(x[1], dict)):
+        return f"a {type(x).__name__}"
+    return None
+
+
+def _advantage(x) -> str | None:
+    if isinstance(x, AdvantageResult) and _is_tensor(x.advantages):
+        return None
+    return f"a {type(x).__name__}"
+
+
+_RETURNS: dict[str, Callable[[Any], str | None]] = {
+    "advantage": _advantage,
+    "surrogate": _pair,
+    "correction": _pair,
+    "aggregation": lambda x: None if _is_tensor(x) and x.dim() == 0 else f"a {type(x).__name__}" + (f" of shape {tuple(x.shape)}" if _is_tensor(x) else ""),
+    "kl": lambda x: None if _is_tensor(x) else f"a {type(x).__name__}",
+}
+_RETURN_DOC = {
+    "advantage": "AdvantageResult(advantages [N] or [N,T] tensor, metrics dict, sample_mask or None)",
+    "surrogate": "(loss_tok [N,T] tensor, metrics dict)",
+    "correction": "(weight_tok [N,T] tensor, metrics dict)",
+    "aggregation": "a scalar (0-dim) tensor",
+    "kl": "a [N,T] tensor",
+}
 
 ADVANTAGES = Registry("advantage", "fn(batch: Rollouts, *, **params) -> AdvantageResult")
 SURROGATES = Registry("surrogate", "fn(inp: LossInputs, *, **params) -> (loss_tok[N,T], metrics)")

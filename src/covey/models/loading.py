@@ -67,13 +67,31 @@ def load(
     try:
         return _from_pretrained(name, torch_dtype, local_only=True)
     except OSError:
+        if not hub_reachable():
+            raise FileNotFoundError(
+                f"unknown model {name!r}: not an alias ({', '.join(ALIASES)}), not a local folder, not in the local "
+                "HF cache, and the hub is not reachable from here"
+            ) from None
         try:
             return _from_pretrained(name, torch_dtype, local_only=False)
         except OSError as err:
-            raise OSError(
-                f"could not load model {name!r}: not an alias ({list(ALIASES)}), not a local folder, and not "
-                f"in the local HF cache (the hub is unreachable here): {err}"
-            ) from err
+            raise FileNotFoundError(f"could not load model {name!r} from the hub: {err}") from None
+
+
+def hub_reachable(timeout: float = 1.0) -> bool:
+    """True when the HF hub answers a TCP connection within `timeout` s (False when HF_HUB_OFFLINE is set).
+    One quick probe instead of the hub client's retries, so an unknown name fails in about a second."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def _from_pretrained(source, torch_dtype: torch.dtype, *, local_only: bool):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from covey.algos.presets import AlgoConfig, resolve_algo
 from covey.rewards import RewardSpec
 
-__all__ = ["ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides"]
+__all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
 
 
 class ConfigError(ValueError):
@@ -26,7 +26,7 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class LoraConfig(_Strict):
@@ -125,7 +125,8 @@ class RolloutConfig(_Strict):
 class OptimConfig(_Strict):
     lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
+    """AdamW (beta1, beta2), each in [0, 1)."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0)
     grad_clip: float | None = Field(1.0, gt=0)
@@ -155,7 +156,8 @@ class EvalConfig(_Strict):
     size: int = Field(0, ge=0)
     """Held-out prompts evaluated (greedy) before and after training; 0 = skip."""
     every: int = Field(0, ge=0)
-    max_new_tokens: int | None = None
+    max_new_tokens: int | None = Field(None, ge=1)
+    """Token budget of the held-out evaluation (default: sampling.max_new_tokens)."""
 
 
 class RunConfig(_Strict):
@@ -309,6 +311,51 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(raw).__name__}")
     raw = apply_overrides(raw, parse_overrides(overrides or []))
     return validate_config(raw, source=str(path) if path else "overrides")
+
+
+SAFE_ON_RESUME = ("steps", "log", "checkpoint", "eval", "reward_workers", "task_reward_timeout_s")
+"""Config keys (and sections) a resumed run may change; everything else must stay as it was trained."""
+
+
+def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """The config to resume `run_dir` with: its config.yaml plus `overrides` of `SAFE_ON_RESUME` keys.
+
+    Any other difference from the config the latest checkpoint was trained with (an override, or an
+    edit of config.yaml such as a new learning rate) is refused by name instead of silently applied.
+    """
+    from covey.train.checkpoint import latest_checkpoint
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir} is not a covey run folder (no config.yaml)")
+    cfg = load_config(run_dir / "config.yaml", overrides)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return cfg  # nothing trained yet: the run starts over with this config
+    import json
+
+    saved = json.loads((ckpt / "meta.json").read_text()).get("config")
+    if saved is None:
+        return cfg
+    old, new = _flat(validate_config(saved, source=str(ckpt)).model_dump(mode="json")), _flat(cfg.model_dump(mode="json"))
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k.split(".")[0] not in SAFE_ON_RESUME)
+    if changed:
+        details = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:5])
+        raise ConfigError(
+            f"cannot change {details} when resuming {run_dir} (checkpoint {ckpt.name} was trained with the old values); "
+            f"a resumed run may change only {', '.join(SAFE_ON_RESUME)}: start a new run to change the rest"
+        )
+    return cfg
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def validate_config(raw: dict[str, Any], source: str = "config") -> RunConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -44,23 +45,26 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     def held_out() -> float:
         return evaluate(trainer.engine, trainer.tokenizer, trainer.task, eval_items, max_new_tokens=max_eval_tokens)["accuracy"]
 
-    if eval_items and trainer.step_num == 0:
-        summary["eval_before"] = held_out()
-        console.print(f"held-out accuracy before training: [bold]{summary['eval_before']:.1%}[/] ({len(eval_items)} prompts, greedy)")
-        trainer.logger.log(0, {"eval/accuracy": summary["eval_before"]})
-
     stop = {"requested": False}
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
         if stop["requested"]:
             raise KeyboardInterrupt
         stop["requested"] = True
-        console.print("[yellow]Ctrl-C: finishing this step, then saving a checkpoint (Ctrl-C again to abort)[/]")
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        console.print(f"[yellow]{name}: finishing this step, then saving a checkpoint (send it again to abort)[/]")
 
-    old_handler = signal.signal(signal.SIGINT, on_sigint)
+    # SIGTERM is what schedulers and `kill` send: treated like Ctrl-C, so the steps so far are saved.
+    # (Signal handlers can only be set from the main thread; elsewhere the caller owns signals.)
+    main = threading.current_thread() is threading.main_thread()
+    old_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
     columns = [TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]  # fmt: skip
     try:
+        if eval_items and trainer.step_num == 0:
+            summary["eval_before"] = held_out()
+            console.print(f"held-out accuracy before training: [bold]{summary['eval_before']:.1%}[/] ({len(eval_items)} prompts, greedy)")
+            trainer.logger.log(0, {"eval/accuracy": summary["eval_before"]})
         with Progress(*columns, console=console, disable=not cfg.log.progress) as progress:
             bar = progress.add_task("train", total=cfg.steps, completed=trainer.step_num, info="")
             while trainer.step_num < cfg.steps and not stop["requested"]:
@@ -73,9 +77,12 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
             summary["eval_after"] = held_out()
             trainer.logger.log(trainer.step_num, {"eval/accuracy": summary["eval_after"]})
     finally:
-        signal.signal(signal.SIGINT, old_handler)
-        summary["checkpoint"] = str(trainer.save())
-        trainer.close()
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+        try:
+            summary["checkpoint"] = str(trainer.save())
+        finally:
+            trainer.close()
     if stop["requested"]:
         console.print(f"stopped at step {trainer.step_num}; resume with: covey train --resume {run_dir}")
         return summary

@@ -16,6 +16,7 @@ __all__ = [
     "build_optimizer",
     "build_reference",
     "build_rewards",
+    "check_run",
     "engine_model",
     "engine_state",
     "load_policy",
@@ -131,7 +132,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None):
+def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, workers: int | None = None):
     """The reward runner: the task's verifier as column `accuracy` (when the task has one), the
     configured rewards, then `reward_funcs` (callables or import paths, from the Python API)."""
     from covey.rewards import RewardRunner, RewardSpec
@@ -146,7 +147,31 @@ def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None):
     if not rewards:
         raise ValueError(f"task {cfg.task.name!r} has no verifier and no rewards are configured: add `rewards:` to the config "
                          "(e.g. rewards: [{name: my_module:my_reward}])")  # fmt: skip
-    return RewardRunner(rewards, workers=cfg.reward_workers)
+    return RewardRunner(rewards, workers=cfg.reward_workers if workers is None else workers)
+
+
+def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
+    """Everything that can be checked without loading the model: the task builds and has data, the
+    rewards resolve with their parameters, group-relative estimators get groups. Returns the task.
+    `covey config show` and the trainer both call it, so both accept exactly the same configs."""
+    import logging
+
+    from covey.algos import ADVANTAGES
+    from covey.tasks import get_task
+
+    if task is None:
+        task = get_task(cfg.task.name, **cfg.task.params)
+        task.examples(cfg.task.split)  # data files exist and parse
+        if cfg.eval.size:
+            task.examples(cfg.task.eval_split)
+    build_rewards(cfg, task, reward_funcs, workers=0).close()  # names, import paths and params resolve
+    advantage = ADVANTAGES.get(cfg.algo.advantage.name)
+    singleton = cfg.algo.advantage.params.get("singleton", "zero")
+    if advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
+        logging.getLogger("covey").warning(
+            "rollout.group_size=1 with the group-relative estimator %r: every advantage is zero, nothing will be "
+            "learned; use group_size >= 2", advantage.name)  # fmt: skip
+    return task
 
 
 def load_run_policy(run_dir, *, merge: bool = True):

@@ -29,7 +29,7 @@ from covey.train.learner import Learner
 from covey.train.metrics import MetricsLogger
 from covey.train.runlock import RunLock
 from covey.train.setup import (
-    build_optimizer, build_reference, build_rewards, engine_model, engine_state, load_policy, trainable_state,
+    build_optimizer, build_reference, build_rewards, check_run, engine_model, engine_state, load_policy, trainable_state,
 )  # fmt: skip
 
 __all__ = ["Trainer"]
@@ -57,6 +57,7 @@ class Trainer:
         self.task = task if task is not None else get_task(cfg.task.name, **cfg.task.params)
         items = list(self.task.examples(cfg.task.split))
         self.strategy = STRATEGIES.build(cfg.strategy_spec().name, cfg.strategy_spec().params)
+        check_run(cfg, self.task, reward_funcs)  # what `covey config show` checks too
         self.rewards = build_rewards(cfg, self.task, reward_funcs)  # bad reward names/params fail before the model loads
         self.model, self.tokenizer = load_policy(cfg.model, model=model, tokenizer=tokenizer, device=self.device)
         context = getattr(self.model.config, "max_position_embeddings", None)

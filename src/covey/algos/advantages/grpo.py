@@ -29,7 +29,7 @@ __all__ = ["dr_grpo", "grpo", "reinforce_pp_baseline", "rloo"]
 
 
 @register_advantage(
-    "grpo",
+    "grpo", group_relative=True,
     paper="DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
     arxiv="2402.03300",
 )
@@ -57,7 +57,7 @@ def grpo(
     return result("grpo", adv, batch, g)
 
 
-@register_advantage("dr_grpo", paper="Understanding R1-Zero-Like Training: A Critical Perspective", arxiv="2503.20783")
+@register_advantage("dr_grpo", group_relative=True, paper="Understanding R1-Zero-Like Training: A Critical Perspective", arxiv="2503.20783")
 def dr_grpo(batch: Rollouts, *, singleton: Literal["zero", "raw"] = "zero") -> AdvantageResult:
     """Dr. GRPO advantage: A_i = r_i - mean_g r (no division by the group std).
 
@@ -71,7 +71,7 @@ def dr_grpo(batch: Rollouts, *, singleton: Literal["zero", "raw"] = "zero") -> A
 
 
 @register_advantage(
-    "rloo",
+    "rloo", group_relative=True,
     paper="Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs",
     arxiv="2402.14740",
 )

@@ -16,7 +16,7 @@ __all__ = ["mc_grpo"]
 
 
 @register_advantage(
-    "mc_grpo",
+    "mc_grpo", group_relative=True,
     paper="MC-GRPO: Median-Centered Group Relative Policy Optimization for Small-Rollout Reinforcement Learning",
     arxiv="2601.22582",
 )

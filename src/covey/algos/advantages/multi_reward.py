@@ -27,7 +27,7 @@ __all__ = ["gdpo"]
 
 
 @register_advantage(
-    "gdpo",
+    "gdpo", group_relative=True,
     paper="GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL Optimization",
     arxiv="2601.05242",
 )
