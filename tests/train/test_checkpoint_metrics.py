@@ -35,13 +35,13 @@ def test_incomplete_checkpoint_folder_gives_clear_error(tmp_path):
 
 
 def test_metrics_resume_truncates_to_resumed_step(tmp_path):
-    log = MetricsLogger(tmp_path, tensorboard=False)
+    log = MetricsLogger(tmp_path, report_to=["jsonl"])
     for s in (1, 2, 3):
         log.log(s, {"reward/mean": s / 10})
     log.close()
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 4, "rew')  # a line cut by SIGKILL
-    log = MetricsLogger(tmp_path, tensorboard=False, resume_step=2)
+    log = MetricsLogger(tmp_path, report_to=["jsonl"], resume_step=2)
     log.log(3, {"reward/mean": 0.9})
     log.close()
     rows = read_metrics(tmp_path / "metrics.jsonl")
@@ -49,7 +49,7 @@ def test_metrics_resume_truncates_to_resumed_step(tmp_path):
 
 
 def test_nan_metrics_become_null_and_plots_are_written(tmp_path):
-    log = MetricsLogger(tmp_path, tensorboard=True)
+    log = MetricsLogger(tmp_path, report_to=["jsonl", "tensorboard"])
     for s in range(1, 4):
         log.log(s, {"reward/mean": s * 0.1, "kl/mean": float("nan"), "time/step": 1.0})
     log.close()

@@ -98,7 +98,7 @@ def test_kill_during_a_resave_of_the_same_step_keeps_a_checkpoint(tmp_path, monk
 
 
 def test_metrics_rewrite_on_resume_is_atomic(tmp_path, monkeypatch):
-    log = MetricsLogger(tmp_path, tensorboard=False)
+    log = MetricsLogger(tmp_path, report_to=["jsonl"])
     for s in range(1, 6):
         log.log(s, {"x": float(s)})
     log.close()
@@ -108,10 +108,10 @@ def test_metrics_rewrite_on_resume_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(WriteError):
-        MetricsLogger(tmp_path, tensorboard=False, resume_step=3)
+        MetricsLogger(tmp_path, report_to=["jsonl"], resume_step=3)
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5]  # nothing lost
     monkeypatch.undo()
-    MetricsLogger(tmp_path, tensorboard=False, resume_step=3).close()
+    MetricsLogger(tmp_path, report_to=["jsonl"], resume_step=3).close()
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
 
 

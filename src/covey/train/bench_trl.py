@@ -80,7 +80,7 @@ def covey_config(
                 "kl": None,
             },
             "optim": {"lr": LR, "schedule": "constant", "grad_clip": 1.0, "epochs": 1, "mini_batches": 1},
-            "log": {"tensorboard": False, "progress": False},
+            "log": {"report_to": ["jsonl"], "progress": False},
             "steps": steps,
             "seed": seed,
         },

@@ -142,8 +142,28 @@ class LogConfig(_Strict):
     dir: str = "runs"
     name: str | None = None
     """Run folder name under `dir`; default: <task>-<preset>-<timestamp>."""
-    tensorboard: bool = True
+    report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = ["jsonl", "tensorboard"]
+    """Metric sinks. RUN/metrics.jsonl is always written (plots and resume read it); tensorboard writes
+    RUN/tb/; wandb (optional package) logs to Weights & Biases in `wandb_mode`."""
+    tensorboard: bool | None = None
+    """Shorthand kept for old configs: false drops tensorboard from report_to, true adds it."""
+    wandb_project: str = "covey"
+    wandb_mode: Literal["offline", "online"] = "offline"
+    """offline needs no network (sync later with `wandb sync RUN/wandb`)."""
+    completions_every: int = Field(0, ge=0)
+    """Every N steps write sample prompts/completions/rewards to RUN/samples.jsonl and print a small table (0 = never)."""
+    completions_rows: int = Field(4, ge=1)
+    """Rows per sample table (the first rows of the batch)."""
     progress: bool = True
+    """A live progress bar on a terminal; one plain line per step otherwise (or with progress: false)."""
+
+    @model_validator(mode="after")
+    def _tensorboard_shorthand(self) -> "LogConfig":
+        if self.tensorboard is not None:
+            sinks = [s for s in self.report_to if s != "tensorboard"]
+            object.__setattr__(self, "report_to", sinks + (["tensorboard"] if self.tensorboard else []))
+            object.__setattr__(self, "tensorboard", None)
+        return self
 
 
 class CheckpointConfig(_Strict):

@@ -15,44 +15,84 @@ from typing import Any
 
 from covey.train.checkpoint import write_error
 
-__all__ = ["MetricsLogger", "read_metrics"]
+__all__ = ["MetricsLogger", "read_metrics", "sample_rows"]
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, resume_step: int | None = None):
-        self.path = Path(run_dir) / "metrics.jsonl"
-        if resume_step is not None and self.path.exists():  # drop rows past the checkpoint, atomically
-            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            try:
-                tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-                os.replace(tmp, self.path)
-            except OSError as e:
-                raise write_error(self.path, e) from None
+    """Writes each step's metrics to RUN/metrics.jsonl and to the sinks in `report_to`
+    ("tensorboard": RUN/tb/, "wandb": a Weights & Biases run, offline by default), and sample
+    completions to RUN/samples.jsonl (`log_samples`)."""
+
+    def __init__(self, run_dir: str | Path, *, report_to=("jsonl", "tensorboard"), resume_step: int | None = None,
+                 wandb_project: str = "covey", wandb_mode: str = "offline", config: dict | None = None):  # fmt: skip
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
+        self.samples_path = self.run_dir / "samples.jsonl"
+        if resume_step is not None:  # drop rows past the checkpoint, atomically
+            for path in (self.path, self.samples_path):
+                if path.exists():
+                    _truncate(path, resume_step)
         self._file = open(self.path, "a")
-        self._tb = None
-        if tensorboard:
+        self._tb = self._wandb = None
+        if "tensorboard" in report_to:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
+            self._tb = SummaryWriter(str(self.run_dir / "tb"))
+        if "wandb" in report_to:
+            self._wandb = _wandb_run(self.run_dir, wandb_project, wandb_mode, config, resume_step is not None)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
-        try:
-            self._file.write(json.dumps(row) + "\n")
-            self._file.flush()
-        except OSError as e:
-            raise write_error(self.path, e) from None
+        _append(self._file, self.path, row)
+        scalars = {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)}
         if self._tb is not None:
-            for k, v in row.items():
-                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, step)
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Append sample completions (one JSON object each, with the step) to RUN/samples.jsonl."""
+        with open(self.samples_path, "a") as f:
+            for r in rows:
+                _append(f, self.samples_path, {"step": step, **r})
 
     def close(self) -> None:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def _append(f, path: Path, row: dict[str, Any]) -> None:
+    try:
+        f.write(json.dumps(row, default=str) + "\n")
+        f.flush()
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
+def _truncate(path: Path, step: int) -> None:
+    kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
+def _wandb_run(run_dir: Path, project: str, mode: str, config: dict | None, resume: bool):
+    try:
+        import wandb
+    except ImportError:
+        raise ValueError("log.report_to has wandb but the wandb package is not installed: pip install wandb, "
+                         "or remove it from log.report_to") from None  # fmt: skip
+    return wandb.init(project=project, name=run_dir.name, id=run_dir.name, dir=str(run_dir), mode=mode,
+                      config=config, resume="allow" if resume else None)  # fmt: skip
 
 
 def _plain(v: Any) -> Any:
@@ -71,4 +111,28 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
             continue
+    return rows
+
+
+def sample_rows(batch, tokenizer, n: int) -> list[dict[str, Any]]:
+    """The first `n` rows of a scored batch as plain dicts: prompt, completion, rewards, advantage."""
+    if batch is None or len(batch) == 0:
+        return []
+    from covey.rollout.group import completion_texts
+
+    idx = list(range(min(n, len(batch))))
+    sub = batch.select(idx)
+    texts = completion_texts(tokenizer, sub)
+    rows = []
+    for i, text in enumerate(texts):
+        prompt = sub.items[i]["prompt"] if sub.items is not None else None
+        if isinstance(prompt, list):  # chat: the last user message
+            prompt = next((m["content"] for m in reversed(prompt) if m.get("role") == "user"), prompt[-1]["content"])
+        row = {"group": int(sub.group[i]), "prompt": prompt, "completion": text}
+        if sub.rewards is not None:
+            row["rewards"] = {name: float(sub.rewards[i, k]) for k, name in enumerate(sub.reward_names)}
+        if sub.advantages is not None:
+            a = sub.advantages[i]
+            row["advantage"] = float(a if a.dim() == 0 else (a * sub.completion_mask[i]).sum() / sub.completion_mask[i].sum().clamp(min=1))
+        rows.append(row)
     return rows

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from covey.eval.runner import evaluate
@@ -20,6 +21,7 @@ from covey.train.trainer import Trainer
 __all__ = ["default_run_dir", "train"]
 
 console = Console()
+SAMPLES_FILE = "samples.jsonl"
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -65,14 +67,19 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
             summary["eval_before"] = held_out()
             console.print(f"held-out accuracy before training: [bold]{summary['eval_before']:.1%}[/] ({len(eval_items)} prompts, greedy)")
             trainer.logger.log(0, {"eval/accuracy": summary["eval_before"]})
-        with Progress(*columns, console=console, disable=not cfg.log.progress) as progress:
+        live = cfg.log.progress and console.is_terminal  # not a terminal (a log file, CI): plain lines
+        with Progress(*columns, console=console, disable=not live) as progress:
             bar = progress.add_task("train", total=cfg.steps, completed=trainer.step_num, info="")
             while trainer.step_num < cfg.steps and not stop["requested"]:
                 m = trainer.step()
                 if eval_items and cfg.eval.every and trainer.step_num % cfg.eval.every == 0:
                     m["eval/accuracy"] = held_out()
                     trainer.logger.log(trainer.step_num, {"eval/accuracy": m["eval/accuracy"]})
+                if trainer.last_samples:
+                    console.print(_samples_table(trainer.step_num, trainer.last_samples))
                 progress.update(bar, completed=trainer.step_num, info=_info(m))
+                if not live:
+                    print(f"step {trainer.step_num}/{cfg.steps} | {_info(m)}", flush=True)
         if eval_items and not stop["requested"]:
             summary["eval_after"] = held_out()
             trainer.logger.log(trainer.step_num, {"eval/accuracy": summary["eval_after"]})
@@ -104,3 +111,19 @@ def _info(m: dict) -> str:
         parts.append(f"{m['throughput/gen_tokens_per_s']:.0f} tok/s")
     parts.append(f"{m.get('time/step', 0):.1f}s/step")
     return " | ".join(parts)
+
+
+def _samples_table(step: int, rows: list[dict]) -> Table:
+    """A few sample completions with their rewards (texts cut to fit a line)."""
+    table = Table(title=f"samples at step {step} (all in {SAMPLES_FILE})", show_lines=False)
+    for col in ("group", "prompt", "completion", "rewards"):
+        table.add_column(col, overflow="fold", max_width=None if col != "prompt" else 40)
+    for r in rows:
+        rewards = ", ".join(f"{k}={v:.2f}" for k, v in r.get("rewards", {}).items())
+        table.add_row(str(r["group"]), _cut(str(r["prompt"]), 80), _cut(r["completion"], 120), rewards)
+    return table
+
+
+def _cut(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"

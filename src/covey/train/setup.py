@@ -165,6 +165,12 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if cfg.eval.size:
             task.examples(cfg.task.eval_split)
     build_rewards(cfg, task, reward_funcs, workers=0).close()  # names, import paths and params resolve
+    if "wandb" in cfg.log.report_to:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ValueError("log.report_to has wandb but the wandb package is not installed: pip install wandb, "
+                             "or remove it from log.report_to")  # fmt: skip
     advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     singleton = cfg.algo.advantage.params.get("singleton", "zero")
     if advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:

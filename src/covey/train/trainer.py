@@ -26,7 +26,7 @@ from covey.tasks import get_task
 from covey.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from covey.train.config import RunConfig
 from covey.train.learner import Learner
-from covey.train.metrics import MetricsLogger
+from covey.train.metrics import MetricsLogger, sample_rows
 from covey.train.runlock import RunLock
 from covey.train.setup import (
     build_optimizer, build_reference, build_rewards, check_run, engine_model, engine_state, load_policy, trainable_state,
@@ -84,7 +84,10 @@ class Trainer:
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
-        self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.log.tensorboard, resume_step=self.step_num if resume else None)
+        lc = cfg.log
+        self.logger = MetricsLogger(self.run_dir, report_to=lc.report_to, resume_step=self.step_num if resume else None,
+                                    wandb_project=lc.wandb_project, wandb_mode=lc.wandb_mode, config=cfg.model_dump(mode="json"))  # fmt: skip
+        self.last_samples: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------------------------ the step
     def step(self) -> dict[str, Any]:
@@ -105,6 +108,10 @@ class Trainer:
         metrics["time/step"] = time.perf_counter() - t0
         self.logger.log(self.step_num, metrics)
         self.last_metrics = metrics
+        every = self.cfg.log.completions_every
+        self.last_samples = sample_rows(batch, self.tokenizer, self.cfg.log.completions_rows) if every and self.step_num % every == 0 else []
+        if self.last_samples:
+            self.logger.log_samples(self.step_num, self.last_samples)
         if self.cfg.checkpoint.every and self.step_num % self.cfg.checkpoint.every == 0:
             self.save()
         return metrics
