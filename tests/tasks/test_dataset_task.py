@@ -81,3 +81,57 @@ def test_missing_sources_are_clear(tmp_path):
         get_task("dataset", path="some-org/some-dataset-that-is-not-cached")
     with pytest.raises(ValueError, match="exactly one of path"):
         get_task("dataset")
+
+
+def test_json_array_with_mixed_prompt_types_and_its_bad_bytes(tmp_path):
+    (tmp_path / "d.json").write_text(json.dumps(ROWS))
+    _check_items(get_task("dataset", path=str(tmp_path / "d.json")))
+    (tmp_path / "bad.json").write_bytes(b'[{"prompt": "ok"},\n {"prompt": "caf\xe9"}]\n')
+    with pytest.raises(ValueError, match=r"bad.json:2: not valid UTF-8 \(byte 0xe9"):
+        get_task("dataset", path=str(tmp_path / "bad.json"))
+    (tmp_path / "nul.json").write_text(json.dumps([{"prompt": "ok"}, {"prompt": None}]))
+    with pytest.raises(ValueError, match=r"nul.json: row 2: 'prompt' is null"):
+        get_task("dataset", path=str(tmp_path / "nul.json"))
+
+
+def _fake_hub_cache(tmp_path):
+    """A datasets cache holding hub dataset `me/tiny` as `load_dataset` would have left it online."""
+    import glob
+    import os
+    import shutil
+
+    import datasets
+
+    cache = tmp_path / "cache"
+    datasets.load_dataset("json", data_files={"train": str(_jsonl(tmp_path / "t.jsonl", ROWS[:1] * 3))}, cache_dir=str(cache))
+    shutil.copytree(glob.glob(str(cache / "json" / "*"))[0], cache / "me___tiny" / "default")
+    for f in glob.glob(str(cache / "me___tiny" / "**" / "json-train.arrow"), recursive=True):
+        os.rename(f, f.replace("json-train", "tiny-train"))
+    return cache
+
+
+def test_cached_hub_dataset_loads_offline_and_a_missing_one_fails_fast(tmp_path, monkeypatch):
+    import time
+
+    import datasets
+
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(_fake_hub_cache(tmp_path)))
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)  # as on a machine with network
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    task = get_task("dataset", path="me/tiny")
+    assert [it["prompt"] for it in task.examples()] == ["What is 1 + 1?"] * 3 and task.reward is not None
+    assert hub.HF_HUB_OFFLINE is False and datasets.config.HF_HUB_OFFLINE is False  # switched back after the call
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="'me/absent': not a local file or folder, and not in the local HF cache"):
+        get_task("dataset", path="me/absent")
+    assert time.monotonic() - start < 5  # no network retries (they took ~25 s)
+
+
+def test_max_prompt_tokens_and_limit_are_checked():
+    assert get_task("dataset", rows=ROWS, max_prompt_tokens=64).max_prompt_tokens == 64
+    assert len(get_task("dataset", rows=ROWS, limit=1).examples()) == 1
+    for bad in (0, -3, 2.5, True, "64"):
+        with pytest.raises(ValueError, match="max_prompt_tokens must be a positive int"):
+            get_task("dataset", rows=ROWS, max_prompt_tokens=bad)

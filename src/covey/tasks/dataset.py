@@ -46,6 +46,10 @@ class DatasetTask:
     system_prompt:          prepended as a system message (a string prompt becomes a chat).
     answer_key:             the gold-answer column of the math verifier.
     verifier:               "auto" (math when `answer_key` is a column), "math", or "none".
+    max_prompt_tokens:      the longest prompt (chat-templated tokens) to train on; the trainer
+                            also caps it at the model's context minus `sampling.max_new_tokens`.
+                            A longer prompt fails at start naming the item, or is skipped and
+                            counted with `task.on_long_prompt: skip` (`covey.data.lengths`).
     limit:                  keep the first n rows of each split.
     """
 
@@ -55,16 +59,18 @@ class DatasetTask:
     def __init__(self, path: str | os.PathLike | None = None, *, rows: Any = None, prompt_key: str = "prompt",
                  split: str = "train", eval_path: str | os.PathLike | None = None, eval_rows: Any = None,
                  eval_split: str = "test", system_prompt: str | None = None, answer_key: str = "answer",
-                 verifier: str = "auto", limit: int | None = None):  # fmt: skip
+                 verifier: str = "auto", max_prompt_tokens: int | None = None, limit: int | None = None):  # fmt: skip
         if (path is None) == (rows is None):
             raise ValueError("task 'dataset' needs exactly one of path=... (a file, folder or cached hub id) or rows=...")
         if verifier not in ("auto", "math", "none"):
             raise ValueError(f"task 'dataset': verifier must be auto, math or none, got {verifier!r}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"task 'dataset': limit must be a positive int, got {limit!r}")
+        for key, val in (("limit", limit), ("max_prompt_tokens", max_prompt_tokens)):
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+                raise ValueError(f"task 'dataset': {key} must be a positive int, got {val!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ValueError(f"task 'dataset': system_prompt must be a string, got {type(system_prompt).__name__}")
         self.prompt_key, self.answer_key, self.system_prompt = prompt_key, answer_key, system_prompt
+        self.max_prompt_tokens = max_prompt_tokens
         self._splits: dict[str, list[dict]] = {"train": self._items(path, rows, split, limit)}
         if eval_path is not None or eval_rows is not None:
             self._splits["test"] = self._items(eval_path, eval_rows, eval_split, limit)
@@ -150,10 +156,13 @@ def load_rows(path: str | os.PathLike, split: str = "train") -> list[tuple[str, 
         kind = _FILE_TYPES.get(p.suffix)
         if kind is None:
             raise ValueError(f"{p}: unsupported file type {p.suffix!r}; use one of {sorted(_FILE_TYPES)} or a save_to_disk folder")
+        if p.suffix != ".parquet":
+            _check_utf8(p)  # arrow's reader would say only "An error occurred while generating the dataset"
         try:
             return _located(p, datasets.load_dataset(kind, data_files=str(p), split="train").to_list())
         except Exception as e:  # noqa: BLE001 - arrow/json errors come in many types
-            raise ValueError(f"{p}: cannot read it as {kind} ({type(e).__name__}: {e})") from None
+            cause = f"; {type(e.__cause__).__name__}: {e.__cause__}" if e.__cause__ is not None else ""
+            raise ValueError(f"{p}: cannot read it as {kind} ({type(e).__name__}: {e}{cause})"[:500]) from None
     if p.is_dir():
         try:
             ds = datasets.load_from_disk(str(p))
@@ -169,22 +178,37 @@ def load_rows(path: str | os.PathLike, split: str = "train") -> list[tuple[str, 
     return _load_cached_hub(str(path), split)
 
 
-def _load_cached_hub(name: str, split: str) -> list[dict]:
-    import datasets
+def _check_utf8(p: Path) -> None:
+    with open(p, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{p}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#x} at column {e.start + 1})") from None
 
-    old = {k: os.environ.get(k) for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")}
-    os.environ.update({k: "1" for k in old})  # no network retries: the local cache or a clear error
+
+def _load_cached_hub(name: str, split: str) -> list[tuple[str, dict]]:
+    """A hub dataset from the local `datasets` cache, offline: the cache or an immediate error.
+
+    `datasets` and `huggingface_hub` read HF_HUB_OFFLINE once, at import, so the environment
+    variable alone would still cost ~25 s of network retries; their flags are switched for the call."""
+    import datasets
+    import huggingface_hub.constants as hub
+
+    flags = [(datasets.config, "HF_HUB_OFFLINE"), (datasets.config, "HF_DATASETS_OFFLINE"), (hub, "HF_HUB_OFFLINE")]
+    old = [getattr(mod, key) for mod, key in flags]
+    for mod, key in flags:
+        setattr(mod, key, True)
     try:
-        return _located(name, datasets.load_dataset(name, split=split).to_list())
+        ds = datasets.load_dataset(name, split=split)
     except Exception as e:  # noqa: BLE001
-        raise ValueError(f"dataset {name!r}: not a local file or folder, and not in the local HF cache ({type(e).__name__}); "
-                         "this machine has no hub access: download it elsewhere and pass the folder") from None  # fmt: skip
+        raise ValueError(f"dataset {name!r}: not a local file or folder, and not in the local HF cache "
+                         f"({type(e).__name__}: {str(e)[:200]}); covey loads hub datasets offline only: "
+                         "download it where there is network (or save_to_disk) and pass the file or folder") from None  # fmt: skip
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        for (mod, key), val in zip(flags, old):
+            setattr(mod, key, val)
+    return _located(name, ds.to_list())
 
 
 def _located(source, rows: list) -> list[tuple[str, dict]]:
