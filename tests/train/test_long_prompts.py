@@ -24,3 +24,9 @@ def test_long_prompt_can_be_skipped_with_a_count(tmp_path, caplog):
     assert [it["id"] for it in trainer.trainer.sampler.items] == [0]
     trainer.step()
     trainer.close()
+
+
+def test_task_max_prompt_tokens_caps_the_context_limit(tmp_path):
+    with pytest.raises(ValueError, match=r"prompt of item 1 has \d+ tokens but at most 12 fit \(the task's max_prompt_tokens\)"):
+        GRPOTrainer(model="tiny-llama", train_dataset=ROWS[:1] + [{"prompt": "7 " * 20, "answer": "7"}], config=CFG,
+                    run_dir=tmp_path / "c", max_prompt_tokens=12)  # fmt: skip

@@ -7,13 +7,28 @@ from collections.abc import Sequence
 
 from covey.models import apply_chat
 
-__all__ = ["check_prompt_lengths"]
+__all__ = ["check_prompt_lengths", "prompt_token_limit"]
 
 log = logging.getLogger(__name__)
 
 
-def check_prompt_lengths(items: Sequence[dict], tokenizer, max_prompt_tokens: int, on_long: str = "error") -> list[dict]:
-    """The items whose chat-templated prompt has at most `max_prompt_tokens` tokens.
+def prompt_token_limit(model, task, max_new_tokens: int) -> tuple[int | None, str]:
+    """(the longest prompt a run can take, why): the model's context (``max_position_embeddings``)
+    minus `max_new_tokens`, capped by the task's own `max_prompt_tokens` (e.g. the `dataset` task's);
+    None when neither is known."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    limits = []
+    if context:
+        limits.append((context - max_new_tokens, "the model's context minus sampling.max_new_tokens"))
+    if getattr(task, "max_prompt_tokens", None):
+        limits.append((task.max_prompt_tokens, "the task's max_prompt_tokens"))
+    return min(limits) if limits else (None, "")
+
+
+def check_prompt_lengths(items: Sequence[dict], tokenizer, max_prompt_tokens: int, on_long: str = "error", *,
+                         why: str = "the model's context minus sampling.max_new_tokens") -> list[dict]:  # fmt: skip
+    """The items whose chat-templated prompt has at most `max_prompt_tokens` tokens (`why` says
+    where the limit comes from, for the error message).
 
     on_long="error": the first long prompt raises, naming the item id and its length;
     on_long="skip": long prompts are dropped with one warning that counts them (all dropped: error).
@@ -27,8 +42,8 @@ def check_prompt_lengths(items: Sequence[dict], tokenizer, max_prompt_tokens: in
             kept.append(item)
         elif on_long == "error":
             raise ValueError(
-                f"prompt of item {item['id']} has {n} tokens but at most {max_prompt_tokens} fit (the model's context "
-                "minus sampling.max_new_tokens); shorten it, lower max_new_tokens, or set task.on_long_prompt=skip"
+                f"prompt of item {item['id']} has {n} tokens but at most {max_prompt_tokens} fit ({why}); "
+                "shorten it, lower max_new_tokens, or set task.on_long_prompt=skip"
             )
         else:
             long.append(item["id"])

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from covey.data import SAMPLERS
-from covey.data.lengths import check_prompt_lengths
+from covey.data.lengths import check_prompt_lengths, prompt_token_limit
 from covey.engine import ENGINES, SamplingParams
 from covey.rewards.scoring import Scorer, shaping_terms
 from covey.rollout import STRATEGIES, RolloutContext, completion_texts
@@ -60,9 +60,9 @@ class Trainer:
         check_run(cfg, self.task, reward_funcs)  # what `covey config show` checks too
         self.rewards = build_rewards(cfg, self.task, reward_funcs)  # bad reward names/params fail before the model loads
         self.model, self.tokenizer = load_policy(cfg.model, model=model, tokenizer=tokenizer, device=self.device)
-        context = getattr(self.model.config, "max_position_embeddings", None)
-        if context:
-            items = check_prompt_lengths(items, self.tokenizer, context - cfg.sampling.max_new_tokens, cfg.task.on_long_prompt)
+        self.max_prompt_tokens, why = prompt_token_limit(self.model, self.task, cfg.sampling.max_new_tokens)
+        if self.max_prompt_tokens:  # long prompts fail (or are skipped) now, not when first sampled
+            items = check_prompt_lengths(items, self.tokenizer, self.max_prompt_tokens, cfg.task.on_long_prompt, why=why)
         self.sampler = SAMPLERS.build(cfg.sampler.name, cfg.sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
         needs = cfg.algo.requires()  # optional Rollouts fields the chosen components read
