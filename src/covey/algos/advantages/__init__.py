@@ -13,6 +13,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     token_credit.py  gtpo                                        ([N, T] conflict-token credit)
     drpo.py          drpo                                        (discriminative loss as advantage)
     brpo.py          brpo                                        (bootstrapped in-group reference)
+    tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
 Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
@@ -28,11 +29,13 @@ from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.multi_reward import gdpo
 from covey.algos.advantages.risk import riskpo
 from covey.algos.advantages.token_credit import gtpo
+from covey.algos.advantages.tree import branch_grpo, treepo
 
 __all__ = [
     "a_grae",
     "ace",
     "arm",
+    "branch_grpo",
     "brpo",
     "dgpo",
     "dr_grpo",
@@ -45,5 +48,6 @@ __all__ = [
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
+    "treepo",
     "xrpo",
 ]
