@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from covey.cli import app
 from covey.train.config import load_config
 from covey.train.run import train
+from covey.train.trainer import Trainer
 
 runner = CliRunner()
 
@@ -20,6 +21,19 @@ def _cfg(tmp_path, *extra):
                               "rollout.prompts_per_step=2", "rollout.group_size=2", "sampling.max_new_tokens=4",
                               "reward_workers=0", "log.progress=false", "log.tensorboard=false", "algo.kl=null",
                               "steps=1", "optim.lr=1e-2", *extra])  # fmt: skip
+
+
+def _varied(completions, **kwargs):
+    """A reward that differs between completions (the random tiny model never solves the task), so
+    one step changes the weights and the logit checks below can tell trained from untrained."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]  # chat prompts: messages
+    return [float(sum(map(ord, t)) % 7) for t in texts]
+
+
+def _train(cfg, run):
+    """(summary, the live trained policy): the run's own model object, not a reload."""
+    trainer = Trainer(cfg, run, reward_funcs=[_varied])
+    return train(cfg, run, trainer=trainer), trainer.model
 
 
 def _logits(model, ids):
@@ -32,15 +46,23 @@ def test_full_run_final_folder_loads_with_identical_logits(tmp_path):
 
     from covey.train.setup import load_run_policy
 
+    from covey.models import load as load_model
+
     run = tmp_path / "run"
-    summary = train(_cfg(tmp_path), run)
+    summary, trained = _train(_cfg(tmp_path), run)
     assert summary["final"] == str(run / "final") and "adapter" not in summary
     model = AutoModelForCausalLM.from_pretrained(run / "final")
     tok = AutoTokenizer.from_pretrained(run / "final")
     assert tok.chat_template
-    policy, _ = load_run_policy(run)
     ids = tok.encode("12+3=")
-    assert torch.allclose(_logits(model, ids), _logits(policy, ids), atol=1e-5)
+    assert not torch.allclose(_logits(load_model("tiny-llama")[0], ids), _logits(trained, ids), atol=1e-4)  # it learned
+    assert torch.allclose(_logits(model, ids), _logits(trained, ids), atol=1e-5)
+    policy, _ = load_run_policy(run)  # what `covey eval --run` and `covey export` rebuild from the checkpoint
+    assert torch.allclose(_logits(policy, ids), _logits(trained, ids), atol=1e-5)
+    res = runner.invoke(app, ["export", str(run), "--out", str(tmp_path / "again")])  # from the checkpoint
+    assert res.exit_code == 0, res.output
+    again = AutoModelForCausalLM.from_pretrained(tmp_path / "again" / "final")
+    assert torch.allclose(_logits(again, ids), _logits(trained, ids), atol=1e-5)
     res = runner.invoke(app, ["eval", "--run", str(run), "--task", "arithmetic", "--limit", "2", "--max-new-tokens", "4",
                               "--task-param", "digits=1", "--task-param", "n_train=4", "--task-param", "n_test=4"])  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -55,21 +77,24 @@ def test_lora_run_exports_adapter_and_merged_model(tmp_path):
     from covey.train.setup import load_run_policy
 
     run = tmp_path / "lora"
-    summary = train(_cfg(tmp_path, "model.lora={r: 4, alpha: 8}"), run)
+    summary, trained = _train(_cfg(tmp_path, "model.lora={r: 4, alpha: 8}"), run)
     assert {"final", "adapter"} <= set(summary)
     merged = AutoModelForCausalLM.from_pretrained(run / "final")
     base, tok = load_model("tiny-llama")
-    with_adapter = PeftModel.from_pretrained(base, run / "adapter")
     ids = tok.encode("7+1=")
+    assert not torch.allclose(_logits(base, ids), _logits(trained, ids), atol=1e-4)  # the adapters learned
+    with_adapter = PeftModel.from_pretrained(base, run / "adapter")
+    assert torch.allclose(_logits(merged, ids), _logits(trained, ids), atol=1e-5)
+    assert torch.allclose(_logits(with_adapter, ids), _logits(trained, ids), atol=1e-5)
     policy, _ = load_run_policy(run)  # merged for engines and eval
-    assert torch.allclose(_logits(merged, ids), _logits(policy, ids), atol=1e-5)
-    assert torch.allclose(_logits(with_adapter, ids), _logits(policy, ids), atol=1e-4)
+    assert torch.allclose(_logits(policy, ids), _logits(trained, ids), atol=1e-5)
     out = tmp_path / "exported"
     res = runner.invoke(app, ["export", str(run), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert (out / "adapter" / "adapter_config.json").is_file() and not (out / "final").exists()
     res = runner.invoke(app, ["export", str(run), "--out", str(out), "--merge"])
     assert res.exit_code == 0 and (out / "final" / "config.json").is_file()
+    assert torch.allclose(_logits(AutoModelForCausalLM.from_pretrained(out / "final"), ids), _logits(trained, ids), atol=1e-5)
     res = runner.invoke(app, ["eval", "--run", str(run), "--task", "arithmetic", "--limit", "2", "--max-new-tokens", "4",
                               "--task-param", "digits=1", "--task-param", "n_train=4", "--task-param", "n_test=4"])  # fmt: skip
     assert res.exit_code == 0, res.output
