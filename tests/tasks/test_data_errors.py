@@ -34,3 +34,23 @@ def test_math500_null_problem_is_named(tmp_path):
     _write(tmp_path / "math500", "test.jsonl", [b'{"problem": null, "answer": "1"}\n'])
     with pytest.raises(ValueError, match=r"test.jsonl:1: field 'problem' must be str"):
         get_task("math500", path=str(tmp_path)).examples("test")
+
+
+def test_math500_numeric_answer_is_read_as_text(tmp_path):
+    _write(tmp_path / "math500", "test.jsonl", [b'{"problem": "1 + 17?", "answer": 18}\n'])
+    assert get_task("math500", path=str(tmp_path)).examples("test")[0]["answer"] == "18"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"test_list": ["assert f() is None", 5]}, r"mbpp.jsonl:1: test_list entry 5 is not a string"),
+        ({"test_list": ["assert f() is None"], "test_setup_code": 3}, r"mbpp.jsonl:1: test_setup_code 3 is not a string"),
+        ({"test_list": ["assert f() is None"], "text": None}, r"mbpp.jsonl:1: field 'text' must be str, got NoneType"),
+    ],
+)
+def test_mbpp_wrong_types_name_file_and_line(tmp_path, extra, message):
+    row = {"task_id": 11, "text": "t", "code": "def f(): pass", **extra}
+    _write(tmp_path / "mbpp", "mbpp.jsonl", [json.dumps(row).encode() + b"\n"])
+    with pytest.raises(ValueError, match=message):
+        get_task("mbpp", path=str(tmp_path)).examples("train")

@@ -75,6 +75,10 @@ class MBPP:
             located = read_jsonl(self.path, required=("task_id", "text", "code", "test_list"))
             for lineno, r in located:
                 check_fields(self.path, lineno, r, {"task_id": int, "text": str, "code": str, "test_list": list})
+                bad = [t for t in r["test_list"] if not isinstance(t, str)]
+                if bad or not isinstance(r.get("test_setup_code") or "", str):
+                    what = f"test_list entry {bad[0]!r}" if bad else f"test_setup_code {r['test_setup_code']!r}"
+                    raise ValueError(f"{self.path}:{lineno}: {what} is not a string (asserts are Python source)"[:300])
             rows = [r for _, r in located]
             rows.sort(key=lambda r: r["task_id"])
             self._cache = {
