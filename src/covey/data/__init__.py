@@ -1,7 +1,23 @@
-"""Prompt samplers (the `PromptSampler` seam, registry `SAMPLERS`) and group filters."""
+"""Prompt samplers (the `PromptSampler` seam, registry `SAMPLERS`), group filters and per-prompt stats.
+
+Importing this package registers the built-in samplers and the sampling-side rollout strategies that
+live here (`dars`); see docs/sampling.md.
+"""
 
 from covey.data.base import SAMPLERS, BaseSampler, PromptSampler, register_sampler
 from covey.data.filters import informative_groups
 from covey.data.sampler import UniformSampler
+from covey.data.spo import SPOSampler
+from covey.data.vade import VadeSampler
+from covey.data import dars  # noqa: F401  (registers the `dars` rollout strategy)
 
-__all__ = ["SAMPLERS", "BaseSampler", "PromptSampler", "UniformSampler", "informative_groups", "register_sampler"]
+__all__ = [
+    "SAMPLERS",
+    "BaseSampler",
+    "PromptSampler",
+    "SPOSampler",
+    "UniformSampler",
+    "VadeSampler",
+    "informative_groups",
+    "register_sampler",
+]

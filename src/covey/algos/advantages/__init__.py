@@ -14,6 +14,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     drpo.py          drpo                                        (discriminative loss as advantage)
     brpo.py          brpo                                        (bootstrapped in-group reference)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
+    spo.py           spo                                         (sampler's value baseline, batch-normalised)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
 Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
@@ -28,6 +29,7 @@ from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rl
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.multi_reward import gdpo
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.spo import spo
 from covey.algos.advantages.token_credit import gtpo
 from covey.algos.advantages.tree import branch_grpo, treepo
 
@@ -49,5 +51,6 @@ __all__ = [
     "riskpo",
     "rloo",
     "treepo",
+    "spo",
     "xrpo",
 ]

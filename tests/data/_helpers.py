@@ -1,0 +1,68 @@
+"""Shared helpers for the sampler tests: hand-built scored batches, state round trips, one real step."""
+
+from __future__ import annotations
+
+import io
+
+import torch
+
+from covey.rollouts import Rollouts
+from covey.train.config import validate_config
+from covey.train.trainer import Trainer
+
+
+def items(n: int) -> list[dict]:
+    return [{"id": 100 + i, "prompt": f"q{i}", "answer": str(i)} for i in range(n)]
+
+
+def scored(prompt_ids, success, groups=None) -> Rollouts:
+    """A scored batch: one row per entry; `success` goes in the `accuracy` column."""
+    n = len(prompt_ids)
+    groups = groups if groups is not None else prompt_ids
+    return Rollouts(
+        prompt_ids=[torch.tensor([1, 2]) for _ in range(n)],
+        completion_ids=torch.ones(n, 3, dtype=torch.long),
+        completion_mask=torch.ones(n, 3),
+        behaviour_logprobs=torch.full((n, 3), -1.0),
+        group=torch.tensor(groups, dtype=torch.long),
+        prompt_id=torch.tensor(prompt_ids, dtype=torch.long),
+        rewards=torch.tensor(success, dtype=torch.float32)[:, None],
+        reward_names=("accuracy",),
+    )
+
+
+def ids(batch_items) -> list[int]:
+    return [int(it["id"]) for it in batch_items]
+
+
+def reload(sampler, factory):
+    """state_dict -> torch.save -> torch.load -> a fresh sampler from `factory()`."""
+    buf = io.BytesIO()
+    torch.save(sampler.state_dict(), buf)
+    buf.seek(0)
+    fresh = factory()
+    fresh.load_state_dict(torch.load(buf, weights_only=False))
+    return fresh
+
+
+def one_step(tmp_path, sampler: dict | None = None, **over):
+    """One training step on tiny-llama with the given sampler (and config overrides); returns metrics."""
+    raw = {
+        "model": {"name": "tiny-llama"},
+        "task": {"name": "arithmetic", "params": {"digits": 1, "n_train": 32, "n_test": 8}},
+        "rollout": {"prompts_per_step": 4, "group_size": 2},
+        "sampling": {"max_new_tokens": 4},
+        "algo": {"preset": "grpo", "kl": None},
+        "reward_workers": 0,
+        "log": {"progress": False, "report_to": ["jsonl"]},
+        "steps": 1,
+    }
+    if sampler is not None:
+        raw["sampler"] = sampler
+    for k, v in over.items():
+        raw[k] = {**raw.get(k, {}), **v} if isinstance(v, dict) and isinstance(raw.get(k), dict) else v
+    trainer = Trainer(validate_config(raw), tmp_path / "run")
+    try:
+        return trainer.step()
+    finally:
+        trainer.close()
