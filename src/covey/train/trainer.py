@@ -18,6 +18,7 @@ import torch
 
 from covey.data import SAMPLERS
 from covey.data.lengths import check_prompt_lengths, prompt_token_limit
+from covey.data.stats import prompt_stats
 from covey.engine import ENGINES, SamplingParams
 from covey.rewards.scoring import Scorer, shaping_terms
 from covey.rollout import STRATEGIES, RolloutContext, completion_texts
@@ -145,6 +146,7 @@ class Trainer:
         metrics["time/generate"] = elapsed - timer["reward"]
         metrics.update(_rollout_metrics(batch, metrics["time/generate"]))
         metrics.update(self.sampler.observe(batch))  # before advantages: a sampler may annotate the batch
+        metrics.update(prompt_stats(batch))  # pass-rate histogram, zero-signal groups, rollouts per prompt
         return batch, metrics
 
     def add_reference_logprobs(self, batch: Rollouts) -> None:
