@@ -29,3 +29,18 @@ def test_own_data_example_trains_evaluates_and_exports(tmp_path, monkeypatch):
     res = runner.invoke(app, ["eval", "--run", str(run), "--task", "dataset", "--task-param", f"path={data}", "--limit", "3"])
     assert res.exit_code == 2 and "no 'test' data" in res.output
     assert os.path.isdir(run / "final")
+
+
+def test_eval_on_own_jsonl_with_a_named_answer_column(tmp_path):
+    data = tmp_path / "my.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i} + 1 =", "gold": str(i + 1)}) + "\n" for i in range(3)))
+    base = ["eval", "--model", "tiny-llama", "--task", "dataset", "--task-param", f"path={data}",
+            "--task-param", "prompt_key=question", "--split", "train", "--max-new-tokens", "4", "--dtype", "fp32"]  # fmt: skip
+    res = runner.invoke(app, base + ["--task-param", "answer_key=gold"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["problems"] == 3 and 0.0 <= out["accuracy"] <= 1.0
+    res = runner.invoke(app, base)  # no 'answer' column: nothing to score with
+    assert res.exit_code == 2 and "has no verifier" in res.output
+    res = runner.invoke(app, base[:6] + [f"path={tmp_path / 'nope.jsonl'}"] + base[7:])
+    assert res.exit_code == 2 and "nope.jsonl' does not exist" in res.output

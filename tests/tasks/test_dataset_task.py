@@ -135,3 +135,9 @@ def test_max_prompt_tokens_and_limit_are_checked():
     for bad in (0, -3, 2.5, True, "64"):
         with pytest.raises(ValueError, match="max_prompt_tokens must be a positive int"):
             get_task("dataset", rows=ROWS, max_prompt_tokens=bad)
+
+
+def test_verifier_reads_the_named_answer_column():
+    task = get_task("dataset", rows=[{"prompt": "1 + 1?", "gold": 2, "answer": "not the gold"}], answer_key="gold")
+    assert task.examples()[0]["gold"] == "2"
+    assert task.reward(["p", "p"], ["\\boxed{2}", "\\boxed{3}"], gold=["2", "2"], answer=["x", "x"]) == [1.0, 0.0]

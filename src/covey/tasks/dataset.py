@@ -29,9 +29,18 @@ _FILE_TYPES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv":
 
 
 class _MathVerifier(FinalAnswerTask):
-    """The verifier alone (small to send to reward workers; the rows stay behind)."""
+    """The verifier alone (small to send to reward workers; the rows stay behind), reading the gold
+    answer from column `answer_key`."""
 
     order = ("boxed", "gsm8k", "answer_is", "last_number")
+
+    def __init__(self, answer_key: str = "answer"):
+        self.answer_key = answer_key
+
+    def reward(self, prompts, completions, **columns) -> list[float | None]:
+        if self.answer_key not in columns:
+            raise ValueError(f"task 'dataset': the math verifier needs the {self.answer_key!r} column")
+        return super().reward(prompts, completions, answer=columns[self.answer_key])
 
 
 @register_task("dataset")
@@ -77,8 +86,8 @@ class DatasetTask:
         has_answer = all(answer_key in it for items in self._splits.values() for it in items)
         if verifier == "math" and not has_answer:
             raise ValueError(f"task 'dataset': verifier=math needs an {answer_key!r} column in every row")
-        self.reward = _MathVerifier().reward if verifier != "none" and has_answer else None
-        self.extract_answer = _MathVerifier().extract_answer if self.reward is not None else None
+        self.reward = _MathVerifier(answer_key).reward if verifier != "none" and has_answer else None
+        self.extract_answer = _MathVerifier(answer_key).extract_answer if self.reward is not None else None
 
     def has_split(self, split: str) -> bool:
         return split in self._splits
