@@ -128,7 +128,7 @@ class Component:
 
         def bound(*args, **kw):
             out = fn(*args, **kwargs, **kw)
-            problem = check(out) if check is not None else None
+            problem = check(out, args) if check is not None else None
             if problem:
                 raise ComponentError(f"{self.axis} {self.name!r} returned {problem}; it must return {_RETURN_DOC[self.axis]}")
             return out
@@ -139,19 +139,24 @@ class Component:
 
 
 def _params_model(name: str, fn: Callable) -> type[pydantic.BaseModel]:
+    """A pydantic model of `fn`'s keyword-only parameters (each needs a default; NaN/inf refused).
+    An annotation that cannot be evaluated at run time (a `TYPE_CHECKING` import) accepts any value."""
     fields = {}
     for p in inspect.signature(fn).parameters.values():
         if p.kind is not inspect.Parameter.KEYWORD_ONLY:
             continue
         if p.default is inspect.Parameter.empty:
-            raise TypeError(f"component {name!r}: keyword-only parameter {p.name!r} needs a default")
+            raise ComponentError(f"component {name!r}: keyword-only parameter {p.name!r} needs a default "
+                                 f"(its parameters are configured by name, e.g. {p.name}: ...)")  # fmt: skip
         ann = p.annotation if p.annotation is not inspect.Parameter.empty else Any
         if isinstance(ann, str):  # from __future__ annotations
-            ann = eval(ann, fn.__globals__)  # noqa: S307 - evaluating our own annotations
+            try:
+                ann = eval(ann, getattr(fn, "__globals__", {}))  # noqa: S307 - the component's own annotation
+            except Exception:  # noqa: BLE001 - a name only a type checker can see
+                ann = Any
         fields[p.name] = (ann, p.default)
-    return pydantic.create_model(
-        f"{name}_params", __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
-    )
+    config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
+    return pydantic.create_model(f"{name}_params", __config__=config, **fields)
 
 
 class Registry(Mapping[str, Component]):
@@ -237,28 +242,65 @@ class Registry(Mapping[str, Component]):
 _INPUTS = {"advantage": 1, "surrogate": 1, "aggregation": 3, "kl": 2, "correction": 1}
 
 
-def _is_tensor(x) -> bool:
-    return isinstance(x, Tensor)
+def _shape(x) -> tuple[int, ...]:
+    return tuple(x.shape)
 
 
-def _pair(x) -> str | None:
-    if not (isinstance(x, tuple) and len(x) == 2 and _is_tensor(x[0]) and isinstance(x[1], dict)):
-        return f"a {type(x).__name__}"
+def _tensor_like(what: str, x, want: tuple[int, ...] | None) -> str | None:
+    """None when `x` is a tensor of shape `want` (any shape when `want` is None), else the problem."""
+    if not isinstance(x, Tensor):
+        return f"{what} of type {type(x).__name__}"
+    if want is not None and _shape(x) != want:
+        return f"{what} of shape {_shape(x)} (expected {want})"
     return None
 
 
-def _advantage(x) -> str | None:
-    if isinstance(x, AdvantageResult) and _is_tensor(x.advantages):
+def _pair(name: str, like: Callable[[tuple], Any]) -> Callable[[Any, tuple], str | None]:
+    """(tensor shaped like `like(args)`, metrics dict): surrogates and corrections."""
+
+    def check(x, args) -> str | None:
+        if not (isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], Tensor)):
+            return f"a {type(x).__name__}"
+        ref = like(args)
+        problem = _tensor_like(name, x[0], _shape(ref) if isinstance(ref, Tensor) else None)
+        return problem or (None if isinstance(x[1], dict) else f"metrics of type {type(x[1]).__name__}")
+
+    return check
+
+
+def _advantage(x, args) -> str | None:
+    if not isinstance(x, AdvantageResult):
+        return f"a {type(x).__name__}"
+    if not isinstance(x.advantages, Tensor):
+        return f"advantages of type {type(x.advantages).__name__}"
+    ids = getattr(args[0], "completion_ids", None) if args else None
+    if isinstance(ids, Tensor) and ids.dim() == 2:
+        n, t = _shape(ids)
+        if _shape(x.advantages) not in ((n,), (n, t)):
+            return f"advantages of shape {_shape(x.advantages)} for a batch of {n} rows x {t} tokens"
+        problem = None if x.sample_mask is None else _tensor_like("sample_mask", x.sample_mask, (n,))
+        if problem:
+            return f"{problem} (a batch of {n} rows)"
+    return None if isinstance(x.metrics, dict) else f"metrics of type {type(x.metrics).__name__}"
+
+
+def _scalar(x, args) -> str | None:
+    if isinstance(x, Tensor) and x.dim() == 0:
         return None
-    return f"a {type(x).__name__}"
+    return f"a {type(x).__name__}" + (f" of shape {_shape(x)}" if isinstance(x, Tensor) else "")
 
 
-_RETURNS: dict[str, Callable[[Any], str | None]] = {
+def _kl(x, args) -> str | None:
+    ref = args[0] if args and isinstance(args[0], Tensor) else None
+    return _tensor_like("kl_tok", x, None if ref is None else _shape(ref)) if isinstance(x, Tensor) else f"a {type(x).__name__}"
+
+
+_RETURNS: dict[str, Callable[[Any, tuple], str | None]] = {
     "advantage": _advantage,
-    "surrogate": _pair,
-    "correction": _pair,
-    "aggregation": lambda x: None if _is_tensor(x) and x.dim() == 0 else f"a {type(x).__name__}" + (f" of shape {tuple(x.shape)}" if _is_tensor(x) else ""),
-    "kl": lambda x: None if _is_tensor(x) else f"a {type(x).__name__}",
+    "surrogate": _pair("loss_tok", lambda args: getattr(args[0], "logp", None) if args else None),
+    "correction": _pair("weight_tok", lambda args: getattr(args[0], "mask", None) if args else None),
+    "aggregation": _scalar,
+    "kl": _kl,
 }
 _RETURN_DOC = {
     "advantage": "AdvantageResult(advantages [N] or [N,T] tensor, metrics dict, sample_mask or None)",

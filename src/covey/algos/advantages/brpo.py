@@ -28,7 +28,7 @@ def _reference_rows(group: torch.Tensor, rank_fn, seed: int) -> torch.Tensor:
 
 
 @register_advantage(
-    "brpo",
+    "brpo", group_relative=True,
     paper="Writing-Zero: Bridge the Gap Between Non-verifiable Tasks and Verifiable Rewards",
     arxiv="2506.00103",
 )

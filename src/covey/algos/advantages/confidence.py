@@ -33,7 +33,7 @@ __all__ = ["ace", "arm", "xrpo"]
 
 
 @register_advantage(
-    "ace",
+    "ace", group_relative=True,
     paper="Overconfident Errors Need Stronger Correction: Asymmetric Confidence Penalties for Reinforcement Learning",
     arxiv="2602.21420",
     requires=("ref_logprobs",),
@@ -78,7 +78,7 @@ def ace(
 
 
 @register_advantage(
-    "xrpo",
+    "xrpo", group_relative=True,
     paper="XRPO: Pushing the limits of GRPO with Targeted Exploration and Exploitation",
     arxiv="2510.06672",
 )
@@ -134,7 +134,7 @@ def _low_prob_confidence(batch: Rollouts, low_frac: float) -> tuple[torch.Tensor
 
 
 @register_advantage(
-    "arm",
+    "arm", group_relative=True,
     paper="Back to Basics: Revisiting Exploration in Reinforcement Learning for LLM Reasoning via Generative Probabilities",
     arxiv="2602.05281",
 )

@@ -30,7 +30,7 @@ __all__ = ["a_grae", "dgpo", "ngrpo"]
 
 
 @register_advantage(
-    "ngrpo",
+    "ngrpo", group_relative=True,
     paper="NGRPO: Negative-enhanced Group Relative Policy Optimization",
     arxiv="2509.18851",
 )
@@ -68,7 +68,7 @@ def ngrpo(
 
 
 @register_advantage(
-    "dgpo",
+    "dgpo", group_relative=True,
     paper="Harder Is Better: Boosting Mathematical Reasoning via Difficulty-Aware GRPO and Multi-Aspect Question Reformulation",
     arxiv="2601.20614",
 )
@@ -132,7 +132,7 @@ def dgpo(
 
 
 @register_advantage(
-    "a_grae",
+    "a_grae", group_relative=True,
     paper="Unveiling Implicit Advantage Symmetry: Why GRPO Struggles with Exploration and Difficulty Adaptation",
     arxiv="2602.05548",
 )

@@ -36,7 +36,7 @@ def _group_softmax(z: torch.Tensor, member: torch.Tensor, gidx: torch.Tensor, nu
 
 
 @register_advantage(
-    "drpo",
+    "drpo", group_relative=True,
     paper="DRPO: Efficient Reasoning via Decoupled Reward Policy Optimization",
     arxiv="2510.04474",
 )

@@ -18,7 +18,7 @@ __all__ = ["riskpo"]
 
 
 @register_advantage(
-    "riskpo",
+    "riskpo", group_relative=True,
     paper="RiskPO: Risk-based Policy Optimization via Verifiable Reward for LLM Post-Training",
     arxiv="2510.00911",
 )

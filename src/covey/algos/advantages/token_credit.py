@@ -74,7 +74,7 @@ def _conflict_masks(ids: Tensor, mask: Tensor, gidx: Tensor, pos: Tensor, neg: T
 
 
 @register_advantage(
-    "gtpo",
+    "gtpo", group_relative=True,
     paper="GTPO: Trajectory-Based Policy Optimization in Large Language Models",
     arxiv="2508.03772",
     requires=("entropies",),
