@@ -28,16 +28,24 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch refuses to store anything larger in
 RETRY_BUDGET = 2  # re-scoring a failed chunk piece by piece starts no call after RETRY_BUDGET x timeout_s
 
 
-@dataclass
-class RewardOutput:
-    """What a reward may return instead of a plain list: scores plus metric samples.
+class RewardOutput(list):
+    """What a reward may return instead of a plain list: the scores (it IS that list, so callers that
+    expect TRL's plain list still work) plus metric samples in `.metrics`.
 
     metrics: name -> list of values (e.g. one per group); the runner logs the mean of all values
     gathered over the batch as ``reward/<reward>/<name>``.
     """
 
-    scores: list
-    metrics: dict[str, list[float]] = field(default_factory=dict)
+    def __init__(self, scores, metrics: dict[str, list[float]] | None = None):
+        super().__init__(scores)
+        self.metrics = dict(metrics or {})
+
+    @property
+    def scores(self) -> list:
+        return list(self)
+
+    def __reduce__(self):  # pickles across worker processes with its metrics
+        return (RewardOutput, (list(self), self.metrics))
 
 
 @dataclass

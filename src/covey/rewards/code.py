@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from covey.rewards._scoring import RewardOutput
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
 from covey.rewards.sandbox import CodeTests, SandboxLimits, run_tests
@@ -65,10 +66,11 @@ class CodeReward:
         self.mode, self.timeout_s, self.column = mode, timeout_s, column
         self.allow_unsandboxed = allow_unsandboxed
 
-    def __call__(self, prompts, completions, **columns) -> list[float | None]:
+    def __call__(self, prompts, completions, **columns) -> RewardOutput:
         if self.column not in columns:
             raise ValueError(f"CodeReward needs a {self.column!r} column with each item's tests; got {sorted(columns)}")
         out: list[float | None] = []
+        suspected: list[float] = []
         for c, tests in zip(completions, columns[self.column]):
             if tests is None:
                 out.append(None)
@@ -77,8 +79,10 @@ class CodeReward:
             code = extract_code(completion_text(c))
             if code is None or len(tests) == 0:
                 out.append(0.0 if len(tests) else None)
+                suspected.append(0.0)
                 continue
             rep = run_tests(code, tests, timeout_s=self.timeout_s, limits=self.limits,
                             allow_unsandboxed=self.allow_unsandboxed)
             out.append(rep.fraction if self.mode == "fraction" else float(rep.all_passed))
-        return out
+            suspected.append(float(rep.exploit_suspected))
+        return RewardOutput(out, {"exploit_suspected": suspected})

@@ -1,129 +1,244 @@
-"""Test harness that runs INSIDE the sandbox (a script: stdlib only, never imported by covey).
+# --- the test harness (runs INSIDE the sandbox after _plain.py; stdlib only) ----------------------
+"""Decides each test's verdict where the model-written code cannot reach it.
 
 Reads a JSON spec from stdin ``{"setup", "code", "asserts": [...], "io": [[stdin, stdout], ...],
-"timeout_s"}``, runs each test in a forked child and writes one JSON line per test to the result
-file descriptor given as argv[1]: ``{"i", "passed", "status", "message"}``; status is one of
-pass, fail, error, timeout, crash.
+"timeout_s"}`` and writes one JSON line per test to the file descriptor argv[1]:
+``{"i", "passed", "status", "message", "suspect"}``; status is pass, fail, error, timeout or crash.
 
-Why a fork per test: the harness itself never runs model code, so code that exits early
-(``os._exit(0)``, ``sys.exit()``) or prints fake markers cannot report a pass. A child passes only
-by writing a random per-test token after the test ran to the end. The harness is made non-dumpable
-so children (same uid) cannot reopen its descriptors through /proc. Code and test share one
-interpreter, so code that inspects the harness's frames could still forge a token: this blocks
-cheap reward hacks, not a determined adversary (containment is the sandbox's job).
+Trust layout (docs/sandbox.md):
+  harness (this process)  never runs model code; non-dumpable, so same-uid processes cannot read or
+                          ptrace it; it alone writes verdicts.
+  test process            a fork of the harness per test: runs the TEST code in a pristine
+                          interpreter. The program's functions are proxies: each call goes to ...
+  candidate process       a fresh interpreter (exec, not fork: it holds no test text, no expected
+                          values, no descriptors of ours) that loaded setup + the program and
+                          answers calls with plain data only (`_plain.py`).
+So rebinding builtins, walking frames, patching modules, exiting early, or returning an object that
+equals everything changes nothing the verdict depends on: the assert runs on values the test
+process rebuilt itself. stdin/stdout tests run the program as its own fresh process; the harness
+compares its output.
 """
 
 import ctypes
-import io
-import json
-import os
+import importlib
 import resource
 import select
 import signal
+import subprocess
 import sys
 import traceback
 
 PR_SET_DUMPABLE = 4
 MAX_MESSAGE = 300
 MAX_IO_OUTPUT = 4 * 1024 * 1024
+CANDIDATE = "candidate.py"
 
 
-def _normalise_output(text):
-    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\n".join(lines)
+class CandidateError(Exception):
+    """The program raised an exception type the test process cannot rebuild."""
+
+
+class CandidateCrashed(Exception):
+    """The candidate process ended (exit, kill, crash) before answering."""
+
+
+class NotPlain(Exception):
+    """The program returned something other than plain data."""
+
+    def __init__(self, kind, text):
+        super().__init__(text)
+        self.suspect = kind == "suspect"
 
 
 def _short_error(exc):
-    lines = traceback.format_exception_only(type(exc), exc)
-    return "".join(lines).strip()[-MAX_MESSAGE:]
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()[-MAX_MESSAGE:]
 
 
-def _child(spec, kind, test, token, w, result_fd, paths):
-    os.close(result_fd)
+def _limit_cpu(timeout_s):
+    cpu = max(1, int(-(-timeout_s // 1)))
+    return lambda: resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+
+
+# ---------------------------------------------------------------------------- the test process
+class _Candidate:
+    """The fresh interpreter that runs the program; calls go over two pipes as plain data."""
+
+    def __init__(self, spec):
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-S", "-u", CANDIDATE, str(req_r), str(rep_w)], pass_fds=(req_r, rep_w),
+            stdin=subprocess.DEVNULL, preexec_fn=_limit_cpu(spec["timeout_s"]),  # its prints go to our stdout
+        )
+        os.close(req_r)
+        os.close(rep_w)
+        self.buf = bytearray()
+        send(self.req_w, {"setup": spec["setup"], "code": spec["code"]})
+        first = self._reply()
+        if "load_error" in first:
+            raise CandidateError(f"the program failed to load: {first['load_error']}")
+        if "ready" not in first:
+            raise CandidateCrashed("the program's process broke the protocol")
+        self.ready = first["ready"]
+
+    def _reply(self):
+        try:
+            msg = recv(self.rep_r, self.buf)
+        except (ValueError, UnicodeDecodeError):
+            raise CandidateCrashed("the program's process sent malformed data") from None
+        if msg is None or not isinstance(msg, dict):
+            raise CandidateCrashed("the program's process ended before answering (exit, crash or kill)")
+        return msg
+
+    def _ref(self, x):
+        return x._id if isinstance(x, _Remote) and x._cand is self else None
+
+    def call(self, name, args, kwargs, key="call"):
+        try:
+            payload = {key: name, "args": encode(list(args), ref=self._ref), "kwargs": encode(dict(kwargs), ref=self._ref)}
+        except Unsupported as e:
+            raise NotPlain("unsupported", f"cannot pass {e} to the program") from None
+        return self._request(payload, args, name)
+
+    def getattr(self, handle, attr):
+        return self._request({"getattr": [handle, attr]}, (), attr)
+
+    def setattr(self, handle, attr, value):
+        try:
+            payload = {"setattr": [handle, attr, encode(value, ref=self._ref)]}
+        except Unsupported as e:
+            raise NotPlain("unsupported", f"cannot pass {e} to the program") from None
+        self._request(payload, (), attr)
+
+    def _request(self, payload, args, what):
+        try:
+            send(self.req_w, payload)
+        except OSError:
+            raise CandidateCrashed("the program's process ended (exit, crash or kill)") from None
+        reply = self._reply()
+        if "raise" in reply:
+            etype, text = (list(reply["raise"]) + ["", ""])[:2]
+            cls = getattr(__builtins__, str(etype), None) if isinstance(__builtins__, type(sys)) else None
+            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, AssertionError):
+                raise cls(str(text))
+            raise CandidateError(f"{etype}: {text}")
+        if "bad" in reply:
+            kind, text = (list(reply["bad"]) + ["", ""])[:2]
+            raise NotPlain(kind, f"{what} returned {text}")
+        remote = lambda i, name: _Remote(self, i, name)  # noqa: E731
+        try:
+            result = decode(reply["ok"], obj=remote)
+            mut = {int(k): decode(v, obj=remote) for k, v in dict(reply.get("mut", {})).items()}
+        except (ValueError, KeyError, TypeError):
+            raise CandidateCrashed("the program's process sent malformed data") from None
+        for i, new in mut.items():  # in-place functions: mirror the change into the caller's objects
+            if 0 <= i < len(args) and type(args[i]) is type(new) and type(new) in (list, dict, set):
+                args[i].clear()
+                args[i].extend(new) if type(new) is list else args[i].update(new)
+        return result
+
+
+class _Remote:
+    """An object that lives in the candidate process (an instance of the program's class, a method):
+    the test can pass it back, read its attributes and call it; every answer is rebuilt here."""
+
+    __slots__ = ("_cand", "_id", "_type")
+
+    def __init__(self, cand, i, type_name):
+        object.__setattr__(self, "_cand", cand)
+        object.__setattr__(self, "_id", i)
+        object.__setattr__(self, "_type", type_name)
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return self._cand.getattr(self._id, attr)
+
+    def __setattr__(self, attr, value):
+        self._cand.setattr(self._id, attr, value)
+
+    def __call__(self, *args, **kwargs):
+        return self._cand.call(self._id, args, kwargs, key="callref")
+
+    def __repr__(self):
+        return f"<{self._type} object of the program>"
+
+
+def _proxy(cand, name):
+    def call(*args, **kwargs):
+        return cand.call(name, args, kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _test_globals(spec, cand):
+    """The namespace the test runs in: setup (trusted), then the program's names as seen from here."""
+    g = {"__name__": "__main__", "__builtins__": __builtins__}
+    exec(compile(spec["setup"], "<setup>", "exec"), g)
+    info = cand.ready
+    for name, module in dict(info.get("modules", {})).items():
+        try:
+            g[str(name)] = importlib.import_module(str(module))  # our own copy of the module
+        except ImportError:
+            pass
+    for name, value in dict(info.get("values", {})).items():
+        try:
+            g[str(name)] = decode(value)
+        except ValueError:
+            pass
+    for name in list(info.get("functions", [])):
+        g[str(name)] = _proxy(cand, str(name))
+    return g
+
+
+def _assert_test(spec, test):
+    """(status, message, suspect) of one assert-style test, decided in this (trusted) process."""
+    try:
+        cand = _Candidate(spec)
+        exec(compile(test, "<test>", "exec"), _test_globals(spec, cand))
+        return "pass", "", False
+    except NotPlain as e:
+        return "fail", str(e)[:MAX_MESSAGE], e.suspect
+    except AssertionError as e:
+        return "fail", _short_error(e), False
+    except CandidateCrashed as e:
+        return "crash", str(e), False
+    except Exception as e:  # noqa: BLE001 - the test raised: an error, not a pass
+        return "error", _short_error(e), False
+
+
+def _test_child(spec, test, w):
     os.setpgid(0, 0)
-    cpu = max(1, int(-(-spec["timeout_s"] // 1)))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    if kind == "io":
-        in_path, out_path = paths
-        fd_in = os.open(in_path, os.O_RDONLY)
-        os.dup2(fd_in, 0)
-        fd_out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(fd_out, 1)
-        os.close(fd_in)
-        os.close(fd_out)
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
-    else:
-        fd_null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(fd_null, 0)
-        os.close(fd_null)
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
-    g = {"__name__": "__main__" if kind == "io" else "solution", "__builtins__": __builtins__}
-    outcome = b"E"
-    try:
-        exec(compile(spec["setup"], "<setup>", "exec"), g)
-        exec(compile(spec["code"], "<solution>", "exec"), g)
-        if kind == "assert":
-            exec(compile(test, "<test>", "exec"), g)
-        outcome = token
-    except SystemExit as e:
-        if kind == "io" and e.code in (None, 0):
-            outcome = token
-        else:
-            outcome = b"E" + f"SystemExit({e.code!r}) before the test finished".encode()[:MAX_MESSAGE]
-    except BaseException as e:  # noqa: BLE001 - anything the code raises is a failed test
-        traceback.print_exc(limit=-4)
-        kind_tag = b"F" if isinstance(e, AssertionError) else b"E"
-        outcome = kind_tag + _short_error(e).encode("utf-8", "replace")
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:  # noqa: BLE001 - a closed or broken stdout must not hide the outcome
-        pass
-    try:
-        os.write(w, outcome)
-    finally:
-        os._exit(0)
+    status, message, suspect = _assert_test(spec, test)
+    send(w, {"status": status, "message": message, "suspect": suspect})
+    os._exit(0)
 
 
-def _wait_child(pid, r, timeout_s):
-    """(bytes the child reported, timed_out): waits for the child's exit, not for EOF on `r`."""
+def _wait(pid, r, timeout_s):
+    """(the child's report or None, timed_out): waits for the child's exit; kills its process group."""
     pidfd = os.pidfd_open(pid)
-    data, timed_out = b"", False
     try:
         ready, _, _ = select.select([pidfd], [], [], timeout_s)
-        if not ready:
-            timed_out = True
-        os.set_blocking(r, False)
-        while True:
+        report = None
+        if ready:
+            os.set_blocking(r, False)
             try:
-                chunk = os.read(r, 65536)
-            except BlockingIOError:
-                break
-            if not chunk or len(data) > 65536:
-                break
-            data += chunk
+                report = recv(r, bytearray(), limit=65536)
+            except (BlockingIOError, ValueError, UnicodeDecodeError):
+                report = None
+        return report, not ready
     finally:
         for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
             try:
-                target()  # the test's leftover processes die before the next test starts
+                target()  # the test's candidate process dies with it
             except (ProcessLookupError, PermissionError):
                 pass
         os.waitpid(pid, 0)
         os.close(pidfd)
-    return data, timed_out
 
 
-def _run_one(spec, kind, test, result_fd, i):
-    token = os.urandom(16).hex().encode()
-    paths = None
-    expected = None
-    if kind == "io":
-        stdin_text, expected = test
-        paths = (f"/tmp/.covey_in_{i}", f"/tmp/.covey_out_{i}")
-        with open(paths[0], "w") as f:
-            f.write(stdin_text)
+def _run_assert(spec, test):
     r, w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -131,37 +246,46 @@ def _run_one(spec, kind, test, result_fd, i):
     if pid == 0:
         try:
             os.close(r)
-            _child(spec, kind, test, token, w, result_fd, paths)
+            _test_child(spec, test, w)
         finally:
-            os._exit(0)
+            os._exit(1)
     os.close(w)
-    data, timed_out = _wait_child(pid, r, spec["timeout_s"])
+    report, timed_out = _wait(pid, r, spec["timeout_s"])
     os.close(r)
     if timed_out:
-        status, message = "timeout", f"test did not finish within {spec['timeout_s']} s"
-    elif data == token:
-        status, message = "pass", ""
-        if kind == "io":
-            try:
-                with open(paths[1], "rb") as f:
-                    got = f.read(MAX_IO_OUTPUT).decode("utf-8", "replace")
-            except OSError:
-                got = ""
-            if _normalise_output(got) != _normalise_output(expected):
-                status = "fail"
-                message = f"expected {_normalise_output(expected)[:120]!r}, got {_normalise_output(got)[:120]!r}"
-    elif data[:1] in (b"E", b"F"):
-        status = "fail" if data[:1] == b"F" else "error"
-        message = data[1:].decode("utf-8", "replace")[:MAX_MESSAGE]
-    else:
-        status, message = "crash", "the program ended without finishing the test (killed, out of memory or exited)"
-    if paths:
-        for p in paths:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-    return {"i": i, "passed": status == "pass", "status": status, "message": message}
+        return "timeout", f"test did not finish within {spec['timeout_s']} s", False
+    if not isinstance(report, dict) or report.get("status") not in ("pass", "fail", "error", "crash"):
+        return "crash", "the test process ended without a verdict", False
+    return report["status"], str(report.get("message", ""))[:MAX_MESSAGE], bool(report.get("suspect"))
+
+
+# ---------------------------------------------------------------------------- stdin/stdout tests
+def _normalise_output(text):
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines)
+
+
+def _run_io(spec, stdin_text, expected, i):
+    """The program as its own fresh process (it never sees the expected output); we compare."""
+    prog = f"prog_{i}.py"
+    with open(prog, "w") as f:
+        f.write(spec["setup"] + "\n" + spec["code"])
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-B", "-S", prog], input=stdin_text.encode(), capture_output=True,
+                              timeout=spec["timeout_s"], preexec_fn=_limit_cpu(spec["timeout_s"]), start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return "timeout", f"test did not finish within {spec['timeout_s']} s", False
+    finally:
+        os.unlink(prog)
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        return "error", (err[-1] if err else f"exit code {proc.returncode}")[:MAX_MESSAGE], False
+    got = _normalise_output(proc.stdout[:MAX_IO_OUTPUT].decode("utf-8", "replace"))
+    if got != _normalise_output(expected):
+        return "fail", f"expected {_normalise_output(expected)[:120]!r}, got {got[:120]!r}", False
+    return "pass", "", False
 
 
 def main():
@@ -180,11 +304,13 @@ def main():
         syntax_error = _short_error(e)
     for i, (kind, test) in enumerate(tests):
         if syntax_error is not None:
-            res = {"i": i, "passed": False, "status": "error", "message": syntax_error}
+            status, message, suspect = "error", syntax_error, False
+        elif kind == "assert":
+            status, message, suspect = _run_assert(spec, test)
         else:
-            res = _run_one(spec, kind, test, result_fd, i)
+            status, message, suspect = _run_io(spec, test[0], test[1], i)
+        res = {"i": i, "passed": status == "pass", "status": status, "message": message, "suspect": suspect}
         os.write(result_fd, (json.dumps(res) + "\n").encode())
 
 
-if __name__ == "__main__":
-    main()
+main()

@@ -24,7 +24,12 @@ from .limits import RunResult, SandboxLimits
 
 __all__ = ["CodeTests", "TestReport", "run_tests"]
 
-_HARNESS = (Path(__file__).with_name("_harness.py")).read_bytes()
+_HERE = Path(__file__).parent
+_PLAIN = (_HERE / "_plain.py").read_bytes()
+_FILES = {  # one script each, stdlib only: the plain-data codec in front of the harness / candidate server
+    "harness.py": _PLAIN + b"\n" + (_HERE / "_harness.py").read_bytes(),
+    "candidate.py": _PLAIN + b"\n" + (_HERE / "_candidate.py").read_bytes(),
+}
 _STATUSES = ("pass", "fail", "error", "timeout", "crash")
 
 
@@ -78,6 +83,13 @@ class TestReport:
     status: list[str]
     messages: list[str]
     run: RunResult | None = field(default=None, repr=False)
+    suspect: list[bool] = field(default_factory=list)
+    """Per test: the program returned a forged-looking value (a subclass of a plain type, or an object
+    with its own __eq__): a likely reward hack, scored as a failure and counted."""
+
+    @property
+    def exploit_suspected(self) -> bool:
+        return any(self.suspect)
 
     @property
     def n_passed(self) -> int:
@@ -128,13 +140,13 @@ def run_tests(
     }
     res = execute(
         ["harness.py"],
-        {"harness.py": _HARNESS},
+        dict(_FILES),
         json.dumps(spec).encode(),
         run_limits,
         channel=True,
         allow_unsandboxed=allow_unsandboxed,
     )
-    passed, status = [False] * n, ["timeout"] * n
+    passed, status, suspect = [False] * n, ["timeout"] * n, [False] * n
     messages = ["the sandbox stopped before this test reported"] * n
     if res.exit_code != 0 and not res.timed_out:
         messages = [f"harness exited with {res.exit_code}: {res.stderr.strip()[-200:]}"] * n
@@ -149,4 +161,5 @@ def run_tests(
             passed[i] = rec["status"] == "pass"
             status[i] = rec["status"]
             messages[i] = str(rec.get("message", ""))
-    return TestReport(passed=passed, status=status, messages=messages, run=res)
+            suspect[i] = bool(rec.get("suspect", False))
+    return TestReport(passed=passed, status=status, messages=messages, run=res, suspect=suspect)
