@@ -112,6 +112,16 @@ def test_run_config_stores_absolute_model_paths(tmp_path, monkeypatch):
     assert yaml.safe_load(yaml.safe_dump(cfg.model_dump(mode="json")))["model"]["name"].startswith("/")
 
 
+def test_run_config_stores_absolute_data_paths(tmp_path, monkeypatch):
+    (tmp_path / "d.jsonl").write_text('{"prompt": "1 + 1 =", "answer": "2"}\n')
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["task.name=dataset", "task.params={path: d.jsonl, eval_path: d.jsonl, prompt_key: prompt}"])
+    assert cfg.task.params["path"] == cfg.task.params["eval_path"] == str((tmp_path / "d.jsonl").resolve())
+    assert cfg.task.params["prompt_key"] == "prompt"
+    cfg = load_config(None, ["task.name=dataset", "task.params={path: org/hub-id}"])  # not a local path: kept
+    assert cfg.task.params["path"] == "org/hub-id"
+
+
 def test_export_of_a_non_run_is_a_clear_error(tmp_path):
     res = runner.invoke(app, ["export", str(tmp_path)])
     assert res.exit_code == 2 and "not a covey run folder" in res.output

@@ -64,7 +64,19 @@ class TaskConfig(_Strict):
     split: str = "train"
     eval_split: str = "test"
     on_long_prompt: Literal["error", "skip"] = "error"
-    """A prompt longer than the model's context minus max_new_tokens: fail at start, or skip it (counted)."""
+    """A prompt longer than the model's context minus max_new_tokens (or the task's max_prompt_tokens):
+    fail at start, or skip it (counted)."""
+
+    @field_validator("params")
+    @classmethod
+    def _absolute_data_paths(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Local data paths (`path`, `eval_path`) are stored absolute, so the run's config.yaml (and
+        --resume) works from any folder."""
+        out = dict(v)
+        for key in ("path", "eval_path"):
+            if isinstance(out.get(key), str) and Path(out[key]).expanduser().exists():
+                out[key] = str(Path(out[key]).expanduser().resolve())
+        return out
 
 
 class SamplingConfig(_Strict):
