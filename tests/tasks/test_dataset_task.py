@@ -141,3 +141,11 @@ def test_verifier_reads_the_named_answer_column():
     task = get_task("dataset", rows=[{"prompt": "1 + 1?", "gold": 2, "answer": "not the gold"}], answer_key="gold")
     assert task.examples()[0]["gold"] == "2"
     assert task.reward(["p", "p"], ["\\boxed{2}", "\\boxed{3}"], gold=["2", "2"], answer=["x", "x"]) == [1.0, 0.0]
+
+
+def test_columns_that_would_be_overwritten_are_refused():
+    with pytest.raises(ValueError, match=r"rows\[0\]: column 'prompt' would be overwritten by the prompt covey builds from 'question'"):
+        get_task("dataset", rows=[{"question": "Q?", "prompt": "something else"}], prompt_key="question")
+    with pytest.raises(ValueError, match=r"rows\[0\]: column 'row_id' would be overwritten by the renamed 'id' column"):
+        get_task("dataset", rows=[{"prompt": "Q?", "id": 3, "row_id": 9}])
+    assert get_task("dataset", rows=[{"prompt": "Q?", "row_id": 9}]).examples()[0]["row_id"] == 9  # no 'id': kept

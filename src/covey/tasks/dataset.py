@@ -119,6 +119,10 @@ class DatasetTask:
             ans = row[self.answer_key]
             if isinstance(ans, bool) or not isinstance(ans, (str, int, float)):
                 raise ValueError(f"{where}: {self.answer_key!r} must be a string or a number, got {type(ans).__name__} {ans!r}")
+        if self.prompt_key != "prompt" and "prompt" in row:
+            raise ValueError(f"{where}: column 'prompt' would be overwritten by the prompt covey builds from {self.prompt_key!r}; rename it")
+        if "id" in row and "row_id" in row:  # covey's ids are 0..n-1; a column 'id' is kept as 'row_id'
+            raise ValueError(f"{where}: column 'row_id' would be overwritten by the renamed 'id' column; rename it")
         item = {"id": i, "prompt": prompt}
         for k, v in row.items():
             if k != self.prompt_key:
