@@ -40,7 +40,7 @@ class LoraConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    name: str = "tiny-llama"
+    name: str = Field("tiny-llama", min_length=1)
     """A built-in alias (smollm2-135m-instruct, tiny-llama, tiny-qwen2), a local folder or a hub id."""
     dtype: Literal["bf16", "fp32"] = "bf16"
     """Learner compute dtype: bf16 autocast (fast on AMX CPUs and GPUs) or full fp32. Weights stay fp32."""
@@ -85,7 +85,7 @@ class SamplingConfig(_Strict):
     top_k: int = Field(0, ge=0)
     min_p: float = Field(0.0, ge=0, lt=1)
     max_new_tokens: int = Field(64, ge=1)
-    stop_strings: list[str] = []
+    stop_strings: list[Annotated[str, Field(min_length=1)]] = []
     ignore_eos: bool = False
     """Never stop at EOS: every completion is max_new_tokens long (benchmarks; stop_strings still apply)."""
 
@@ -256,6 +256,14 @@ class RunConfig(_Strict):
         return self.device
 
     @model_validator(mode="after")
+    def _check_finite(self) -> "RunConfig":
+        """NaN/inf anywhere (also in free-form plugin and component parameters) is a mistake."""
+        bad = _non_finite(self.model_dump(mode="python"))
+        if bad:
+            raise ValueError(f"{bad[0]}: must be a finite number, got {bad[1]!r}")
+        return self
+
+    @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
         from covey.data import SAMPLERS
         from covey.engine import ENGINES
@@ -287,6 +295,20 @@ class RunConfig(_Strict):
                 f"optim.micro_batch_size={mb} is larger than a mini-batch ({n // self.optim.mini_batches} rows)"
             )
         return self
+
+
+def _non_finite(value: Any, key: str = "") -> tuple[str, float] | None:
+    """(dotted key, value) of the first NaN/inf float in a nested dict/list, or None."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return key, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{key}.{k}" if key else str(k))
+        if found:
+            return found
+    return None
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -400,7 +422,7 @@ def validate_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
 def _explain(e: pydantic.ValidationError, source: str) -> str:
     lines = []
     for err in e.errors()[:5]:
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             parent = err["loc"][:-1]
@@ -408,7 +430,7 @@ def _explain(e: pydantic.ValidationError, source: str) -> str:
             msg = f"unknown key; allowed keys here: {', '.join(allowed)}" if allowed else "unknown key"
         elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict):
             msg += f" (got {err['input']!r})"
-        lines.append(f"  {key}: {msg}")
+        lines.append(f"  {key}: {msg}" if key else f"  {msg}")  # a whole-config check names its keys itself
     return f"invalid configuration in {source}:\n" + "\n".join(lines)
 
 
