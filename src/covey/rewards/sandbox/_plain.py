@@ -12,6 +12,8 @@ or a class with its own `__eq__`): the verdict counts those as failed and flags 
 handle ``["o", id, type name]`` that the other side can only pass back or ask about (`decode`'s `obj`).
 """
 
+import builtins
+import collections
 import itertools
 import json
 import os
@@ -33,6 +35,8 @@ _ITERATORS = (types.GeneratorType, map, filter, zip, enumerate, reversed, iterto
               type(iter(())), type(iter("")), type({}.keys()), type({}.values()), type({}.items()))
 
 
+_DICTS = (collections.Counter, collections.defaultdict, collections.OrderedDict)
+_TYPES = ("int", "float", "complex", "str", "bytes", "bool", "list", "tuple", "dict", "set", "frozenset", "object", "type")
 _CALLABLES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType, type)
 
 
@@ -57,15 +61,18 @@ def encode(x, depth=0, ref=None):
     if t in (list, tuple, set, frozenset):
         tag = {list: "l", tuple: "t", set: "S", frozenset: "F"}[t]
         return [tag, [encode(v, depth + 1, ref) for v in _bounded(x)]]
-    if t is dict:
+    if t is dict or t in _DICTS:  # Counter, defaultdict, OrderedDict compare like their items
         return ["d", [[encode(k, depth + 1, ref), encode(v, depth + 1, ref)] for k, v in _bounded(x.items())]]
     if t is range:
         return ["r", str(x.start), str(x.stop), str(x.step)]
     if isinstance(x, _ITERATORS) and t in _ITERATORS:
         return ["it", [encode(v, depth + 1, ref) for v in _bounded(x)]]
+    if t is type and getattr(builtins, getattr(x, "__name__", ""), None) is x and x.__name__ in _TYPES:
+        return ["T", x.__name__]  # int, str, ... passed as arguments (e.g. "drop every int")
     name = getattr(t, "__qualname__", "object")
-    if ref is not None and isinstance(x, _CALLABLES):
-        return ["o", ref(x), str(name)]
+    handle = ref(x) if ref is not None and isinstance(x, _CALLABLES) else None
+    if handle is not None:
+        return ["o", handle, str(name)]
     if isinstance(x, (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)):
         raise Suspect(f"a {name} object, a subclass of a plain type")
     if getattr(t, "__eq__", object.__eq__) is not object.__eq__ or getattr(t, "__ne__", object.__ne__) is not object.__ne__:
@@ -117,6 +124,8 @@ def decode(e, depth=0, obj=None):
         return out
     if tag == "o" and obj is not None and len(args) >= 1 and type(args[0]) is int:
         return obj(args[0], str(args[1]) if len(args) > 1 else "object")
+    if tag == "T" and len(args) == 1 and args[0] in _TYPES:
+        return getattr(builtins, args[0])
     if tag == "r" and len(args) == 3 and all(type(a) is str and len(a) < 100 for a in args):
         return range(int(args[0]), int(args[1]), int(args[2]))
     raise ValueError(f"malformed value tagged {tag!r}")
