@@ -149,3 +149,11 @@ def test_columns_that_would_be_overwritten_are_refused():
     with pytest.raises(ValueError, match=r"rows\[0\]: column 'row_id' would be overwritten by the renamed 'id' column"):
         get_task("dataset", rows=[{"prompt": "Q?", "id": 3, "row_id": 9}])
     assert get_task("dataset", rows=[{"prompt": "Q?", "row_id": 9}]).examples()[0]["row_id"] == 9  # no 'id': kept
+
+
+def test_answer_in_some_rows_only_is_an_error_unless_verifier_none(tmp_path):
+    rows = [{"prompt": "a", "answer": "1"}, {"prompt": "b"}, {"prompt": "c", "answer": "3"}]
+    with pytest.raises(ValueError, match=r"d.jsonl:2: no 'answer' column, which 2 of 3 rows have"):
+        get_task("dataset", path=str(_jsonl(tmp_path / "d.jsonl", rows)))
+    task = get_task("dataset", rows=rows + [{"prompt": "d", "answer": [1, 2]}], verifier="none")  # plain columns
+    assert task.reward is None and task.examples()[3]["answer"] == [1, 2] and "answer" not in task.examples()[1]

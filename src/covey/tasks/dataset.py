@@ -79,7 +79,7 @@ class DatasetTask:
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ValueError(f"task 'dataset': system_prompt must be a string, got {type(system_prompt).__name__}")
         self.prompt_key, self.answer_key, self.system_prompt = prompt_key, answer_key, system_prompt
-        self.max_prompt_tokens = max_prompt_tokens
+        self.max_prompt_tokens, self.verifier = max_prompt_tokens, verifier
         self._splits: dict[str, list[dict]] = {"train": self._items(path, rows, split, limit)}
         if eval_path is not None or eval_rows is not None:
             self._splits["test"] = self._items(eval_path, eval_rows, eval_split, limit)
@@ -104,7 +104,13 @@ class DatasetTask:
         if not located:
             raise ValueError(f"{path if path is not None else 'rows'}: no rows")
         located = located[:limit] if limit else located
-        return [self._item(i, row, where) for i, (where, row) in enumerate(located)]
+        items = [self._item(i, row, where) for i, (where, row) in enumerate(located)]
+        with_answer = sum(self.answer_key in it for it in items)
+        if self.verifier != "none" and 0 < with_answer < len(items):  # else the verifier would switch off silently
+            where = next(w for (w, _), it in zip(located, items) if self.answer_key not in it)
+            raise ValueError(f"{where}: no {self.answer_key!r} column, which {with_answer} of {len(items)} rows have; "
+                             "give every row an answer, or set verifier=none to score with your rewards only")  # fmt: skip
+        return items
 
     def _item(self, i: int, row: Any, where: str) -> dict:
         if not isinstance(row, dict):
@@ -115,7 +121,8 @@ class DatasetTask:
         if self.system_prompt is not None:
             msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
             prompt = [{"role": "system", "content": self.system_prompt}] + msgs
-        if self.answer_key in row:
+        verified = self.verifier != "none" and self.answer_key in row  # a plain column otherwise
+        if verified:
             ans = row[self.answer_key]
             if isinstance(ans, bool) or not isinstance(ans, (str, int, float)):
                 raise ValueError(f"{where}: {self.answer_key!r} must be a string or a number, got {type(ans).__name__} {ans!r}")
@@ -126,7 +133,7 @@ class DatasetTask:
         item = {"id": i, "prompt": prompt}
         for k, v in row.items():
             if k != self.prompt_key:
-                item["row_id" if k == "id" else k] = str(v) if k == self.answer_key else v
+                item["row_id" if k == "id" else k] = str(v) if verified and k == self.answer_key else v
         return item
 
 
