@@ -125,3 +125,15 @@ def test_run_config_stores_absolute_data_paths(tmp_path, monkeypatch):
 def test_export_of_a_non_run_is_a_clear_error(tmp_path):
     res = runner.invoke(app, ["export", str(tmp_path)])
     assert res.exit_code == 2 and "not a covey run folder" in res.output
+
+
+def test_re_export_replaces_the_folder_whole(tmp_path):
+    from covey.models import load as load_model
+    from covey.train.export import export_model
+
+    model, tok = load_model("tiny-llama")
+    export_model(model, tok, tmp_path)
+    (tmp_path / "final" / "model-00002-of-00002.safetensors").write_bytes(b"stale shard of an older export")
+    export_model(model, tok, tmp_path)
+    assert not (tmp_path / "final" / "model-00002-of-00002.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]  # no temporary folders left

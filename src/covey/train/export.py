@@ -10,6 +10,7 @@ policy from a run's latest checkpoint (`covey export RUN [--merge] [--out DIR]`)
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -25,15 +26,25 @@ def export_model(model: torch.nn.Module, tokenizer, out_dir: str | Path, *, merg
     written: dict[str, str] = {}
     lora = hasattr(model, "get_base_model")
     if lora:
-        model.save_pretrained(out_dir / "adapter")
-        tokenizer.save_pretrained(out_dir / "adapter")
-        written["adapter"] = str(out_dir / "adapter")
+        written["adapter"] = _save(model, tokenizer, out_dir / "adapter")
     if merge or not lora:
-        plain = engine_model(model) if lora else model  # merged into a copy; the live adapters stay
-        plain.save_pretrained(out_dir / "final")
-        tokenizer.save_pretrained(out_dir / "final")
-        written["final"] = str(out_dir / "final")
+        written["final"] = _save(engine_model(model) if lora else model, tokenizer, out_dir / "final")  # merged copy
     return written
+
+
+def _save(model, tokenizer, dst: Path) -> str:
+    """save_pretrained into a sibling temporary folder, then swap it in: a kill mid-write leaves the
+    previous export whole, and no stale shard of an older export stays behind."""
+    tmp, old = dst.with_name(f".{dst.name}.tmp"), dst.with_name(f".{dst.name}.old")
+    for leftover in (tmp, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if dst.exists():
+        dst.rename(old)
+    tmp.rename(dst)
+    shutil.rmtree(old, ignore_errors=True)
+    return str(dst)
 
 
 def export_run(run_dir: str | Path, *, merge: bool = False, out: str | Path | None = None) -> dict[str, str]:
