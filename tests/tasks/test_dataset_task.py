@@ -89,6 +89,9 @@ def test_json_array_with_mixed_prompt_types_and_its_bad_bytes(tmp_path):
     (tmp_path / "bad.json").write_bytes(b'[{"prompt": "ok"},\n {"prompt": "caf\xe9"}]\n')
     with pytest.raises(ValueError, match=r"bad.json:2: not valid UTF-8 \(byte 0xe9"):
         get_task("dataset", path=str(tmp_path / "bad.json"))
+    (tmp_path / "d.csv").write_text("prompt,answer,level\nWhat is 1 + 1?,2,1\nWhat is 2 + 2?,4,2\n")
+    items = get_task("dataset", path=str(tmp_path / "d.csv")).examples()
+    assert [(it["prompt"], it["answer"], it["level"]) for it in items] == [("What is 1 + 1?", "2", 1), ("What is 2 + 2?", "4", 2)]
     (tmp_path / "nul.json").write_text(json.dumps([{"prompt": "ok"}, {"prompt": None}]))
     with pytest.raises(ValueError, match=r"nul.json: row 2: 'prompt' is null"):
         get_task("dataset", path=str(tmp_path / "nul.json"))
