@@ -1,5 +1,6 @@
 """`dataset`: train and evaluate on your own data (JSONL, JSON, Parquet, a `save_to_disk` folder, a
-hub dataset already in the local cache, or in-memory rows), loaded through HF `datasets`.
+hub dataset already in the local cache, or in-memory rows), loaded through HF `datasets` (JSONL
+by covey's own line reader, so a row may mix prompt types with the next and errors name the line).
 
     task: {name: dataset, params: {path: data/train.jsonl, eval_path: data/test.jsonl,
                                    prompt_key: question, system_prompt: "Be brief."}}
