@@ -66,7 +66,7 @@ class Trainer:
             items = check_prompt_lengths(items, self.tokenizer, self.max_prompt_tokens, cfg.task.on_long_prompt, why=why)
         self.sampler = SAMPLERS.build(cfg.sampler.name, cfg.sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
-        needs = cfg.algo.requires()  # optional Rollouts fields the chosen components read
+        needs = cfg.algo.requires() | set(getattr(self.sampler, "requires", ()))  # optional Rollouts fields read
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
