@@ -82,6 +82,17 @@ class RewardSpec(BaseModel):
     """Run in the calling process, not a worker: for cheap rewards. timeout_s is enforced by a signal in the
     main thread (none off it); a reward that kills the process (os._exit) ends the run."""
 
+    @field_validator("name")
+    @classmethod
+    def _absolute_file(cls, v: str) -> str:
+        """`path/to/file.py:fn` is stored with an absolute path, so a resumed run works from any folder."""
+        from pathlib import Path
+
+        file, sep, attr = v.rpartition(":")
+        if sep and file.endswith(".py") and Path(file).expanduser().is_file():
+            return f"{Path(file).expanduser().resolve()}:{attr}"
+        return v
+
     @field_validator("fallback", "weight")
     @classmethod
     def _finite(cls, v: float) -> float:
