@@ -1,18 +1,22 @@
 """Rollout strategies (the `RolloutStrategy` seam, registry `STRATEGIES`): how prompts become
 completions through an Engine.
 
-Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo (tree rollouts on a forking KV
-cache), april (partial rollouts carried across steps). See docs/rollouts.md."""
+Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
+forking KV cache), april (partial rollouts carried across steps). See docs/rollouts.md."""
 
 from covey.rollout.april import APRIL
+from covey.rollout.branch import BranchStrategy
 from covey.rollout.base import STRATEGIES, RolloutContext, RolloutStrategy, register_strategy
 from covey.rollout.dynamic import DynamicSampling
 from covey.rollout.group import GroupStrategy, completion_texts, item_columns, sample_groups
+from covey.rollout.latr import LATR
 from covey.rollout.treepo import TreePO
 
 __all__ = [
     "APRIL",
+    "LATR",
     "STRATEGIES",
+    "BranchStrategy",
     "DynamicSampling",
     "GroupStrategy",
     "RolloutContext",
