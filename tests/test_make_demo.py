@@ -12,12 +12,14 @@ REPO = Path(__file__).resolve().parents[1]
 STAMP = REPO / ".venv" / ".covey-installed"
 
 
-@pytest.mark.slow
-def test_make_demo_runs(tmp_path):
+@pytest.mark.parametrize("model", ["tiny-llama", pytest.param("smollm2-135m-instruct", marks=pytest.mark.slow)])
+def test_make_demo_runs(tmp_path, model):
+    """Both demo commands as the Makefile writes them (`models prepare` of the real model included);
+    the fast variant trains a tiny random model instead, the slow one the quickstart's own model."""
     if not STAMP.exists():
         pytest.skip("make demo needs the .venv that `make test` builds")
-    short = (f"steps=1 eval.size=2 rollout.prompts_per_step=2 rollout.group_size=2 sampling.max_new_tokens=8 optim.micro_batch_size=2 "
-             f"log.dir={tmp_path} log.progress=false")  # fmt: skip
+    short = (f"model.name={model} steps=1 eval.size=2 rollout.prompts_per_step=2 rollout.group_size=2 sampling.max_new_tokens=8 "
+             f"optim.micro_batch_size=2 log.dir={tmp_path} log.progress=false")  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # -o: use the installed venv as it is (no reinstall inside the test)
     out = subprocess.run(["make", "-o", str(STAMP.relative_to(REPO)), "demo", f"DEMO_ARGS={short}"], cwd=REPO, env=env,
