@@ -68,9 +68,13 @@ def save_checkpoint(run_dir: str | Path, step: int, payload: dict[str, Any], met
     os.rename(tmp, final)
     _fsync_dir(root)
     shutil.rmtree(aside, ignore_errors=True)
-    for old in _complete(root)[:-keep]:
+    _settle_asides(root)
+    complete = _complete(root)
+    for old in complete[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob(".tmp-*"):
+    # Leftovers of a kill (we hold the run's lock, so no other writer): temp folders, and step
+    # folders half deleted by a pruning that was cut short.
+    for stale in [*root.glob(".tmp-*"), *(set(root.glob(f"{_PREFIX}*")) - set(complete))]:
         shutil.rmtree(stale, ignore_errors=True)
     return final
 
@@ -101,19 +105,34 @@ def write_error(path: Path, e: BaseException) -> WriteError:
 
 def _complete(root: Path, prefix: str = _PREFIX) -> list[Path]:
     """Complete checkpoint folders (state.pt + meta.json) named prefix + step, oldest first."""
-    found = [p for p in root.glob(f"{prefix}*") if (p / "state.pt").is_file() and (p / "meta.json").is_file()]
+    found = [p for p in root.glob(f"{prefix}*") if _is_complete(p)]
     return sorted(found, key=lambda p: p.name)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint. A folder moved aside by an interrupted re-save is put back."""
+    """The newest complete checkpoint, or None. Temporary folders are ignored; an old copy moved aside
+    by a re-save that was killed before the new copy landed counts as its step. Read-only (a reader
+    may look while the run is writing); the next save settles such leftovers."""
     root = Path(run_dir) / "checkpoints"
-    for aside in _complete(root, _ASIDE + _PREFIX):  # killed between moving the old copy aside and renaming the new one in
-        name = root / aside.name.removeprefix(_ASIDE)
-        if not name.exists():
-            os.rename(aside, name)
     found = _complete(root)
-    return found[-1] if found else None
+    names = {p.name for p in found}
+    found += [a for a in _complete(root, _ASIDE + _PREFIX) if a.name.removeprefix(_ASIDE) not in names]
+    return max(found, key=lambda p: p.name.removeprefix(_ASIDE), default=None)
+
+
+def _settle_asides(root: Path) -> None:
+    """Old copies moved aside by an interrupted re-save (called by the writer, which holds the lock):
+    put back where the new copy never landed, deleted where it did (or when incomplete)."""
+    for aside in root.glob(f"{_ASIDE}{_PREFIX}*"):
+        name = root / aside.name.removeprefix(_ASIDE)
+        if _is_complete(aside) and not name.exists():  # killed between moving it aside and renaming the new one in
+            os.rename(aside, name)
+        elif _is_complete(name) or not _is_complete(aside):  # killed after the new copy landed
+            shutil.rmtree(aside, ignore_errors=True)
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / "state.pt").is_file() and (path / "meta.json").is_file()
 
 
 def load_checkpoint(path: str | Path, map_location=None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -54,7 +54,11 @@ class MetricsLogger:
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         """Append sample completions (one JSON object each, with the step) to RUN/samples.jsonl."""
-        with open(self.samples_path, "a") as f:
+        try:
+            f = open(self.samples_path, "a")
+        except OSError as e:
+            raise write_error(self.samples_path, e) from None
+        with f:
             for r in rows:
                 _append(f, self.samples_path, {"step": step, **r})
 
