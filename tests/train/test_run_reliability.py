@@ -3,6 +3,7 @@ rewrites, safe resume overrides only, a full disk named in one line."""
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +57,8 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path):
                          env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     assert read_metrics(run / "metrics.jsonl")[-1]["step"] == int(step.name.split("-")[1]) + 1
+    # the override is now the run's config: a later plain --resume does not fall back to steps=500
+    assert yaml.safe_load((run / "config.yaml").read_text())["steps"] == int(step.name.split("-")[1]) + 1
 
 
 def test_a_second_process_on_the_same_run_folder_is_refused(tmp_path):
@@ -91,10 +94,28 @@ def test_kill_during_a_resave_of_the_same_step_keeps_a_checkpoint(tmp_path, monk
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path, 3, {"w": torch.zeros(2)}, {"tag": "second"}, keep=1)
     monkeypatch.setattr(ckpt_mod.os, "rename", real_rename)
-    found = latest_checkpoint(tmp_path)
-    assert found is not None and found.name == "step-000003"
+    assert not (tmp_path / "checkpoints" / "step-000003").exists()  # the state a kill leaves today
+    found = latest_checkpoint(tmp_path)  # the old copy, where it was moved aside (readers do not move it)
+    assert found is not None and found.name.endswith("step-000003")
     payload, meta = load_checkpoint(found)
-    assert meta["tag"] == "first" and torch.equal(payload["w"], torch.ones(2))
+    assert meta["step"] == 3 and meta["tag"] == "first" and torch.equal(payload["w"], torch.ones(2))
+    save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)}, {"tag": "older"}, keep=1)  # the writer settles leftovers
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000003"]
+    assert load_checkpoint(latest_checkpoint(tmp_path))[1]["tag"] == "first"
+
+
+def test_checkpoint_leftovers_of_kills_are_ignored_then_cleaned(tmp_path):
+    root = tmp_path / "checkpoints"
+    save_checkpoint(tmp_path, 1, {"w": torch.ones(1)}, {"tag": "one"}, keep=5)
+    save_checkpoint(tmp_path, 2, {"w": torch.ones(1)}, {"tag": "two"}, keep=5)
+    (root / ".tmp-step-000009-123").mkdir()  # a kill while writing step 9
+    (root / ".tmp-step-000009-123" / "state.pt").write_bytes(b"half")
+    (root / "step-000008").mkdir()  # a pruning cut short: meta.json already gone
+    (root / "step-000008" / "state.pt").write_bytes(b"old")
+    shutil.copytree(root / "step-000002", root / ".aside-step-000002")  # killed after the new copy landed
+    assert latest_checkpoint(tmp_path).name == "step-000002"
+    save_checkpoint(tmp_path, 3, {"w": torch.ones(1)}, {"tag": "three"}, keep=5)
+    assert sorted(p.name for p in root.iterdir()) == ["step-000001", "step-000002", "step-000003"]
 
 
 def test_metrics_rewrite_on_resume_is_atomic(tmp_path, monkeypatch):
@@ -143,3 +164,62 @@ def test_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monke
     assert str(e.value).startswith("no space left on device while writing ") and "state.pt" in str(e.value)
     assert latest_checkpoint(tmp_path).name == "step-000001"
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+
+
+def test_full_disk_during_training_is_one_error_line_and_exit_2(tmp_path, monkeypatch):
+    """Through the CLI: the step-2 checkpoint hits ENOSPC; step 1's checkpoint stays loadable."""
+    from typer.testing import CliRunner
+
+    from covey.cli import app
+
+    real_save, calls = torch.save, []
+
+    def save(obj, f, *a, **k):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", save)
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["train", str(_yaml(tmp_path, steps=3, checkpoint={"every": 1, "keep": 1})), "--run-dir", str(run)])
+    assert res.exit_code == 2, res.output
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert errors == [f"error: no space left on device while writing {run}/checkpoints/.tmp-step-000002-{os.getpid()}/state.pt"]
+    assert "Traceback" not in res.output and "iostream" not in res.output
+    payload, meta = load_checkpoint(latest_checkpoint(run))
+    assert meta["step"] == 1 and "model" in payload
+
+
+@pytest.mark.parametrize("every", [1, 0])
+def test_a_step_cut_short_never_replaces_an_exact_checkpoint(tmp_path, every):
+    """A second Ctrl-C inside step 2's update: step 1's periodic checkpoint is kept as it was; with no
+    checkpoint of step 1 (every=0) the state is saved anyway rather than losing the run."""
+    from covey.train.run import train
+    from covey.train.trainer import Trainer
+
+    cfg = load_config(_yaml(tmp_path, steps=3, checkpoint={"every": every, "keep": 2}))
+    trainer = Trainer(cfg, tmp_path / "run")
+    real_update, seen = trainer.learner.update, {}
+
+    def update(batch, gen):
+        if trainer.step_num == 1:  # step 2: half an update, then the abort
+            ckpt = tmp_path / "run" / "checkpoints" / "step-000001" / "state.pt"
+            seen["ino"] = ckpt.stat().st_ino if ckpt.exists() else None
+            with torch.no_grad():
+                next(p for p in trainer.model.parameters() if p.requires_grad).add_(1.0)
+            raise KeyboardInterrupt
+        return real_update(batch, gen)
+
+    trainer.learner.update = update
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", trainer=trainer)
+    ckpt = latest_checkpoint(tmp_path / "run")
+    assert ckpt.name == "step-000001"
+    payload, _ = load_checkpoint(ckpt)
+    name, param = next((n, p) for n, p in trainer.model.named_parameters() if p.requires_grad)
+    if every:  # the exact one, untouched: same file, without the half update
+        assert (ckpt / "state.pt").stat().st_ino == seen["ino"]
+        assert not torch.equal(payload["model"][name], param.detach())
+    else:  # nothing to keep: the partial state is saved
+        assert seen["ino"] is None and torch.equal(payload["model"][name], param.detach())

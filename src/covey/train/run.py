@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -13,6 +14,7 @@ from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from covey.eval.runner import evaluate
+from covey.train.checkpoint import latest_checkpoint, write_error
 from covey.train.config import RunConfig
 from covey.train.export import export_model
 from covey.train.plots import plot_run
@@ -38,8 +40,11 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
         raise FileExistsError(f"{run_dir} already holds a run: resume it with --resume {run_dir}, or pick another log.name")
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = trainer or Trainer(cfg, run_dir, resume=resume)  # holds the folder's lock from here on
-    if not resume:
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    try:
+        _write_config(run_dir, cfg)  # on resume too: the safe overrides given (steps=...) hold for later resumes
+    except BaseException:
+        trainer.close()
+        raise
     summary: dict = {"run_dir": str(run_dir)}
     eval_items = list(trainer.task.examples(cfg.task.eval_split))[: cfg.eval.size] if cfg.eval.size else []
     max_eval_tokens = cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens
@@ -47,7 +52,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     def held_out() -> float:
         return evaluate(trainer.engine, trainer.tokenizer, trainer.task, eval_items, max_new_tokens=max_eval_tokens)["accuracy"]
 
-    stop = {"requested": False}
+    stop = {"requested": False, "in_step": None}  # in_step: the step number a running step started from
 
     def on_signal(signum, frame):
         if stop["requested"]:
@@ -71,7 +76,9 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
         with Progress(*columns, console=console, disable=not live) as progress:
             bar = progress.add_task("train", total=cfg.steps, completed=trainer.step_num, info="")
             while trainer.step_num < cfg.steps and not stop["requested"]:
+                stop["in_step"] = trainer.step_num
                 m = trainer.step()
+                stop["in_step"] = None
                 if eval_items and cfg.eval.every and trainer.step_num % cfg.eval.every == 0:
                     m["eval/accuracy"] = held_out()
                     trainer.logger.log(trainer.step_num, {"eval/accuracy": m["eval/accuracy"]})
@@ -87,7 +94,10 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
         try:
-            summary["checkpoint"] = str(trainer.save())
+            if stop["in_step"] is None or trainer.step_num != stop["in_step"]:
+                summary["checkpoint"] = str(trainer.save())
+            else:
+                summary["checkpoint"] = _save_mid_step(trainer, run_dir)
         finally:
             trainer.close()
     if stop["requested"]:
@@ -101,6 +111,29 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     summary["plots"] = [str(p) for p in plots]
     console.print(f"metrics: {run_dir / 'metrics.jsonl'}  plots: {run_dir / 'plots'}")
     return summary
+
+
+def _save_mid_step(trainer: Trainer, run_dir: Path) -> str:
+    """A step was cut short (a second Ctrl-C/SIGTERM, or an error inside it): its sampler may have
+    moved and its update may be half applied. An exact checkpoint of the step it started from is
+    kept as it is; without one, the state is saved anyway (better than losing the run), with a warning."""
+    done = latest_checkpoint(run_dir)
+    if done is not None and done.name.endswith(f"step-{trainer.step_num:06d}"):
+        console.print(f"[yellow]step {trainer.step_num + 1} was cut short; kept checkpoint {done.name}[/]")
+        return str(done)
+    console.print(f"[yellow]step {trainer.step_num + 1} was cut short: saving its partial state as step {trainer.step_num} "
+                  "(a resume continues from it, not bit-exactly as an uninterrupted run)[/]")  # fmt: skip
+    return str(trainer.save())
+
+
+def _write_config(run_dir: Path, cfg: RunConfig) -> None:
+    """RUN/config.yaml, replaced atomically (a kill never leaves half a config to resume from)."""
+    path, tmp = run_dir / "config.yaml", run_dir / ".config.yaml.tmp"
+    try:
+        tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise write_error(path, e) from None
 
 
 def _info(m: dict) -> str:
