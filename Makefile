@@ -21,7 +21,7 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# DEMO_ARGS: extra key=value overrides (tests/test_make_demo.py runs this target with steps=1).
+# DEMO_ARGS: extra key=value overrides (tests/test_make_demo.py runs this target cut to one step, also on tiny-llama).
 demo: $(STAMP)
 	$(VENV)/bin/covey models prepare smollm2-135m-instruct
 	$(VENV)/bin/covey train examples/quickstart.yaml $(DEMO_ARGS)
