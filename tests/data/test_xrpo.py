@@ -64,7 +64,7 @@ def _math_items():
 
 
 def test_all_fail_prompts_are_seeded_with_the_most_similar_solved_example():
-    s = XRPOSampler(_math_items(), seed=0, exemplars=1)
+    s = XRPOSampler(_math_items(), seed=0, exemplars=1, max_prompt_chars=1000)
     s.next(3)
     s.observe(scored([0, 0, 1, 1, 2, 2], [0, 0, 1, 0, 1, 1]))
     assert s.stuck == {0} and s.solved == {1, 2}
@@ -79,6 +79,21 @@ def test_all_fail_prompts_are_seeded_with_the_most_similar_solved_example():
     assert not any("Solved examples" in it["prompt"][0]["content"] for it in s.next(3))
 
 
+def test_seeded_prompts_stay_within_max_prompt_chars():
+    # default bound: the longest item prompt (23 chars), so no exemplar fits and the prompt goes unseeded
+    s = XRPOSampler(_math_items(), seed=0, exemplar_pool="dataset")
+    s.next(3)
+    s.observe(scored([0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1]))
+    drawn = {it["id"]: it for it in s.next(3)}
+    assert drawn[0]["prompt"][0]["content"] == "apples and pears cost 3"
+    assert s.observe(scored([0], [0]))["sampler/xrpo/seed_too_long"] == 1.0
+    # room for one exemplar (93 + 23 = 116 chars; two need 161): the less similar second one is dropped
+    s = XRPOSampler(_math_items(), seed=0, exemplar_pool="dataset", exemplars=2, max_prompt_chars=120)
+    s.stuck = {0}
+    seeded = {it["id"]: it for it in s.next(3)}[0]["prompt"][0]["content"]
+    assert "2+3=5" in seeded and "train" not in seeded and len(seeded) <= 120
+
+
 def test_no_exemplar_pool_draws_the_prompt_unseeded():
     s = XRPOSampler(_math_items(), seed=0)  # pool "solved": nothing solved yet
     s.next(3)
@@ -89,7 +104,7 @@ def test_no_exemplar_pool_draws_the_prompt_unseeded():
 
 
 def test_state_round_trip_is_exact():
-    make = lambda: XRPOSampler(_math_items(), seed=3, exemplar_pool="dataset")  # noqa: E731
+    make = lambda: XRPOSampler(_math_items(), seed=3, exemplar_pool="dataset", max_prompt_chars=1000)  # noqa: E731
     s = make()
     s.next(2)
     s.observe(scored([0, 0, 1, 1], [0, 0, 1, 0]))

@@ -23,7 +23,9 @@ problem text) that carry a worked solution in `solution_key` -- and, with exempl
 that the policy has solved at least once -- are prepended to its prompt. The rollouts and the loss
 use this seeded prompt (what the paper trains on is UNVERIFIED); the item keeps its id and columns,
 so rewards are unchanged. One success releases the prompt. Without exemplars it is drawn unseeded.
-Seeded prompts are longer than the prompt-length check saw: keep `exemplars` small.
+The sampler has no tokenizer, so a seeded prompt is kept within `max_prompt_chars` characters
+(default: the longest prompt among the items, which all passed the run's token-length check) by
+dropping the least similar exemplars; if none fits the prompt is drawn unseeded (counted).
 """
 
 from __future__ import annotations
@@ -95,13 +97,14 @@ class XRPOSampler(UniformSampler):
     seeding:        in-context seeding of stuck prompts on/off.
     solution_key:   item column holding a worked solution (gsm8k: "solution").
     exemplars:      solved examples prepended.  exemplar_pool: "solved" (policy solved it once) or "dataset".
+    max_prompt_chars: bound on a seeded prompt's text (None: the longest item prompt).
     """
 
     def __init__(
         self, items: Sequence[dict], seed: int = 0, *, min_rollouts: int = 2, max_rollouts: int | None = None,
         alpha: float = 0.05, bonus: float = 0.1, prior_std: float = 0.5, prior_weight: float = 1.0,
         seeding: bool = True, solution_key: str = "solution", exemplars: int = 2,
-        exemplar_pool: Literal["solved", "dataset"] = "solved",
+        exemplar_pool: Literal["solved", "dataset"] = "solved", max_prompt_chars: int | None = None,
     ):  # fmt: skip
         super().__init__(items, seed)
         if min_rollouts < 1 or (max_rollouts is not None and max_rollouts < min_rollouts):
@@ -117,6 +120,10 @@ class XRPOSampler(UniformSampler):
         self.stuck: set[int] = set()
         self.solved: set[int] = set()
         self._by_id = {int(it["id"]): it for it in items}
+        # the sampler has no tokenizer: bound seeded prompts in characters by the longest prompt the run's
+        # token-length check let through (items reach the sampler after that check)
+        self.max_prompt_chars = max_prompt_chars or max(len(problem_text(it)) for it in items)
+        self._too_long = 0
         self._words: dict[int, set[str]] = {}
         self._seeded = 0
         self._last_sizes: list[int] = []
@@ -158,12 +165,18 @@ class XRPOSampler(UniformSampler):
         return [self._by_id[i] for i in pool[: self.exemplars]]
 
     def _seed_item(self, item: dict) -> dict:
-        shots = self.exemplars_for(item)
+        candidates = self.exemplars_for(item)
+        shots = list(candidates)
+        while shots:  # drop the least similar exemplar until the seeded text fits max_prompt_chars
+            blocks = "".join(f"Problem: {problem_text(s)}\nSolution: {s[self.solution_key]}\n\n" for s in shots)
+            prefix = f"Solved examples:\n\n{blocks}Now solve this problem.\n\n"
+            if len(prefix) + len(problem_text(item)) <= self.max_prompt_chars:
+                break
+            shots = shots[:-1]
         if not shots:
+            self._too_long += bool(candidates)
             return item
         self._seeded += 1
-        blocks = "".join(f"Problem: {problem_text(s)}\nSolution: {s[self.solution_key]}\n\n" for s in shots)
-        prefix = f"Solved examples:\n\n{blocks}Now solve this problem.\n\n"
         prompt = item["prompt"]
         if isinstance(prompt, str):
             return {**item, "prompt": prefix + prompt}
@@ -190,10 +203,11 @@ class XRPOSampler(UniformSampler):
         out = {
             "sampler/xrpo/stuck_prompts": float(len(self.stuck)),
             "sampler/xrpo/seeded": float(self._seeded),
+            "sampler/xrpo/seed_too_long": float(self._too_long),
             "sampler/xrpo/rollouts_min": float(min(sizes)),
             "sampler/xrpo/rollouts_max": float(max(sizes)),
         }
-        self._seeded = 0
+        self._seeded, self._too_long = 0, 0
         return out
 
     # ------------------------------------------------------------------ checkpoint
@@ -202,9 +216,11 @@ class XRPOSampler(UniformSampler):
             **super().state_dict(),
             "stats": {k: torch.tensor(v, dtype=torch.float64) for k, v in self.stats.items()},
             "stuck": sorted(self.stuck), "solved": sorted(self.solved), "seeded": self._seeded,
+            "too_long": self._too_long,
         }  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.stats = {int(k): (float(v[0]), float(v[1])) for k, v in state["stats"].items()}
-        self.stuck, self.solved, self._seeded = set(state["stuck"]), set(state["solved"]), state["seeded"]
+        self.stuck, self.solved = set(state["stuck"]), set(state["solved"])
+        self._seeded, self._too_long = state["seeded"], state["too_long"]
