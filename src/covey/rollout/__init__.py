@@ -2,13 +2,16 @@
 completions through an Engine.
 
 Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
-forking KV cache), april (partial rollouts carried across steps). See docs/rollouts.md."""
+forking KV cache), april (partial rollouts carried across steps),
+igrpo and cog_rethinker (two-stage self-conditioned rollouts). See docs/rollouts.md."""
 
 from covey.rollout.april import APRIL
 from covey.rollout.branch import BranchStrategy
 from covey.rollout.base import STRATEGIES, RolloutContext, RolloutStrategy, register_strategy
+from covey.rollout.cog_rethinker import CogRethinker
 from covey.rollout.dynamic import DynamicSampling
 from covey.rollout.group import GroupStrategy, completion_texts, item_columns, sample_groups
+from covey.rollout.igrpo import IGRPO
 from covey.rollout.latr import LATR
 from covey.rollout.treepo import TreePO
 
@@ -17,8 +20,10 @@ __all__ = [
     "LATR",
     "STRATEGIES",
     "BranchStrategy",
+    "CogRethinker",
     "DynamicSampling",
     "GroupStrategy",
+    "IGRPO",
     "RolloutContext",
     "RolloutStrategy",
     "TreePO",
