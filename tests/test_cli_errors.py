@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from covey.cli import app
@@ -98,3 +99,138 @@ def test_train_without_a_yaml_reads_overrides_and_unknown_models_fail_fast(tmp_p
 def test_debug_shows_the_traceback():
     res = runner.invoke(app, ["--debug", "config", "show", *BASE, "task.name=nope"])
     assert res.exit_code != 0 and isinstance(res.exception, ValueError)
+
+
+# ------------------------------------------------------------------------------------ unknown models
+class _NoNetwork:
+    """socket.getaddrinfo / create_connection replacements that record every attempt and fail."""
+
+    def __init__(self):
+        self.calls = []
+
+    def getaddrinfo(self, host, *a, **k):
+        self.calls.append(("dns", host))
+        raise OSError(f"no network in this test ({host})")
+
+    def create_connection(self, address, *a, **k):
+        self.calls.append(("connect", address))
+        raise OSError(f"no network in this test ({address})")
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    import socket
+
+    net = _NoNetwork()
+    monkeypatch.setattr(socket, "getaddrinfo", net.getaddrinfo)
+    monkeypatch.setattr(socket, "create_connection", net.create_connection)
+    return net
+
+
+def test_unknown_model_offline_makes_no_network_call(no_network, monkeypatch):
+    from covey.models import load
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match=r"unknown model 'some-org/not-a-model': not an alias \(smollm2-135m-instruct, tiny-llama"):
+        load("some-org/not-a-model")
+    assert no_network.calls == []
+
+
+def test_unknown_model_without_network_probes_the_hub_once(no_network, monkeypatch):
+    from covey.models import load
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    with pytest.raises(FileNotFoundError, match=r"unknown model 'some-org/not-a-model'.*hub is not reachable"):
+        load("some-org/not-a-model")
+    assert no_network.calls in ([("dns", "huggingface.co")], [("connect", ("huggingface.co", 443))]), no_network.calls
+
+
+def test_hub_probe_does_not_wait_for_a_hanging_dns(monkeypatch):
+    import socket
+    import threading
+
+    from covey.models.loading import hub_reachable
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    gate, finished = threading.Event(), threading.Event()
+
+    def hanging_dns(*a, **k):
+        gate.wait(30)
+        finished.set()
+        raise OSError("timed out")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging_dns)
+    try:
+        assert hub_reachable(timeout=0.1) is False
+        assert not finished.is_set()  # it gave up on the probe instead of waiting for the resolver
+    finally:
+        gate.set()
+
+
+def test_config_show_refuses_an_unknown_model_offline(no_network, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = runner.invoke(app, ["config", "show", *BASE, "model.name=some-org/not-a-model"])
+    assert res.exit_code == 2 and "error: unknown model 'some-org/not-a-model'" in res.output, res.output
+    assert no_network.calls == []
+    res = runner.invoke(app, ["config", "show", *BASE, "model.name=./no/such/folder"])
+    assert res.exit_code == 2 and "is not a folder with a saved model" in res.output, res.output
+
+
+def test_cached_hub_id_loads_from_its_snapshot_without_network(no_network, monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    from covey.models import load
+
+    model, tok = load("tiny-llama", seed=1)
+    snapshot = tmp_path / "models--some-org--tiny" / "snapshots" / "abc123"
+    model.save_pretrained(snapshot)
+    tok.save_pretrained(snapshot)
+    (tmp_path / "models--some-org--tiny" / "refs").mkdir()
+    (tmp_path / "models--some-org--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    loaded, _ = load("some-org/tiny")
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight.float())
+    assert no_network.calls == []
+
+
+# ------------------------------------------------------------------------------- errors vs bugs
+def test_debug_is_per_invocation_and_covey_debug_env_shows_tracebacks(monkeypatch):
+    bad = ["config", "show", *BASE, "task.name=nope"]
+    assert isinstance(runner.invoke(app, ["--debug", *bad]).exception, ValueError)
+    res = runner.invoke(app, bad)  # the earlier --debug does not stick
+    assert res.exit_code == 2 and "error: unknown task 'nope'" in res.output
+    monkeypatch.setenv("COVEY_DEBUG", "1")
+    assert isinstance(runner.invoke(app, bad).exception, ValueError)
+    monkeypatch.setenv("COVEY_DEBUG", "0")
+    assert runner.invoke(app, bad).exit_code == 2
+
+
+def test_a_value_error_from_inside_a_library_is_a_bug_with_a_traceback(monkeypatch):
+    import json
+
+    import covey.train.setup as setup
+
+    def broken_check_run(cfg):  # a covey bug: a library raises on input covey built wrongly
+        json.loads("{not json")
+
+    monkeypatch.setattr(setup, "check_run", broken_check_run)
+    res = runner.invoke(app, ["config", "show", *BASE])
+    assert res.exit_code == 1 and isinstance(res.exception, json.JSONDecodeError)
+    assert "error:" not in res.output
+
+
+def test_a_value_error_raised_by_covey_itself_is_a_user_error():
+    from covey.cli import _is_user_error
+    from covey.tasks import get_task
+
+    with pytest.raises(ValueError) as e:
+        get_task("nope")
+    assert _is_user_error(e.value)
+    assert not _is_user_error(RuntimeError("a bug")) and not _is_user_error(KeyError("x"))
+
+
+def test_eval_k_that_is_not_a_number_is_named():
+    res = runner.invoke(app, ["eval", "--task", "arithmetic", "--model", "tiny-llama", "--n", "4", "--k", "1,a"])
+    assert res.exit_code == 2 and "error: --k must be comma-separated integers (e.g. 1,4,8), got '1,a'" in res.output

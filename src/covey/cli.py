@@ -11,11 +11,17 @@ from typing import Annotated, Optional
 
 import typer
 
-_DEBUG = {"on": bool(os.environ.get("COVEY_DEBUG"))}
+_DEBUG = {"on": False}  # set per invocation by the --debug option or COVEY_DEBUG=1
+
+
+def _env_debug() -> bool:
+    return os.environ.get("COVEY_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "your input is wrong" (a message, exit 2), not "covey has a bug" (traceback)."""
+    from pydantic import ValidationError
+
     from covey.algos.registry import ComponentError
     from covey.plugins import PluginError
     from covey.rewards.runner import RewardFailure
@@ -23,8 +29,27 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from covey.train.config import ConfigError
     from covey.train.runlock import RunLocked
 
-    return (ConfigError, PluginError, ComponentError, ValueError, FileNotFoundError, FileExistsError,
+    return (ConfigError, PluginError, ComponentError, ValidationError, FileNotFoundError, FileExistsError,
             NotADirectoryError, PermissionError, WriteError, RunLocked, RewardFailure)  # fmt: skip
+
+
+_COVEY_SRC = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """A user-error type above, or a ValueError that covey raised on purpose: a covey error class
+    (RolloutsError, a task's ...) or a plain ValueError raised in covey's own code (where covey checks
+    its inputs). A ValueError from inside torch, transformers, json, ... is a bug: traceback."""
+    if isinstance(e, _user_errors()):
+        return True
+    if not isinstance(e, ValueError):
+        return False
+    if type(e).__module__.split(".")[0] == "covey":
+        return True
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_COVEY_SRC)
 
 
 class _Typer(typer.Typer):
@@ -38,8 +63,8 @@ class _Typer(typer.Typer):
             def run(*a, **kw):
                 try:
                     return fn(*a, **kw)
-                except _user_errors() as e:
-                    if _DEBUG["on"]:
+                except Exception as e:
+                    if _DEBUG["on"] or _env_debug() or not _is_user_error(e):
                         raise
                     msg = str(e).strip() or type(e).__name__
                     typer.secho(f"error: {msg}", fg="red", err=True)
@@ -63,8 +88,7 @@ app.add_typer(models_app, name="models")
 @app.callback()
 def _options(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of user errors too.")] = False):
     """covey: group-relative RL for language models."""
-    if debug:
-        _DEBUG["on"] = True
+    _DEBUG["on"] = debug or _env_debug()  # per invocation: an earlier --debug in this process does not stick
 
 
 def _fail(msg: str) -> None:
@@ -109,15 +133,18 @@ def config_show(
     config: Annotated[Optional[Path], typer.Argument(help="YAML config.")] = None,
     overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides.")] = None,
 ):
-    """Print the fully resolved configuration (preset expanded, defaults filled)."""
+    """Print the fully resolved configuration (preset expanded, defaults filled); exit 2 when
+    `covey train` would refuse it (the same checks, and the model name resolves, nothing loaded)."""
     import yaml
 
+    from covey.models.loading import check_name
     from covey.train.config import load_config
     from covey.train.setup import check_run
 
     config, overrides = _split_config_arg(config, overrides)
     cfg = load_config(config, overrides)
     check_run(cfg)  # everything `covey train` checks before loading the model
+    check_name(cfg.model.name)  # an alias, a model folder, a cached hub id, or the hub is reachable
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
@@ -174,7 +201,10 @@ def eval_cmd(
 
     if (model is None) == (run is None):
         _fail("give exactly one of --model or --run")
-    ks = tuple(int(x) for x in k.split(","))
+    try:
+        ks = tuple(int(x) for x in k.split(","))
+    except ValueError:
+        _fail(f"--k must be comma-separated integers (e.g. 1,4,8), got {k!r}")
     if any(x > n for x in ks):
         _fail(f"every k must be <= n={n}; got k={k}")
     try:

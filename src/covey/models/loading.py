@@ -1,8 +1,10 @@
 """`load(name_or_path)`: one call that gives a causal LM and its tokenizer.
 
 Accepts a built-in alias (`ALIASES`), a local HF folder, or a hub id. Hub ids are looked up in the
-local HF cache first (`local_files_only=True`), so they work offline once their files are cached;
-only if that fails is the hub asked (which fails cleanly without network).
+local HF cache first (a file-system look-up, then the cached snapshot folder is loaded: no network),
+so they work offline once their files are cached. Only an id that is not cached goes to the hub, after
+one quick connectivity probe: an unknown name fails in about a second, not after the hub client's
+retries (and at once with HF_HUB_OFFLINE=1). `check_name` runs the same resolution without loading.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 from covey.models.convert import ALIAS_SOURCES, prepare
 from covey.models.tiny import build_tiny
 
-__all__ = ["ALIASES", "load", "resolve_dtype"]
+__all__ = ["ALIASES", "check_name", "hub_reachable", "load", "resolve_dtype"]
 
 ALIASES = ("smollm2-135m-instruct", "tiny-llama", "tiny-qwen2")
 _DTYPES = {
@@ -60,22 +62,50 @@ def load(
         raise ValueError(f"config overrides {sorted(overrides)} apply only to the tiny models, not {name!r}")
     if name in ALIAS_SOURCES:
         return _from_pretrained(prepare(name, cache_dir=cache_dir), torch_dtype, local_only=True)
-    if Path(name).is_dir():
-        return _from_pretrained(Path(name), torch_dtype, local_only=True)
-    if Path(name).exists() or name.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"model path {name!r} is not a folder with a saved model; aliases are {list(ALIASES)}")
-    try:
-        return _from_pretrained(name, torch_dtype, local_only=True)
-    except OSError:
-        if not hub_reachable():
-            raise FileNotFoundError(
-                f"unknown model {name!r}: not an alias ({', '.join(ALIASES)}), not a local folder, not in the local "
-                "HF cache, and the hub is not reachable from here"
-            ) from None
+    if Path(name).expanduser().is_dir():
+        return _from_pretrained(Path(name).expanduser(), torch_dtype, local_only=True)
+    snapshot = _resolve_hub_id(name)
+    if snapshot is not None:
         try:
-            return _from_pretrained(name, torch_dtype, local_only=False)
+            return _from_pretrained(snapshot, torch_dtype, local_only=True)
         except OSError as err:
-            raise FileNotFoundError(f"could not load model {name!r} from the hub: {err}") from None
+            if not hub_reachable():
+                raise FileNotFoundError(f"model {name!r} is only partly in the local HF cache ({snapshot}) and the hub "
+                                        f"is not reachable from here: {err}") from None  # fmt: skip
+    try:
+        return _from_pretrained(name, torch_dtype, local_only=False)
+    except OSError as err:
+        raise FileNotFoundError(f"could not load model {name!r} from the hub: {err}") from None
+
+
+def check_name(name: str) -> None:
+    """Raise (as `load` would, with the same message) when `name` is not an alias, a local model folder,
+    a hub id in the local HF cache, or (hub reachable) a hub id to download. Loads nothing."""
+    if name in ALIASES or name in ALIAS_SOURCES or Path(name).expanduser().is_dir():
+        return
+    _resolve_hub_id(name)
+
+
+def _resolve_hub_id(name: str) -> Path | None:
+    """The cached snapshot folder of hub id `name`, None when it is not cached but the hub is reachable
+    (download it), or FileNotFoundError naming the aliases."""
+    if Path(name).expanduser().exists() or name.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model path {name!r} is not a folder with a saved model; aliases are {list(ALIASES)}")
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except ValueError as e:  # not a valid repo id
+        raise FileNotFoundError(f"unknown model {name!r}: not an alias ({', '.join(ALIASES)}), not a local folder, "
+                                f"and not a valid hub id ({e})") from None  # fmt: skip
+    if isinstance(cached, str):
+        return Path(cached).parent
+    if not hub_reachable():
+        raise FileNotFoundError(
+            f"unknown model {name!r}: not an alias ({', '.join(ALIASES)}), not a local folder, not in the local "
+            "HF cache, and the hub is not reachable from here"
+        )
+    return None
 
 
 def hub_reachable(timeout: float = 1.0) -> bool:
@@ -86,12 +116,23 @@ def hub_reachable(timeout: float = 1.0) -> bool:
 
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
         return False
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
+    import threading
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    answer: list[bool] = []
+
+    def probe() -> None:  # in a thread: name resolution ignores socket timeouts and can hang
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    worker = threading.Thread(target=probe, daemon=True, name="covey-hub-probe")
+    worker.start()
+    worker.join(timeout)
+    return bool(answer and answer[0])
 
 
 def _from_pretrained(source, torch_dtype: torch.dtype, *, local_only: bool):
