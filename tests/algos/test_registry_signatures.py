@@ -34,6 +34,7 @@ def adv_forward_ref(batch, *, scale: Scale = None):
 def adv_ok(batch, *, scale: float = 1.0):
     r = batch.scalar_rewards()
     return AdvantageResult(scale * (r - r.mean()), {"mean": float(r.mean())})
+adv_ok.group_relative = True   # like register_advantage(..., group_relative=True)
 def adv_tensor(batch):
     return batch.scalar_rewards()
 def adv_wrong_rows(batch):
@@ -94,7 +95,8 @@ def test_unresolvable_annotation_is_not_a_crash(um):
 
 def test_good_component_params_are_validated_and_finite(um):
     c = ADVANTAGES.get(f"{um}:adv_ok")
-    assert c.defaults == {"scale": 1.0}
+    assert c.defaults == {"scale": 1.0} and c.group_relative
+    assert not ADVANTAGES.get(f"{um}:adv_tensor").group_relative
     with pytest.raises(ComponentError, match=r"parameter 'scale'.*finite"):
         c.bind({"scale": float("nan")})
     out = c.bind({"scale": 2.0})(rollouts([1.0, 0.0, 0.0, 1.0], [0, 0, 1, 1]))

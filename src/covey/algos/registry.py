@@ -206,8 +206,9 @@ class Registry(Mapping[str, Component]):
             raise ComponentError(f"{self.axis} {path!r} is a {type(fn).__name__}, not a function")
         self._check_signature(path, fn)
         summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
-        requires = tuple(getattr(fn, "requires", ()))
-        return Component(path, fn, self.axis, "", "", summary, requires, _params_model(path, fn))
+        requires = tuple(getattr(fn, "requires", ()))  # attributes of the function, like register's arguments
+        group_relative = bool(getattr(fn, "group_relative", False))
+        return Component(path, fn, self.axis, "", "", summary, requires, _params_model(path, fn), group_relative)
 
     def _check_signature(self, path: str, fn: Callable) -> None:
         """An import-path component must take this axis's inputs positionally and its parameters as
