@@ -1,6 +1,6 @@
 """`cog_rethinker`: decompose, then refine, for prompts the policy never solves.
 
-Paper: "Cog-Rethinker: Hierarchical Metacognitive Reinforcement Learning Framework for LLM Reasoning"
+Paper: "Cog-Rethinker: Hierarchical Metacognitive Reinforcement Learning for LLM Reasoning"
 (arXiv 2510.15979). Spec (ABSTRACT; stage details UNVERIFIED): shared/specs/rollouts-data-agents.md §17.
 
     direct rollout: G completions per prompt

@@ -1,6 +1,6 @@
 """`igrpo`: two-stage self-conditioned rollouts (draft, then refine the best draft).
 
-Paper: "iGRPO: self-feedback two-stage GRPO" (arXiv 2602.09000). Spec (ABSTRACT + SECONDARY):
+Paper: "iGRPO: Self-Feedback-Driven LLM Reasoning" (arXiv 2602.09000). Spec (ABSTRACT + SECONDARY):
 shared/specs/rollouts-data-agents.md §18.
 
     stage 1 (no gradient): `drafts` completions per prompt q, scored with the run's rewards;
