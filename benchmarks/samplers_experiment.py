@@ -9,7 +9,7 @@ rows with a non-zero advantage, and every `--eval-every` steps the held-out gree
     python benchmarks/samplers_experiment.py --model runs/sft-tiny --out runs/samplers-exp
     python benchmarks/samplers_experiment.py --plot-only --out runs/samplers-exp   # table + plot again
 
-Writes OUT/<method>.jsonl (one row per step), OUT/summary.json, OUT/table.md and OUT/samplers.png.
+Writes OUT/seed<k>/<method>.jsonl (one row per step), OUT/summary.json, OUT/table.md, OUT/samplers.png.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ METHODS: dict[str, dict] = {
 }
 
 
-def config(model: str, method: str, seed: int, lr: float, max_new_tokens: int) -> dict:
+def config(model: str, method: str, seed: int, lr: float, max_new_tokens: int, n_test: int) -> dict:
     raw = {
         "model": {"name": model, "dtype": "fp32"},
         "engine": {"dtype": "fp32"},
-        "task": {"name": "arithmetic"},
+        "task": {"name": "arithmetic", "params": {"n_test": n_test}},
         "sampling": {"temperature": 1.0, "max_new_tokens": max_new_tokens},
         "rollout": {"prompts_per_step": B, "group_size": G},
         "algo": {"preset": "grpo", "kl": None},
@@ -55,9 +55,12 @@ def config(model: str, method: str, seed: int, lr: float, max_new_tokens: int) -
     return raw
 
 
-def run(method: str, args) -> list[dict]:
-    trainer = Trainer(validate_config(config(args.model, method, args.seed, args.lr, args.max_new_tokens)), args.out / "runs" / method)
-    eval_items = list(trainer.task.examples("test"))[: args.eval_size]
+def run(method: str, seed: int, args) -> list[dict]:
+    out = args.out / f"seed{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    raw = config(args.model, method, seed, args.lr, args.max_new_tokens, args.n_test)
+    trainer = Trainer(validate_config(raw), out / "runs" / method)
+    eval_items = list(trainer.task.examples("test"))
     counter = {"tokens": 0, "on": True, "rows": 0, "signal": 0}
     generate, advantage = trainer.engine.generate, trainer.advantage
 
@@ -95,31 +98,42 @@ def run(method: str, args) -> list[dict]:
             if trainer.step_num % args.eval_every == 0 or counter["tokens"] >= args.tokens:
                 row["eval_accuracy"] = held_out()
             rows.append(row)
-            print(method, json.dumps(row), flush=True)
+            print(method, seed, json.dumps(row), flush=True)
     finally:
         trainer.close()
     rows[-1]["seconds"] = time.perf_counter() - t0
-    with open(args.out / f"{method}.jsonl", "w") as f:
+    with open(out / f"{method}.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     return rows
 
 
+def _load(out: Path, method: str) -> list[list[dict]]:
+    """The per-step rows of every seed that has a finished run of `method`."""
+    paths = sorted(out.glob(f"seed*/{method}.jsonl"))
+    return [[json.loads(x) for x in p.read_text().splitlines()] for p in paths]
+
+
 def summarise(out: Path, methods: list[str]) -> str:
-    lines = ["| method | steps | tokens | non-zero-advantage rows | held-out acc. start | end | best |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    """Markdown table, mean over seeds (held-out accuracy also per seed)."""
+    lines = ["| method | seeds | steps | tokens | rows with non-zero advantage | held-out acc. start | end (per seed) | end - start |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     summary = {}
     for method in methods:
-        path = out / f"{method}.jsonl"
-        if not path.exists():
+        runs = _load(out, method)
+        if not runs:
             continue
-        rows = [json.loads(x) for x in path.read_text().splitlines()]
-        steps = [r for r in rows if r["step"] > 0]
-        signal = sum(r["nonzero_adv_frac"] * r["rows"] for r in steps) / max(sum(r["rows"] for r in steps), 1)
-        accs = [r["eval_accuracy"] for r in rows if "eval_accuracy" in r]
-        summary[method] = {"steps": len(steps), "tokens": rows[-1]["tokens"], "nonzero_adv_frac": signal,
-                           "acc_start": accs[0], "acc_end": accs[-1], "acc_best": max(accs)}  # fmt: skip
-        s = summary[method]
-        lines.append(f"| {method} | {s['steps']} | {s['tokens']} | {signal:.1%} | {accs[0]:.1%} | {accs[-1]:.1%} | {max(accs):.1%} |")
+        per = []
+        for rows in runs:
+            steps = [r for r in rows if r["step"] > 0]
+            signal = sum(r["nonzero_adv_frac"] * r["rows"] for r in steps) / max(sum(r["rows"] for r in steps), 1)
+            accs = [r["eval_accuracy"] for r in rows if "eval_accuracy" in r]
+            per.append({"steps": len(steps), "tokens": rows[-1]["tokens"], "nonzero_adv_frac": signal,
+                        "acc_start": accs[0], "acc_end": accs[-1]})  # fmt: skip
+        mean = {k: sum(p[k] for p in per) / len(per) for k in per[0]}
+        summary[method] = {"mean": mean, "per_seed": per}
+        ends = ", ".join(f"{p['acc_end']:.1%}" for p in per)
+        lines.append(f"| {method} | {len(per)} | {mean['steps']:.0f} | {mean['tokens']:.0f} | {mean['nonzero_adv_frac']:.1%} | "
+                     f"{mean['acc_start']:.1%} | {mean['acc_end']:.1%} ({ends}) | {mean['acc_end'] - mean['acc_start']:+.1%} |")  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n")
@@ -133,17 +147,19 @@ def plot(out: Path, methods: list[str], dest: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for method in methods:
-        path = out / f"{method}.jsonl"
-        if not path.exists():
-            continue
-        rows = [json.loads(x) for x in path.read_text().splitlines()]
-        steps = [r for r in rows if r["step"] > 0]
-        ax1.plot([r["tokens"] for r in steps], [r["nonzero_adv_frac"] for r in steps], label=method)
-        ev = [r for r in rows if "eval_accuracy" in r]
-        ax2.plot([r["tokens"] for r in ev], [r["eval_accuracy"] for r in ev], marker="o", label=method)
-    ax1.set(xlabel="completion tokens generated", ylabel="rows with non-zero advantage", title="learning signal per step")
-    ax2.set(xlabel="completion tokens generated", ylabel="held-out accuracy (greedy)", title="held-out accuracy")
+    for i, method in enumerate(methods):
+        color = f"C{i}"
+        for j, rows in enumerate(_load(out, method)):
+            steps = [r for r in rows if r["step"] > 0]
+            k = 5  # moving average over 5 steps
+            sig = [r["nonzero_adv_frac"] for r in steps]
+            smooth = [sum(sig[max(0, t - k + 1) : t + 1]) / len(sig[max(0, t - k + 1) : t + 1]) for t in range(len(sig))]
+            label = method if j == 0 else None
+            ax1.plot([r["tokens"] for r in steps], smooth, color=color, alpha=0.8, label=label)
+            ev = [r for r in rows if "eval_accuracy" in r]
+            ax2.plot([r["tokens"] for r in ev], [r["eval_accuracy"] for r in ev], color=color, marker=".", alpha=0.8, label=label)
+    ax1.set(xlabel="completion tokens generated", ylabel="rows with non-zero advantage (5-step mean)", title="learning signal")
+    ax2.set(xlabel="completion tokens generated", ylabel="held-out accuracy (greedy)", title="held-out accuracy, one line per seed")
     ax1.legend()
     fig.tight_layout()
     fig.savefig(dest, dpi=110)
@@ -156,10 +172,10 @@ def main() -> None:
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--tokens", type=int, default=12_000, help="completion tokens each method may generate")
     p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--eval-size", type=int, default=200)
+    p.add_argument("--n-test", type=int, default=100, help="held-out arithmetic problems (1-digit problems: 207 in all, 100 go to training)")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--max-new-tokens", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default="0", help="comma-separated run seeds")
     p.add_argument("--plot", type=Path, default=None, help="where to save the plot (default OUT/samplers.png)")
     p.add_argument("--plot-only", action="store_true")
     args = p.parse_args()
@@ -169,8 +185,9 @@ def main() -> None:
         p.error(f"unknown method {unknown[0]!r}; methods are {', '.join(METHODS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.plot_only:
-        for method in methods:
-            run(method, args)
+        for seed in [int(x) for x in args.seeds.split(",")]:
+            for method in methods:
+                run(method, seed, args)
     print(summarise(args.out, methods))
     plot(args.out, methods, args.plot or args.out / "samplers.png")
 
