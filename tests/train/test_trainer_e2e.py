@@ -73,7 +73,7 @@ def test_every_preset_runs_one_step(tmp_path, preset):
 
 
 def _compare_keys(row):
-    return {k: v for k, v in row.items() if not k.startswith(("time/", "throughput/", "reward/seconds"))}
+    return {k: v for k, v in row.items() if not k.startswith(("time/", "throughput/", "reward/seconds", "memory/"))}
 
 
 def test_resume_after_sigkill_is_exact(tmp_path):

@@ -17,6 +17,10 @@ transposed view) and values [L, B, Hkv, S, D]. Rows (B) are indexable, so a row 
 Rows are left-padded: all rows write column `t` at a step; `valid[B, S]` marks real columns and
 `pos[B]` is each row's own position (column minus its padding).
 
+Devices: every tensor lives on the model's device (the weights' device); tables and masks are built
+there. On CPU a bf16 copy is oneDNN pre-packed (`torch.ops.mkldnn`, CPU-only); on CUDA the weights
+are plain bf16 tensors (`F.linear`) and decode attention goes through `scaled_dot_product_attention`.
+
 This module covers the tensor math; sampling, stopping and the loop live in `torch_engine.py`.
 """
 
@@ -79,7 +83,7 @@ class DecoderWeights:
 
     def repack(self, batch_hint: int = 64) -> None:
         """(Re)build the oneDNN packed weights after the plain ones changed (no-op when unused)."""
-        if not (self.layers and self.layers[0].wqkv is not None and _can_pack(self.embed.dtype)):
+        if not (self.layers and self.layers[0].wqkv is not None and _can_pack(self.embed)):
             return
         pack = torch.ops.mkldnn._reorder_linear_weight
         for lw in self.layers:
@@ -171,8 +175,14 @@ def pack_weights(model, dtype: torch.dtype, max_positions: int) -> DecoderWeight
     return w
 
 
-def _can_pack(dtype: torch.dtype) -> bool:
-    return dtype == torch.bfloat16 and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+def _can_pack(t: Tensor) -> bool:
+    """oneDNN weight packing: bf16 weights on CPU only (the mkldnn ops do not exist for CUDA tensors)."""
+    return (
+        t.dtype == torch.bfloat16
+        and t.device.type == "cpu"
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None) -> Tensor:
@@ -196,8 +206,9 @@ def _fuse(lw: LayerWeights) -> None:
 def _rope_table(model, max_positions: int) -> tuple[Tensor, Tensor]:
     """cos, sin [max_positions, D] from the model's own rotary module (keeps its rope scaling)."""
     rot = model.model.rotary_emb
-    pos = torch.arange(max_positions)[None]
-    dummy = torch.zeros(1, dtype=torch.float32)
+    device = model.model.embed_tokens.weight.device
+    pos = torch.arange(max_positions, device=device)[None]
+    dummy = torch.zeros(1, dtype=torch.float32, device=device)
     with torch.no_grad():
         cos, sin = rot(dummy, pos)
     return cos[0].float(), sin[0].float()
@@ -231,12 +242,24 @@ class KVCache:
 
 
 def new_cache(w: DecoderWeights, batch: int, length: int, dtype: torch.dtype) -> KVCache:
-    """An empty cache for `batch` rows of `length` columns."""
-    n_layers, hkv, d = len(w.layers), w.n_kv_heads, w.head_dim
+    """An empty cache for `batch` rows of `length` columns, on the weights' device."""
+    n_layers, hkv, d, dev = len(w.layers), w.n_kv_heads, w.head_dim, w.embed.device
     return KVCache(
-        k=torch.zeros(n_layers, batch, hkv, d, length, dtype=dtype),
-        v=torch.zeros(n_layers, batch, hkv, length, d, dtype=dtype),
+        k=torch.zeros(n_layers, batch, hkv, d, length, dtype=dtype, device=dev),
+        v=torch.zeros(n_layers, batch, hkv, length, d, dtype=dtype, device=dev),
     )
+
+
+def _decode_attention(q: Tensor, keys_t: Tensor, vals: Tensor, bias: Tensor | None, sdpa: bool) -> Tensor:
+    """q [B, Hkv, G, D] (already scaled) against keys_t [B, Hkv, D, t], vals [B, Hkv, t, D] -> [B, Hkv, G, D]."""
+    if sdpa:
+        mask = None if bias is None else bias.to(q.dtype)
+        return F.scaled_dot_product_attention(q, keys_t.transpose(-1, -2), vals, attn_mask=mask, scale=1.0)
+    scores = torch.matmul(q, keys_t)  # [B, Hkv, G, t]
+    if bias is not None:
+        scores = scores + bias
+    probs = torch.softmax(scores, -1, dtype=torch.float32).to(vals.dtype)
+    return torch.matmul(probs, vals)
 
 
 def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -287,10 +310,11 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache) -> Tenso
     b, p = ids.shape
     pos = (valid.long().cumsum(-1) - 1).clamp_min(0)  # [B, P]: position of each real token
     cos, sin = w.rope_cos[pos][:, None], w.rope_sin[pos][:, None]  # [B, 1, P, D]
-    causal = torch.ones(p, p, dtype=torch.bool).tril()
+    dev = ids.device
+    causal = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
     # A padded query sees itself only: it must not see nothing (an all-masked row gives NaN, and
     # NaN in a padded column's cache would poison every row through 0 * NaN in attention).
-    mask = (causal & valid[:, None, :]) | torch.eye(p, dtype=torch.bool)  # [B, P, P]
+    mask = (causal & valid[:, None, :]) | torch.eye(p, dtype=torch.bool, device=dev)  # [B, P, P]
     mask = None if bool(valid.all()) else mask[:, None]  # [B, 1, P, P]; none: the plain causal kernel
     x = F.embedding(ids, w.embed)
     for li, lw in enumerate(w.layers):
@@ -317,21 +341,27 @@ def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tupl
     half = w.head_dim // 2
     cos, sin = w.rope_cos[pos], w.rope_sin[pos]  # [B, D]
     sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
-    heads = torch.tensor([w.scaling] * w.n_heads + [1.0] * w.n_kv_heads, dtype=cos.dtype)[:, None]  # [Hq+Hkv, 1]
+    heads = torch.tensor([w.scaling] * w.n_heads + [1.0] * w.n_kv_heads, dtype=cos.dtype, device=cos.device)[:, None]  # [Hq+Hkv, 1]
     cos, sin = cos[:, None] * heads, sin[:, None] * heads  # [B, Hq+Hkv, D]
     seen = valid[:, : col + 1]
     bias = None
     if not bool(seen.all()):
-        bias = torch.zeros(seen.shape, dtype=cos.dtype).masked_fill_(~seen, float("-inf"))[:, None, None]
+        bias = torch.zeros(seen.shape, dtype=cos.dtype, device=cos.device).masked_fill_(~seen, float("-inf"))[:, None, None]
     return cos, sin, bias
 
 
-def decode_step(w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: int, valid: Tensor) -> Tensor:
+def decode_step(
+    w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: int, valid: Tensor, sdpa: bool | None = None
+) -> Tensor:
     """One token per row: tok [B] at positions pos [B], written to cache column `col`.
 
     kv holds exactly the active rows; valid [B, S] bool marks real
     columns (including `col`). Returns logits [B, V] in the compute dtype.
+    sdpa: attention through `scaled_dot_product_attention` (default: on CUDA; on CPU the plain
+    matmuls over the transposed key cache are faster at decode sizes).
     """
+    if sdpa is None:
+        sdpa = tok.device.type == "cuda"
     b = tok.shape[0]
     hq, hkv, d = w.n_heads, w.n_kv_heads, w.head_dim
     g, nq, nk = hq // hkv, hq * d, hkv * d
@@ -355,11 +385,7 @@ def decode_step(w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: i
         keys_t, vals = kv.k[li, :, :, :, : col + 1], kv.v[li, :, :, : col + 1]  # [B, Hkv, D, t], [B, Hkv, t, D]
         # Grouped-query decode: the G query heads sharing a KV head act as G query rows.
         q = qk[:, :hq].contiguous().view(b, hkv, g, d)  # a strided q slows the matmul
-        scores = torch.matmul(q, keys_t)  # [B, Hkv, G, t]
-        if bias is not None:
-            scores = scores + bias
-        probs = torch.softmax(scores, -1, dtype=torch.float32).to(vals.dtype)
-        att = torch.matmul(probs, vals).view(b, nq)  # [B, Hq * D]
+        att = _decode_attention(q, keys_t, vals, bias, sdpa).reshape(b, nq)  # [B, Hq * D]
         x.add_(_linear(att, lw.wo, None, pk.get("o")))
         x.add_(_mlp(F.rms_norm(x, (h_dim,), lw.ln2, w.eps), lw, w.act))
     return _linear(F.rms_norm(x, (h_dim,), w.norm, w.eps), w.lm_head, None, w.packed_head)

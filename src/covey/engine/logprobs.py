@@ -5,9 +5,14 @@ reports as behaviour log-probs, `log softmax(logits / temperature)` of the full 
 `covey.engine.sampling`), so at equal weights and temperature the two agree (a test keeps them
 within 1e-4 in fp32).
 
-Memory: the base model runs once on each row's prompt + completion (right-padded, so positions
-are 0..len-1 with no attention mask: padding only ever follows the real tokens under the causal
-mask). Only positions with completion_mask == 1 go through lm_head, `chunk_size` tokens at a time,
+Forward: when rows share a prompt (a group's G completions), each distinct prompt runs once and
+its KV cache feeds the completions (`covey.engine.prefix`; `share_prompts`). Otherwise the base model
+runs once on each row's prompt + completion (right-padded, so positions are 0..len-1 with no
+attention mask: padding only ever follows the real tokens under the causal mask).
+
+Devices: the inputs may be on any device; the computation and the results are on the model's.
+
+Memory: Only positions with completion_mask == 1 go through lm_head, `chunk_size` tokens at a time,
 each chunk under activation checkpointing: the backward recomputes that chunk's [chunk, V] logits
 instead of keeping N x T x V of them alive. Works under bf16 autocast (logits are upcast to fp32
 before the softmax).
@@ -18,6 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+
+from covey.engine.dtypes import model_device
+from covey.engine.prefix import prompt_groups, shared_prompt_hidden
 
 __all__ = ["completion_logprobs", "token_logprobs_from_logits"]
 
@@ -47,6 +55,7 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_size: int = 512,
+    share_prompts: bool | str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs of the completions under `model` at `temperature`.
 
@@ -55,8 +64,11 @@ def completion_logprobs(
     prompt_ids:      N 1-D long tensors (lengths may differ; each non-empty).
     completion_ids:  [N, T] long, right-padded.
     completion_mask: [N, T], nonzero where a log-prob is wanted (real completion tokens).
+    share_prompts:   run each distinct prompt once and reuse its KV cache (True), never (False), or
+                     "auto": when some prompt repeats and gradient checkpointing is off.
     Returns logp [N, T] float32 (0 where the mask is 0), and entropy [N, T] float32 of the same
-    tempered distribution (or None). Both carry autograd to the model's parameters when grad is on.
+    tempered distribution (or None), on the model's device. Both carry autograd to the model's
+    parameters when grad is on.
     """
     n, t = completion_ids.shape
     if len(prompt_ids) != n:
@@ -67,23 +79,34 @@ def completion_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    device = completion_ids.device
-    plen = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long, device=device)
-    if bool((plen == 0).any()):
+    if share_prompts not in (True, False, "auto"):
+        raise ValueError(f"share_prompts must be True, False or 'auto', got {share_prompts!r}")
+    device = model_device(model)
+    completion_ids, keep = completion_ids.to(device), completion_mask.to(device) != 0
+    plen_cpu = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long, device="cpu")
+    if bool((plen_cpu == 0).any()):
         raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
-    keep = completion_mask != 0
+    plen = plen_cpu.to(device)
     # Each row runs up to its last wanted token only.
     last = torch.where(keep.any(-1), t - keep.flip(-1).float().argmax(-1), torch.zeros_like(plen))  # [N]
-    seq_len = int((plen + last).max())
-    ids = torch.zeros(n, seq_len, dtype=torch.long, device=device)
-    for i, p in enumerate(prompt_ids):
-        ids[i, : plen[i]] = p.to(device)
-        ids[i, plen[i] : plen[i] + last[i]] = completion_ids[i, : last[i]]
-
-    hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # [N, L, H]
     rows, cols = keep.nonzero(as_tuple=True)  # the M wanted (row, token) pairs
     targets = completion_ids[rows, cols]  # [M]
-    h = hidden[rows, plen[rows] + cols - 1]  # [M, H]: the state that predicts each target
+    if share_prompts == "auto":
+        checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+        share_prompts = not checkpointing and len(prompt_groups(prompt_ids)[0]) < n
+    if share_prompts:
+        t_c = max(int(last.max()) - 1, 0)  # the last wanted token is predicted, never fed in
+        h_last, h_comp = shared_prompt_hidden(model.get_decoder(), prompt_ids, completion_ids[:, :t_c])
+        hidden = h_last[:, None] if h_comp is None else torch.cat([h_last[:, None], h_comp], 1)  # [N, 1 + Tc, H]
+        h = hidden[rows, cols]  # column j holds the state that predicts completion token j
+    else:
+        seq_len = int((plen + last).max())
+        ids = torch.zeros(n, seq_len, dtype=torch.long, device=device)
+        for i, p in enumerate(prompt_ids):
+            ids[i, : plen_cpu[i]] = p.to(device)
+            ids[i, plen_cpu[i] : plen_cpu[i] + last[i]] = completion_ids[i, : last[i]]
+        hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # [N, L, H]
+        h = hidden[rows, plen[rows] + cols - 1]  # [M, H]: the state that predicts each target
     lm_head = model.get_output_embeddings()
 
     def chunk_fn(h_c: Tensor, tgt_c: Tensor):

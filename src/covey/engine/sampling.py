@@ -13,6 +13,10 @@ Truncation order follows transformers' sampling: top-k, then top-p, then min-p, 
 previous result. Draws use (two-level) inverse-CDF sampling with one uniform number per (row, step) taken
 from a `torch.Generator`, so a row's tokens depend only on its own uniforms and logits: dropping other
 rows from the batch (compaction) or reordering them does not change them.
+
+Devices: everything runs on the logits' device without a host synchronisation (no `.item()` or
+`bool(...)` on device tensors), except top-p on CPU, which first tries the 1024 best tokens; on CUDA
+it sorts the whole vocabulary (cheap there, and no round trip to the host).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def filter_logits(logits: Tensor, *, top_k: int = 0, top_p: float = 1.0, min_p: 
 
 def _top_p(logits: Tensor, top_p: float) -> Tensor:
     probs = logits.softmax(-1)
-    k = min(_TOPP_PREFIX, logits.shape[-1])
+    k = min(_TOPP_PREFIX, logits.shape[-1]) if logits.device.type == "cpu" else logits.shape[-1]
     vals, idx = torch.topk(probs, k, dim=-1)  # sorted descending
     if k < logits.shape[-1] and not bool((vals.sum(-1) >= top_p).all()):
         vals, idx = torch.sort(probs, dim=-1, descending=True)  # rare: a very flat distribution
@@ -95,13 +99,13 @@ def sample_tokens(
     (a fresh 12 MB tensor per step costs page faults that rival the arithmetic on CPU).
     """
     b, v = logits.shape
-    z = _buffer(scratch, "z", b, v).copy_(logits)  # fp32 copy of the logits
+    z = _buffer(scratch, "z", b, v, logits.device).copy_(logits)  # fp32 copy of the logits
     if temperature != 1.0:
         z.div_(temperature)  # the same op as the learner's z / T, so both round alike
     # log p = z - lse with lse = m + log(sum exp(z - m)): the learner's logsumexp formula, and no
     # normalisation pass over [B, V] (the draw works on unnormalised weights).
     m = z.amax(-1, keepdim=True)  # [B, 1]
-    weights = torch.sub(z, m, out=_buffer(scratch, "w", b, v)).exp_()  # [B, V], the largest is 1
+    weights = torch.sub(z, m, out=_buffer(scratch, "w", b, v, logits.device)).exp_()  # [B, V], the largest is 1
     total = weights.sum(-1)  # [B]
     lse = m.squeeze(-1) + total.log()  # [B]
     if greedy:
@@ -121,12 +125,12 @@ def sample_tokens(
     return tokens, logp, entropy
 
 
-def _buffer(scratch: dict | None, key: str, b: int, v: int) -> Tensor:
+def _buffer(scratch: dict | None, key: str, b: int, v: int, device: torch.device) -> Tensor:
     if scratch is None:
-        return torch.empty(b, v)
+        return torch.empty(b, v, device=device)
     buf = scratch.get(key)
-    if buf is None or buf.shape[0] < b or buf.shape[1] != v:
-        buf = scratch[key] = torch.empty(b, v)
+    if buf is None or buf.shape[0] < b or buf.shape[1] != v or buf.device != device:
+        buf = scratch[key] = torch.empty(b, v, device=device)
     return buf[:b]
 
 
@@ -149,10 +153,10 @@ def inverse_cdf(probs: Tensor, uniforms: Tensor) -> Tensor:
     target = uniforms.to(cum.dtype)[:, None] * cum[:, -1:]  # [B, 1]
     bi = torch.searchsorted(cum, target, right=True).clamp_max(nb - 1)  # [B, 1]
     rest = target - (cum.gather(-1, bi) - bsum.gather(-1, bi))  # mass still to cover inside the block
-    inner = blocks[torch.arange(b), bi.squeeze(-1)].cumsum(-1)  # [B, 256]
+    inner = blocks[torch.arange(b, device=probs.device), bi.squeeze(-1)].cumsum(-1)  # [B, 256]
     j = torch.searchsorted(inner, rest, right=True).clamp_max(_BLOCK - 1)
     tokens = (bi * _BLOCK + j).squeeze(-1).clamp_max(v - 1)
     zero = probs.gather(-1, tokens[:, None]).squeeze(-1) <= 0
-    if bool(zero.any()):
-        tokens = torch.where(zero, probs.argmax(-1), tokens)
-    return tokens
+    if probs.device.type == "cpu":  # on CPU the check is cheaper than the argmax
+        return torch.where(zero, probs.argmax(-1), tokens) if bool(zero.any()) else tokens
+    return torch.where(zero, probs.argmax(-1), tokens)  # no host synchronisation

@@ -6,6 +6,10 @@ decoded: a token is a candidate when its own text contains the last character of
 or is an incomplete UTF-8 piece (decodes to U+FFFD). A candidate row's last `window` completion
 tokens are decoded (prompt text never matches) and searched. The row ends at the token that
 completed the match; that token is kept (and masked 1), even if its text runs past the match.
+
+Devices: the candidate table is kept on each device it is asked about (one copy per device); the
+tensors passed in may live on any one device, the result is on `alive`'s device. On CUDA a check
+costs one host synchronisation (the list of candidate rows); the text search is host work.
 """
 
 from __future__ import annotations
@@ -30,20 +34,26 @@ class StopStrings:
         ends = {s[-1] for s in strings}
         n_tok = min(len(tokenizer), vocab_size)
         texts = tokenizer.batch_decode([[i] for i in range(n_tok)], skip_special_tokens=False)
-        cand = torch.ones(vocab_size, dtype=torch.bool)  # ids the tokenizer does not know: always check
-        cand[:n_tok] = torch.tensor([("\ufffd" in t) or any(c in t for c in ends) for t in texts])
+        cand = torch.ones(vocab_size, dtype=torch.bool, device="cpu")  # ids the tokenizer does not know: always check
+        cand[:n_tok] = torch.tensor([("\ufffd" in t) or any(c in t for c in ends) for t in texts], device="cpu")
         self.candidate = cand
+        self._tables: dict[torch.device, Tensor] = {cand.device: cand}
+
+    def _table(self, device: torch.device) -> Tensor:
+        if device not in self._tables:
+            self._tables[device] = self.candidate.to(device)
+        return self._tables[device]
 
     def check(self, out_tok: Tensor, rows: Tensor, tok: Tensor, alive: Tensor, step: int) -> Tensor:
         """[B] bool: which active rows end at this step. out_tok [N, T] holds tokens up to `step`."""
-        done = torch.zeros_like(alive)
-        check = (self.candidate[tok] & alive).nonzero().squeeze(1).tolist()
+        done = torch.zeros(alive.shape, dtype=torch.bool, device="cpu")
+        check = (self._table(tok.device)[tok] & alive).nonzero().squeeze(1).tolist()
         if not check:
-            return done
+            return done.to(alive.device)
         lo = max(0, step + 1 - self.window)
         tails = out_tok[rows[check], lo : step + 1].tolist()
         texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
         for i, text in zip(check, texts):
             if any(s in text for s in self.strings):
                 done[i] = True
-        return done
+        return done.to(alive.device)

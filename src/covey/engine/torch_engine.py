@@ -1,4 +1,4 @@
-"""`TorchEngine`: batched generation on CPU (or one device) around an HF Llama-family model.
+"""`TorchEngine`: batched generation on CPU or one CUDA GPU around an HF Llama-family model.
 
 Per `generate` call: the distinct prompts are left-padded and prefilled once (in row chunks), their
 KV cache rows are repeated `n` times, then a decode loop samples one token per active row per step
@@ -8,8 +8,18 @@ stop token or stop string are dropped from the active batch once a fraction `com
 it has finished (compaction: one index copy of the cache), so long tails do not pay for them.
 
 Dtypes: "fp32" uses the model's own fp32 parameters when the model is fp32 (no copy;
-`load_weights` is then free); "bf16" keeps a fused (q/k/v, gate/up), oneDNN pre-packed bf16
-copy, refreshed in place and repacked by `load_weights` (~0.1-0.3 s for 135M parameters).
+`load_weights` is then free); "bf16" keeps a fused (q/k/v, gate/up) bf16 copy (oneDNN pre-packed
+on CPU), refreshed in place and repacked by `load_weights` (~0.1-0.3 s for 135M parameters);
+"auto" picks one for the device (`covey.engine.dtypes`: bf16 on CUDA, measured on CPU).
+
+Devices: the engine runs where the model's parameters are; every tensor it creates (cache, ids,
+masks, sampling buffers, stop tables) is made there. The sampling uniforms are drawn on the CPU
+from the seeded generator and moved, so a seeded run draws the same numbers on every device (the
+tokens then agree up to the devices' rounding of the logits). The returned `Generation` is on the
+CPU (rewards and advantages work there; the learner moves what it needs). On CUDA the decode loop
+does not synchronise with the host each token: finished rows are only counted (for early exit
+and compaction) every `sync_every` steps (default 8 on CUDA, 1 on CPU); rows that finished in
+between keep decoding into positions that are masked out. Stop strings need the host each step.
 
 Reproducibility: with `SamplingParams.seed` set, the same prompts, n and settings give the same
 tokens; each (row, step) draws from its own pre-drawn uniform (see `covey.engine.sampling`), so
@@ -28,6 +38,7 @@ import torch
 from torch import Tensor
 
 from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
+from covey.engine.dtypes import model_device, resolve_dtype_name
 from covey.engine.forward import decode_step, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings
@@ -42,7 +53,7 @@ class TorchEngine:
     """Engine over an HF causal LM (model_type llama / qwen2 / qwen3 / mistral).
 
     model:            the HF model (its weights are read, never modified).
-    dtype:            "bf16" (copy of the weights; fastest on AMX CPUs) or "fp32".
+    dtype:            "bf16" (copy of the weights; fastest on AMX CPUs and GPUs), "fp32" or "auto".
     tokenizer:        needed for stop strings and for the default EOS ids.
     compaction:       drop finished rows from the active batch (False: keep them to the end).
     compact_fraction: compact when at least this fraction of the active rows has finished.
@@ -50,6 +61,7 @@ class TorchEngine:
     max_rows:         rows decoded together; more prompts x n run in waves (bounds KV cache memory).
     max_cache_bytes:  fewer rows per wave when the KV cache of max_rows would exceed this (2 GiB).
     max_positions:    longest prompt + completion (default: the model's max_position_embeddings).
+    sync_every:       decode steps between host checks for finished rows (default 1 on CPU, 8 on CUDA).
     """
 
     def __init__(
@@ -65,20 +77,25 @@ class TorchEngine:
         max_rows: int = 256,
         max_cache_bytes: int = 2 << 30,
         max_positions: int | None = None,
+        sync_every: int | None = None,
     ):
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        if dtype != "auto" and dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES) + ['auto']}, got {dtype!r}")
         if not 0.0 < compact_fraction <= 1.0:
             raise ValueError(f"compact_fraction must be in (0, 1], got {compact_fraction}")
         self.model = model
         self.tokenizer = tokenizer
-        self.dtype = _DTYPES[dtype]
+        self.device = model_device(model)
+        self.dtype = _DTYPES[resolve_dtype_name(dtype, self.device, getattr(model.config, "hidden_size", 1024))]
+        if sync_every is not None and sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        self.sync_every = int(sync_every or (8 if self.device.type == "cuda" else 1))
         self.compaction = compaction
         self.compact_fraction = compact_fraction
         self.prefill_rows = max(1, int(prefill_rows))
         self.max_rows = max(1, int(max_rows))
         self.max_cache_bytes = int(max_cache_bytes)
-        self._elt = torch.tensor([], dtype=self.dtype).element_size()
+        self._elt = self.dtype.itemsize
         self.max_positions = int(max_positions or getattr(model.config, "max_position_embeddings", 4096))
         self.weights = pack_weights(model, self.dtype, self.max_positions)
         if pad_token_id is None:
@@ -143,9 +160,12 @@ class TorchEngine:
                 f"max_positions={self.max_positions}"
             )
         # All uniforms up front, one per (row, step): results do not depend on how rows are batched.
-        gen = torch.Generator()
-        gen.manual_seed(sp.seed if sp.seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-        uniforms = None if sp.greedy else torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen)
+        # Drawn on the CPU whatever the device: the same seed gives the same numbers everywhere.
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(sp.seed if sp.seed is not None else int(torch.randint(0, 2**62, (1,), device="cpu").item()))
+        uniforms = None
+        if not sp.greedy:
+            uniforms = torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen, device="cpu").to(self.device)
         w = self.weights
         row_bytes = 2 * len(w.layers) * w.n_kv_heads * w.head_dim * (longest + sp.max_new_tokens) * self._elt
         rows = min(self.max_rows, max(1, self.max_cache_bytes // row_bytes))
@@ -168,39 +188,40 @@ class TorchEngine:
         return self._stops[strings]
 
     def _generate(self, plist: list[list[int]], n: int, sp: SamplingParams, stop_ids: list[int], stops, uniforms):
-        w = self.weights
+        w, dev = self.weights, self.device
         u, p_max, new = len(plist), max(len(p) for p in plist), sp.max_new_tokens
         rows_total = u * n
         s_len = p_max + new
-        ids = torch.full((u, p_max), self.pad_token_id, dtype=torch.long)
-        valid_p = torch.zeros(u, p_max, dtype=torch.bool)
+        ids = torch.full((u, p_max), self.pad_token_id, dtype=torch.long, device="cpu")
+        valid_p = torch.zeros(u, p_max, dtype=torch.bool, device="cpu")
         for i, p in enumerate(plist):
-            ids[i, p_max - len(p) :] = torch.tensor(p, dtype=torch.long)
+            ids[i, p_max - len(p) :] = torch.tensor(p, dtype=torch.long, device="cpu")
             valid_p[i, p_max - len(p) :] = True
+        ids, valid_p = ids.to(dev), valid_p.to(dev)
         kv = new_cache(w, rows_total, s_len, self.dtype)
 
         # ---- prefill each distinct prompt once, then repeat its cache rows n times
-        logits = torch.empty(u, w.embed.shape[0])
+        logits = torch.empty(u, w.embed.shape[0], device=dev)
         for r0 in range(0, u, self.prefill_rows):
             r1 = min(u, r0 + self.prefill_rows)
             logits[r0:r1] = prefill(w, ids[r0:r1], valid_p[r0:r1], kv.rows(r0, r1))
         if n > 1:
-            kv.gather_rows(torch.arange(u).repeat_interleave(n), p_max)
+            kv.gather_rows(torch.arange(u, device=dev).repeat_interleave(n), p_max)
             logits = logits.repeat_interleave(n, dim=0)
-        valid = torch.ones(rows_total, s_len, dtype=torch.bool)
+        valid = torch.ones(rows_total, s_len, dtype=torch.bool, device=dev)
         valid[:, :p_max] = valid_p.repeat_interleave(n, dim=0)
-        plen = torch.tensor([len(p) for p in plist], dtype=torch.long).repeat_interleave(n)
+        plen = torch.tensor([len(p) for p in plist], dtype=torch.long, device="cpu").repeat_interleave(n).to(dev)
 
-        stop_t = torch.tensor(stop_ids, dtype=torch.long)
+        stop_t = torch.tensor(stop_ids, dtype=torch.long, device="cpu").to(dev)
 
-        out_tok = torch.full((rows_total, new), self.pad_token_id, dtype=torch.long)
-        out_lp = torch.zeros(rows_total, new)
-        out_ent = torch.zeros(rows_total, new) if sp.return_entropies else None
-        lengths = torch.full((rows_total,), new, dtype=torch.long)
-        stopped = torch.zeros(rows_total, dtype=torch.bool)
+        out_tok = torch.full((rows_total, new), self.pad_token_id, dtype=torch.long, device=dev)
+        out_lp = torch.zeros(rows_total, new, device=dev)
+        out_ent = torch.zeros(rows_total, new, device=dev) if sp.return_entropies else None
+        lengths = torch.full((rows_total,), new, dtype=torch.long, device=dev)
+        stopped = torch.zeros(rows_total, dtype=torch.bool, device=dev)
 
-        rows = torch.arange(rows_total)  # active batch row -> output row
-        alive = torch.ones(rows_total, dtype=torch.bool)  # over the active batch
+        rows = torch.arange(rows_total, device=dev)  # active batch row -> output row
+        alive = torch.ones(rows_total, dtype=torch.bool, device=dev)  # over the active batch
         kv_act, valid_act, plen_act = kv, valid, plen
         tok = None
         for step in range(new):
@@ -225,30 +246,34 @@ class TorchEngine:
             done = torch.isin(tok, stop_t) & alive if stop_ids else torch.zeros_like(alive)
             if stops is not None:
                 done |= stops.check(out_tok, rows, tok, alive & ~done, step)
-            if bool(done.any()):
-                lengths[rows[done]] = step + 1
-                stopped[rows[done]] = True
-                alive &= ~done
-                if not bool(alive.any()):
-                    break
-            finished = int((~alive).sum())
+            # Bookkeeping without a host round trip: a row's length is set once, when it finishes.
+            lengths[rows] = torch.where(done, step + 1, lengths[rows])
+            stopped[rows] |= done
+            alive &= ~done
+            if (step + 1) % self.sync_every and stops is None:
+                continue
+            finished = int((~alive).sum())  # the host synchronisation
+            if finished == alive.numel():
+                break
             if self.compaction and finished and finished >= self.compact_fraction * alive.numel():
                 keep = alive.nonzero().squeeze(1)
                 kv_act = kv_act.gather_rows(keep, p_max + step)  # columns written so far
                 valid_act, plen_act, rows, tok = valid_act[keep], plen_act[keep], rows[keep], tok[keep]
                 alive = alive[keep]
-        return out_tok, out_lp, out_ent, lengths, stopped
+        cpu = lambda t: None if t is None else t.cpu()  # noqa: E731
+        return cpu(out_tok), cpu(out_lp), cpu(out_ent), cpu(lengths), cpu(stopped)
 
     def _generation(self, plist, n, first_id, out_tok, out_lp, out_ent, lengths, stopped) -> Generation:
+        """The CPU-side record (all inputs are CPU tensors)."""
         t = int(lengths.max())
-        mask = (torch.arange(t)[None] < lengths[:, None]).float()  # [N, T]
+        mask = (torch.arange(t, device="cpu")[None] < lengths[:, None]).float()  # [N, T]
         return Generation(
-            prompt_ids=[torch.tensor(p, dtype=torch.long) for p in plist for _ in range(n)],
+            prompt_ids=[torch.tensor(p, dtype=torch.long, device="cpu") for p in plist for _ in range(n)],
             completion_ids=out_tok[:, :t].masked_fill(mask == 0, self.pad_token_id),
             completion_mask=mask,
             logprobs=out_lp[:, :t].masked_fill(mask == 0, 0.0),
             finish_reason=["stop" if s else "length" for s in stopped.tolist()],
-            prompt_index=torch.arange(first_id, first_id + len(plist)).repeat_interleave(n),
+            prompt_index=torch.arange(first_id, first_id + len(plist), device="cpu").repeat_interleave(n),
             entropies=None if out_ent is None else out_ent[:, :t].masked_fill(mask == 0, 0.0),
             policy_version=version_tensor(mask, self.version),
         )

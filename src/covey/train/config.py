@@ -42,8 +42,9 @@ class LoraConfig(_Strict):
 class ModelConfig(_Strict):
     name: str = Field("tiny-llama", min_length=1)
     """A built-in alias (smollm2-135m-instruct, tiny-llama, tiny-qwen2), a local folder or a hub id."""
-    dtype: Literal["bf16", "fp32"] = "bf16"
-    """Learner compute dtype: bf16 autocast (fast on AMX CPUs and GPUs) or full fp32. Weights stay fp32."""
+    dtype: Literal["bf16", "fp32", "auto"] = "bf16"
+    """Learner compute dtype: bf16 autocast (fast on AMX CPUs and GPUs) or full fp32. Weights stay fp32.
+    auto: bf16 on CUDA; on CPU bf16 only where a quick matmul measurement finds it faster."""
     lora: LoraConfig | None = None
     """LoRA (peft) adapters instead of full fine-tuning; None trains every weight."""
     gradient_checkpointing: bool = False
@@ -206,7 +207,7 @@ class RunConfig(_Strict):
     """Which prompts each step rolls out (`covey.data.SAMPLERS`)."""
     rollout: RolloutConfig = RolloutConfig()
     engine: EngineSpec = EngineSpec()
-    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32."""
+    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 | auto."""
     device: str = "auto"
     """Where the model, engine and every per-step tensor live: auto (CUDA when present), cpu, cuda, cuda:N."""
     algo: AlgoConfig = Field(default_factory=lambda: resolve_algo({"preset": "grpo"}))

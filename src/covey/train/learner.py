@@ -10,11 +10,22 @@ aggregation chosen in `AlgoConfig` and binds their parameters; after that it onl
     loss     = aggregation(loss_tok, mask, totals)          totals = counts of the whole mini-batch
 
 Mini-batches are optimizer steps; micro-batches accumulate gradients. Because the aggregation divides
-by whole-mini-batch counts, the accumulated gradient equals the one-big-batch gradient.
+by whole-mini-batch counts, the accumulated gradient equals the one-big-batch gradient. Micro-batches
+keep rows with the same prompt together (up to `micro_batch_size` rows), so the log-prob forward
+computes each prompt once for its whole group (`covey.engine.prefix`).
+
+Devices: the batch stays where it is (the engine returns it on the CPU); each micro-batch is moved
+to the model's device, and log-probs written back into the batch come back to the batch's device.
+bf16 autocast runs on the model's device type (CUDA or CPU); dtype "auto" is bf16 on CUDA and
+measured on CPU (`covey.engine.dtypes`). `memory/peak_gb` in the metrics is the peak of the update:
+`torch.cuda.max_memory_allocated` on CUDA, the process's RSS high-water mark (getrusage) on CPU.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import resource
+import sys
 from collections import defaultdict
 from contextlib import nullcontext
 
@@ -23,7 +34,9 @@ from torch import Tensor
 
 from covey.algos import SURROGATES, BatchTotals, CorrectionInputs, LossInputs
 from covey.algos.presets import AlgoConfig
+from covey.engine.dtypes import model_device, resolve_dtype_name
 from covey.engine.logprobs import completion_logprobs
+from covey.engine.prefix import prompt_groups
 from covey.rollouts import Rollouts
 
 __all__ = ["Learner"]
@@ -45,12 +58,17 @@ class Learner:
         grad_clip: float | None = 1.0,
         dtype: str = "bf16",
         recompute_old_logprobs: str = "auto",
+        share_prompts: bool | str = "auto",
     ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.temperature, self.max_new_tokens = temperature, max_new_tokens
         self.epochs, self.mini_batches, self.micro_batch_size = epochs, mini_batches, micro_batch_size
         self.grad_clip = grad_clip
-        self.autocast = dtype == "bf16"
+        self.device = model_device(model)
+        hidden = getattr(getattr(model, "config", None), "hidden_size", 1024)
+        self.dtype = resolve_dtype_name(dtype, self.device, hidden)  # "bf16" or "fp32"
+        self.autocast = self.dtype == "bf16"
+        self.share_prompts = share_prompts
         self.surrogate = algo.bind("surrogate")
         self.aggregate = algo.bind("aggregation")
         self.correction = algo.bind("correction")
@@ -69,11 +87,14 @@ class Learner:
         self.recompute_old = recompute_old_logprobs == "always"
 
     # ------------------------------------------------------------------------------------------
-    def _ctx(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else nullcontext()
+    def _ctx(self, model=None):
+        if not self.autocast:
+            return nullcontext()
+        return torch.autocast(model_device(model or self.model).type, dtype=torch.bfloat16)
 
     def logprobs(self, model, batch: Rollouts, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-        with self._ctx():
+        """Log-probs (and entropies) of `batch`'s completions under `model`, on the model's device."""
+        with self._ctx(model):
             return completion_logprobs(
                 model,
                 batch.prompt_ids,
@@ -81,21 +102,40 @@ class Learner:
                 batch.completion_mask,
                 temperature=self.temperature,
                 with_entropy=with_entropy,
+                share_prompts=self.share_prompts,
             )
 
     @torch.no_grad()
     def fill_logprobs(self, batch: Rollouts, model=None, field: str = "old_logprobs") -> None:
         """Write no-grad log-probs of `model` (default: the policy) into `batch.<field>`, micro-batched."""
         model = model or self.model
-        parts = []
-        for idx in self._chunks(torch.arange(len(batch))):
+        out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=batch.completion_mask.device)
+        for idx in self._chunks(batch):
             lp, _ = self.logprobs(model, batch.select(idx))
-            parts.append(lp.float())
-        setattr(batch, field, torch.cat(parts) * batch.completion_mask)
+            out[idx.to(out.device)] = lp.float().to(out.device)
+        setattr(batch, field, out * batch.completion_mask)
 
-    def _chunks(self, rows: Tensor) -> list[Tensor]:
-        size = self.micro_batch_size or len(rows)
-        return list(rows.split(size))
+    def _chunks(self, batch: Rollouts) -> list[Tensor]:
+        """Row indices [CPU long] of the micro-batches: rows with the same prompt stay together,
+        whole prompt groups are packed up to `micro_batch_size` rows (a larger group is split)."""
+        n = len(batch)
+        size = self.micro_batch_size or n
+        _, prompt_of = prompt_groups(batch.prompt_ids)
+        groups: dict[int, list[int]] = {}
+        for row, u in enumerate(prompt_of.tolist()):
+            groups.setdefault(u, []).append(row)
+        chunks: list[list[int]] = [[]]
+        for rows in groups.values():
+            if chunks[-1] and len(chunks[-1]) + len(rows) > size:
+                chunks.append([])
+            while len(rows) > size:  # a group larger than a micro-batch fills whole ones
+                if chunks[-1]:
+                    chunks.append([])
+                chunks[-1].extend(rows[:size])
+                rows = rows[size:]
+                chunks.append([])
+            chunks[-1].extend(rows)
+        return [torch.tensor(c, dtype=torch.long, device="cpu") for c in chunks if c]
 
     # ------------------------------------------------------------------------------------------
     def update(self, batch: Rollouts, generator: torch.Generator) -> dict[str, float]:
@@ -104,19 +144,23 @@ class Learner:
             raise ValueError("learner.update needs batch.advantages: run an advantage estimator first")
         if self.recompute_old and batch.old_logprobs is None:
             self.fill_logprobs(batch)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
         n = len(batch)
         for _ in range(self.epochs):
-            order = torch.randperm(n, generator=generator)
+            order = torch.randperm(n, generator=generator, device="cpu")  # row indices of the (CPU) batch
             for mb in order.chunk(self.mini_batches):
                 stats = self._step(batch.select(mb))
                 for k, (v, w) in stats.items():
                     sums[k] += v * w
                     weights[k] += w
         self.model.eval()
-        return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out["memory/peak_gb"] = peak_memory_gb(self.device)
+        return out
 
     def _step(self, mb: Rollouts) -> dict[str, tuple[float, float]]:
         """One optimizer step on mini-batch `mb`; returns {metric: (value, weight)}."""
@@ -129,8 +173,8 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         stats: dict[str, tuple[float, float]] = {}
         loss_total = 0.0
-        for idx in self._chunks(torch.arange(len(mb))):
-            micro = mb.select(idx)
+        for idx in self._chunks(mb):
+            micro = to_device(mb.select(idx), self.device)
             mask = micro.loss_mask()
             tokens = float(mask.sum())
             if tokens == 0:
@@ -181,6 +225,27 @@ class Learner:
             return 0.0
         max_norm = self.grad_clip if self.grad_clip is not None else float("inf")
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def to_device(batch: Rollouts, device: torch.device) -> Rollouts:
+    """A copy of `batch` whose tensors (and prompt tensors) are on `device` (no copy when already there)."""
+    changes = {}
+    for f in dataclasses.fields(batch):
+        val = getattr(batch, f.name)
+        if isinstance(val, Tensor):
+            changes[f.name] = val.to(device, non_blocking=True)
+        elif f.name == "prompt_ids":
+            changes[f.name] = [p.to(device, non_blocking=True) for p in val]
+    return dataclasses.replace(batch, **changes)
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak memory in GiB: CUDA allocator peak since the last reset on CUDA, else the process's RSS
+    high-water mark (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (2**30 if sys.platform == "darwin" else 2**20)
 
 
 def _wmean(old: tuple[float, float], v: float, w: float) -> tuple[float, float]:
