@@ -284,12 +284,13 @@ def bench_generate(
     dtype: str = "bf16",
     repeats: int = 3,
     threads: Annotated[int, typer.Option(help="torch threads for both engines (0 = torch's default).")] = 0,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",
 ):
     """covey's engine vs HF generate on the same model, prompts and settings (tokens/s and ratio)."""
     from covey.engine.bench import generate_cmd
 
     generate_cmd(model=model, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
-                 repeats=repeats, threads=threads)  # fmt: skip
+                 repeats=repeats, threads=threads, device=device)  # fmt: skip
 
 
 @bench_app.command("step-vs-trl")
@@ -300,11 +301,13 @@ def bench_step_vs_trl(
     group_size: int = 8,
     new_tokens: int = 24,
     threads: Annotated[int, typer.Option(help="torch threads for both (0 = torch's default; 1 is steadier on a shared machine).")] = 0,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",
 ):
     """TRL GRPOTrainer vs covey, same model/settings, median s/step and first-step losses."""
     from covey.train.bench_trl import step_vs_trl
 
-    result = step_vs_trl(model, steps=steps, prompts=prompts, group_size=group_size, new_tokens=new_tokens, threads=threads)
+    result = step_vs_trl(model, steps=steps, prompts=prompts, group_size=group_size, new_tokens=new_tokens, threads=threads,
+                         device=device)  # fmt: skip
     typer.echo(json.dumps(result))
 
 

@@ -9,7 +9,11 @@ tokens only (batch x new_tokens per run; the prefill time is included in the run
 Achieved FLOP/s: 2 x (matmul parameters, lm_head included, embedding lookup excluded) per token
 processed (prompt + generated), plus attention 4 x layers x heads x head_dim x context per token,
 divided by covey's time; `ceiling_fraction` compares it with the ~1 TFLOP/s AMX bf16 matmul peak
-of this machine (fp32 peak is ~0.3 TFLOP/s).
+of this machine (fp32 peak is ~0.3 TFLOP/s); on CUDA it is left out (no peak known for the GPU).
+
+device: cpu, cuda, cuda:N or auto (CUDA when present); both engines run there, and the timers wait
+for the GPU (`torch.cuda.synchronize`). dtype: bf16, fp32, or auto (`covey.engine.dtypes`; the
+result names the dtype chosen).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 import torch
 
 from covey.engine.base import SamplingParams
+from covey.engine.dtypes import resolve_dtype_name
 from covey.engine.torch_engine import TorchEngine
 
 __all__ = ["bench_generate", "generate_cmd"]
@@ -55,6 +60,7 @@ def bench_generate(
     repeats: int = 3,
     seed: int = 0,
     threads: int = 0,
+    device: str = "auto",
 ) -> dict:
     """Time covey's engine and HF generate on `model` (an alias or path); return one result dict.
 
@@ -65,16 +71,26 @@ def bench_generate(
 
     if threads:
         torch.set_num_threads(threads)
-    if dtype not in ("bf16", "fp32"):
-        raise ValueError(f"dtype must be 'bf16' or 'fp32', got {dtype!r}")
+    if dtype not in ("bf16", "fp32", "auto"):
+        raise ValueError(f"dtype must be 'bf16', 'fp32' or 'auto', got {dtype!r}")
     if min(batch, prompt_tokens, new_tokens, repeats) < 1:
         raise ValueError("batch, prompt_tokens, new_tokens and repeats must all be >= 1")
+    dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available on this machine (use cpu or auto)")
+    hf_model, tok = load(model)
+    dtype = resolve_dtype_name(dtype, dev, hf_model.config.hidden_size)
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
-    hf_model, tok = load(model, dtype=torch_dtype)
+    hf_model.to(dev, torch_dtype)
     engine = TorchEngine(hf_model, dtype=dtype, tokenizer=tok)
     gen = torch.Generator().manual_seed(seed)
     low = 5 if hf_model.config.vocab_size > 10 else 0  # skip the special-token ids of the tiny vocab
     prompts = torch.randint(low, hf_model.config.vocab_size, (batch, prompt_tokens), generator=gen)
+    hf_prompts = prompts.to(dev)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=seed, ignore_eos=True)
     hf_kwargs = dict(
         do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
@@ -82,16 +98,19 @@ def bench_generate(
     )  # fmt: skip
 
     def run_covey() -> float:
+        sync()
         t0 = time.perf_counter()
-        out = engine.generate(list(prompts), 1, sampling)
+        out = engine.generate(list(prompts), 1, sampling)  # returns CPU tensors: already waited for
         dt = time.perf_counter() - t0
         assert out.completion_ids.shape == (batch, new_tokens)
         return dt
 
     def run_hf() -> float:
+        sync()
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = hf_model.generate(prompts, attention_mask=torch.ones_like(prompts), **hf_kwargs)
+            out = hf_model.generate(hf_prompts, attention_mask=torch.ones_like(hf_prompts), **hf_kwargs)
+        sync()
         dt = time.perf_counter() - t0
         assert out.shape == (batch, prompt_tokens + new_tokens)
         return dt
@@ -113,6 +132,7 @@ def bench_generate(
         "prompt_tokens": prompt_tokens,
         "new_tokens": new_tokens,
         "dtype": dtype,
+        "device": str(dev),
         "repeats": repeats,
         "threads": torch.get_num_threads(),
         "covey_tok_s": round(gen_tokens / c_med, 1),
@@ -122,8 +142,9 @@ def bench_generate(
         "covey_s": [float(f"{x:.4g}") for x in covey_t],
         "hf_s": [float(f"{x:.4g}") for x in hf_t],
         "achieved_tflops": float(f"{flops / c_med / 1e12:.3g}"),
-        "ceiling_fraction": float(f"{flops / c_med / peak:.3g}"),
     }
+    if dev.type == "cpu":
+        result["ceiling_fraction"] = float(f"{flops / c_med / peak:.3g}")
     return result
 
 
@@ -135,9 +156,10 @@ def generate_cmd(
     dtype: str = "bf16",
     repeats: int = 3,
     threads: int = 0,
+    device: str = "auto",
 ) -> None:
     """Benchmark covey's generation against HF generate; print one JSON line."""
-    print(json.dumps(bench_generate(model, batch, prompt_tokens, new_tokens, dtype, repeats, threads=threads)))
+    print(json.dumps(bench_generate(model, batch, prompt_tokens, new_tokens, dtype, repeats, threads=threads, device=device)))
 
 
 if __name__ == "__main__":

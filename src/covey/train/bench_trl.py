@@ -18,6 +18,10 @@ Loss match: a separate fp32 TRL run records its first batch (prompt and completi
 rewards, advantages), its loss and its gradient; covey's learner then evaluates its loss and
 gradient on exactly those samples from the same initial weights (`first_step_match`).
 
+Device: `device` (cpu, cuda, cuda:N, auto = CUDA when present) is used by both frameworks (TRL
+through `use_cpu`, covey through its `device` key) and by the loss match. On CUDA each step is
+timed up to its end (both frameworks return losses to the host at the end of a step).
+
 Not covered here: generation-only speed (`covey.engine.bench`) and learning curves (docs).
 """
 
@@ -62,7 +66,8 @@ def _task(prompts: int):
 
 
 def covey_config(
-    model: str, *, prompts: int, group_size: int, new_tokens: int, dtype: str = "bf16", steps: int = 4, seed: int = 0
+    model: str, *, prompts: int, group_size: int, new_tokens: int, dtype: str = "bf16", steps: int = 4, seed: int = 0,
+    device: str = "cpu",
 ) -> RunConfig:
     """covey's run config matching TRL's GRPO defaults (see the module docstring)."""
     return validate_config(
@@ -83,20 +88,22 @@ def covey_config(
             "log": {"report_to": ["jsonl"], "progress": False},
             "steps": steps,
             "seed": seed,
+            "device": device,
         },
         source="step-vs-trl",
     )
 
 
 def trl_args(
-    *, prompts: int, group_size: int, new_tokens: int, bf16: bool, steps: int, seed: int = 0, fixed_length: bool = True
+    *, prompts: int, group_size: int, new_tokens: int, bf16: bool, steps: int, seed: int = 0, fixed_length: bool = True,
+    device: str = "cpu",
 ):
     """TRL `GRPOConfig` with the same settings: one update per generated batch of prompts*group_size rows."""
     from trl import GRPOConfig
 
     return GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="covey-trl-"),
-        use_cpu=True,
+        use_cpu=torch.device(device).type == "cpu",
         bf16=bf16,
         learning_rate=LR,
         lr_scheduler_type="constant",
@@ -188,6 +195,7 @@ def first_step_match(
     reward: Callable | None = None,
     fixed_length: bool = True,
     seed: int = 0,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """TRL's first-step loss, advantages and gradient vs covey's learner on the same samples, fp32.
 
@@ -199,12 +207,12 @@ def first_step_match(
 
     task = _task(prompts)
     policy, tokenizer = load(model)
-    policy.float()
+    policy.float().to(device)
     initial = copy.deepcopy(policy)  # covey starts from these weights (TRL patches its own model)
     trl_tok = copy.deepcopy(tokenizer)
     args = trl_args(
         prompts=prompts, group_size=group_size, new_tokens=new_tokens, bf16=False, steps=1, seed=seed,
-        fixed_length=fixed_length,
+        fixed_length=fixed_length, device=device,
     )  # fmt: skip
     trainer = _recording_trainer(GRPOTrainer)(
         model=policy, reward_funcs=reward or _verifier(task), args=args, train_dataset=_dataset(task),
@@ -213,7 +221,7 @@ def first_step_match(
     with contextlib.redirect_stdout(sys.stderr):
         trainer.train()
     rec = trainer.record
-    b = rec["batch"]
+    b = {k: v.cpu() for k, v in rec["batch"].items()}
 
     cfg = covey_config(model, prompts=prompts, group_size=group_size, new_tokens=new_tokens, dtype="fp32")
     optimizer, scheduler = build_optimizer(initial, cfg.optim, 1)
@@ -227,7 +235,7 @@ def first_step_match(
         behaviour_logprobs=torch.zeros(b["completion_ids"].shape),
         group=group,
         prompt_id=group.clone(),
-        rewards=rec["rewards"].float(),
+        rewards=rec["rewards"].float().cpu(),
         reward_names=("accuracy",),
         reward_weights=torch.ones(1),
     ).validate()
@@ -268,7 +276,7 @@ def first_step_match(
 # --------------------------------------------------------------------------------------------- timing
 def step_vs_trl(
     model: str, *, steps: int = 3, prompts: int = 8, group_size: int = 8, new_tokens: int = 24,
-    covey_fp32: bool = True, threads: int = 0,
+    covey_fp32: bool = True, threads: int = 0, device: str = "cpu",
 ) -> dict:  # fmt: skip
     """Median seconds per training step of TRL and covey (bf16 and optionally fp32), plus the loss match.
 
@@ -286,16 +294,18 @@ def step_vs_trl(
         raise ValueError(f"threads must be >= 0 (0 = torch's default), got {threads}")
     if threads:
         torch.set_num_threads(threads)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     load_before = os.getloadavg()
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the CLI's JSON line
         _log(f"{model}: first-step loss match (fp32)")
-        match = first_step_match(model, prompts=prompts, group_size=group_size, new_tokens=new_tokens)
+        match = first_step_match(model, prompts=prompts, group_size=group_size, new_tokens=new_tokens, device=device)
         _log(f"loss match: {match}")
 
         runs = {"covey": "bf16"} | ({"covey_fp32": "fp32"} if covey_fp32 else {})
         shape = {"prompts": prompts, "group_size": group_size, "new_tokens": new_tokens}
         covey = {
-            name: Trainer(covey_config(model, **shape, dtype=dt, steps=steps + 1), tempfile.mkdtemp(prefix="covey-bench-"))
+            name: Trainer(covey_config(model, **shape, dtype=dt, steps=steps + 1, device=device),
+                          tempfile.mkdtemp(prefix="covey-bench-"))  # fmt: skip
             for name, dt in runs.items()
         }
         times: dict[str, list[float]] = {"trl": [], **{k: [] for k in covey}}
@@ -321,7 +331,7 @@ def step_vs_trl(
         policy.float()
         trainer = _recording_trainer(GRPOTrainer)(
             model=policy, reward_funcs=_verifier(task), train_dataset=_dataset(task), processing_class=tokenizer,
-            args=trl_args(**shape, bf16=True, steps=steps + 1),
+            args=trl_args(**shape, bf16=True, steps=steps + 1, device=device),
             callbacks=[Alternate()],
         )  # fmt: skip
         try:
@@ -337,6 +347,7 @@ def step_vs_trl(
         "model": model,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": f"{_cpu_name()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "device": device,
         "load_avg_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "settings": {"prompts": prompts, "group_size": group_size, "new_tokens": new_tokens, "steps_timed": steps,
                      "lr": LR, "loss": "token-mean (TRL dapo)", "adv_eps": ADV_EPS, "clip_eps": CLIP_EPS, "kl": 0},

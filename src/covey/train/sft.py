@@ -20,14 +20,16 @@ __all__ = ["run_sft"]
 
 
 def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_size: int = 32, lr: float = 1e-3,
-            seed: int = 0, dtype: str = "bf16") -> dict:  # fmt: skip
+            seed: int = 0, dtype: str = "bf16", device: str = "auto") -> dict:  # fmt: skip
+    """Train `model_name` on the task's demonstrations; device auto = CUDA when present."""
     demo = getattr(task, "demonstration", None)
     if demo is None:
         raise ValueError(f"task {task.name!r} has no demonstrations (a `demonstration(item)` method) to imitate")
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model, tok = load_model(model_name)
-    model.float().train()
+    dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+    model.float().to(dev).train()
     items = list(task.examples("train"))
     eos = tok.eos_token or ""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -35,8 +37,8 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
     losses = []
     for _ in range(steps):
         batch = [items[rng.randrange(len(items))] for _ in range(batch_size)]
-        ids, labels = _encode(tok, batch, demo, eos)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+        ids, labels = (t.to(dev) for t in _encode(tok, batch, demo, eos))
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
             logits = model(input_ids=ids).logits  # right padding: causal attention never sees it
         loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
