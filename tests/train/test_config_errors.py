@@ -68,3 +68,20 @@ def test_no_warning_when_advantages_can_move(overrides, caplog):
     with caplog.at_level(logging.WARNING, logger="covey"):
         check_run(load_config(None, BASE + overrides))
     assert "every advantage is zero" not in caplog.text
+
+
+def test_group_size_one_warning_follows_the_estimators_own_singleton_default(tmp_path, monkeypatch, caplog):
+    (tmp_path / "raw_adv.py").write_text(
+        "from covey.algos.registry import AdvantageResult\n"
+        "def adv(batch, *, singleton: str = 'raw'):\n"
+        "    r = batch.scalar_rewards()\n"
+        "    return AdvantageResult(r - r.mean(), {})\n"
+        "adv.group_relative = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="covey"):
+        check_run(load_config(None, BASE + ["rollout.group_size=1", "algo.advantage.name=raw_adv:adv"]))
+    assert "every advantage is zero" not in caplog.text  # its default already keeps raw rewards
+    with caplog.at_level(logging.WARNING, logger="covey"):
+        check_run(load_config(None, BASE + ["rollout.group_size=1", "algo.advantage={name: 'raw_adv:adv', singleton: zero}"]))
+    assert "'raw_adv:adv': every advantage is zero" in caplog.text

@@ -172,7 +172,7 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
             raise ValueError("log.report_to has wandb but the wandb package is not installed: pip install wandb, "
                              "or remove it from log.report_to")  # fmt: skip
     advantage = ADVANTAGES.get(cfg.algo.advantage.name)
-    singleton = cfg.algo.advantage.params.get("singleton", "zero")
+    singleton = {**advantage.defaults, **cfg.algo.advantage.params}.get("singleton", "zero")
     if advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
         logging.getLogger("covey").warning(
             "rollout.group_size=1 with the group-relative estimator %r: every advantage is zero, nothing will be "
