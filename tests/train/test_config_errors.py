@@ -29,6 +29,7 @@ BASE = ["model.name=tiny-llama", "task.params={digits: 1, n_train: 8, n_test: 4}
         ("rewards=[{name: format, weight: .nan}]", "rewards.0.weight"),
         ("model.name=''", "model.name"),
         ("sampling.stop_strings=['</answer>', '']", "sampling.stop_strings"),
+        ("eval.every=5", "eval.every=5 evaluates nothing because eval.size is 0"),
     ],
 )
 def test_late_failures_are_config_errors_naming_the_key(override, key):

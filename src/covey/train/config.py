@@ -295,6 +295,9 @@ class RunConfig(_Strict):
             raise ValueError(
                 f"optim.micro_batch_size={mb} is larger than a mini-batch ({n // self.optim.mini_batches} rows)"
             )
+        if self.eval.every and not self.eval.size:
+            raise ValueError(f"eval.every={self.eval.every} evaluates nothing because eval.size is 0: "
+                             "set eval.size to the number of held-out prompts")  # fmt: skip
         return self
 
 
