@@ -3,9 +3,11 @@ completions through an Engine.
 
 Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
 forking KV cache), april (partial rollouts carried across steps),
-igrpo and cog_rethinker (two-stage self-conditioned rollouts). See docs/rollouts.md."""
+igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
+quality head). See docs/rollouts.md."""
 
 from covey.rollout.april import APRIL
+from covey.rollout.arrol import ARRoL
 from covey.rollout.branch import BranchStrategy
 from covey.rollout.base import STRATEGIES, RolloutContext, RolloutStrategy, register_strategy
 from covey.rollout.cog_rethinker import CogRethinker
@@ -17,6 +19,7 @@ from covey.rollout.treepo import TreePO
 
 __all__ = [
     "APRIL",
+    "ARRoL",
     "LATR",
     "STRATEGIES",
     "BranchStrategy",
