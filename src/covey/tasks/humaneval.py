@@ -33,7 +33,10 @@ class HumanEval:
     block that does not define the entry point is taken as the function's BODY and appended to the
     prompt (models often answer that way). Reward: 1.0 when check() passes, else 0.0.
     Item: ``{"id": index, "task_id": "HumanEval/i", "prompt", "answer": canonical full function,
-    "tests": {"setup": prompt, "asserts": [test + check(entry_point)]}, "entry_point"}``.
+    "tests": {"setup": prompt, "asserts": [test + check(entry_point)], "functions": [entry_point]},
+    "entry_point"}``. Only the entry point is taken from the program: helpers the prompt defines and the
+    test uses (``poly`` in /32, ``encode_cyclic`` in /38) keep the prompt's definition, so a program
+    cannot pass by redefining the checker.
     Params: `chat`, `template` (with ``{prompt}``), `timeout_s` (the one test), `memory_mb`.
 
     >>> task = HumanEval(chat=False)
@@ -83,6 +86,7 @@ class HumanEval:
             "task_id": p["task_id"],
             "prompt": as_prompt(self.template.format(prompt=p["prompt"]), self.chat),
             "answer": p["prompt"] + p["canonical_solution"],
-            "tests": {"setup": p["prompt"], "asserts": [f"{p['test']}\ncheck({p['entry_point']})"]},
+            "tests": {"setup": p["prompt"], "asserts": [f"{p['test']}\ncheck({p['entry_point']})"],
+                      "functions": [p["entry_point"]]},  # the prompt's other functions stay the prompt's
             "entry_point": p["entry_point"],
         }

@@ -11,7 +11,9 @@ solution's classes, so it must run after the solution). Running code is
 
 from __future__ import annotations
 
+import ast
 import os
+import warnings
 
 from covey.rewards.code import CodeReward
 from covey.tasks._common import as_prompt, check_split
@@ -102,5 +104,18 @@ class MBPP:
             "id": row["task_id"],
             "prompt": as_prompt(text, self.chat),
             "answer": row["code"].replace("\r\n", "\n"),
-            "tests": {"asserts": [setup + t for t in asserts]},
+            "tests": {"asserts": [setup + t for t in asserts], "functions": _entry_points(row["code"], asserts)},
         }
+
+
+def _entry_points(code: str, asserts: list[str]) -> list[str]:
+    """The reference's top-level functions and classes that the asserts use (task 126 tests a
+    function named ``sum``: listed, the sandbox lets the program's ``sum`` shadow the builtin)."""
+    try:
+        with warnings.catch_warnings():  # MBPP's sources have invalid escapes such as "\d"
+            warnings.simplefilter("ignore")
+            defined = {n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            used = {n.id for t in asserts for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        return []
+    return sorted(defined & used)

@@ -19,6 +19,8 @@ process rebuilt itself. stdin/stdout tests run the program as its own fresh proc
 compares its output.
 """
 
+import ast
+import builtins
 import ctypes
 import importlib
 import resource
@@ -29,6 +31,7 @@ import sys
 import traceback
 
 PR_SET_DUMPABLE = 4
+RESERVED = frozenset(dir(builtins)) | frozenset(sys.stdlib_module_names)  # names with a trusted meaning
 MAX_MESSAGE = 300
 MAX_IO_OUTPUT = 4 * 1024 * 1024
 CANDIDATE = "candidate.py"
@@ -73,6 +76,7 @@ class _Candidate:
         os.close(req_r)
         os.close(rep_w)
         self.buf = bytearray()
+        self.violation = None  # the first NotPlain / CandidateCrashed of this test; it can never pass
         send(self.req_w, {"setup": spec["setup"], "code": spec["code"]})
         first = self._reply()
         if "load_error" in first:
@@ -81,13 +85,19 @@ class _Candidate:
             raise CandidateCrashed("the program's process broke the protocol")
         self.ready = first["ready"]
 
+    def refuse(self, exc):
+        """Remember `exc` (not plain data, a crash) so the test fails even if it catches it; return it."""
+        if self.violation is None:
+            self.violation = exc
+        return exc
+
     def _reply(self):
         try:
             msg = recv(self.rep_r, self.buf)
         except (ValueError, UnicodeDecodeError):
-            raise CandidateCrashed("the program's process sent malformed data") from None
+            raise self.refuse(CandidateCrashed("the program's process sent malformed data")) from None
         if msg is None or not isinstance(msg, dict):
-            raise CandidateCrashed("the program's process ended before answering (exit, crash or kill)")
+            raise self.refuse(CandidateCrashed("the program's process ended before answering (exit, crash or kill)"))
         return msg
 
     def _ref(self, x):
@@ -97,7 +107,7 @@ class _Candidate:
         try:
             payload = {key: name, "args": encode(list(args), ref=self._ref), "kwargs": encode(dict(kwargs), ref=self._ref)}
         except Unsupported as e:
-            raise NotPlain("unsupported", f"cannot pass {e} to the program") from None
+            raise self.refuse(NotPlain("unsupported", f"cannot pass {e} to the program")) from None
         return self._request(payload, args, name)
 
     def getattr(self, handle, attr):
@@ -107,14 +117,14 @@ class _Candidate:
         try:
             payload = {"setattr": [handle, attr, encode(value, ref=self._ref)]}
         except Unsupported as e:
-            raise NotPlain("unsupported", f"cannot pass {e} to the program") from None
+            raise self.refuse(NotPlain("unsupported", f"cannot pass {e} to the program")) from None
         self._request(payload, (), attr)
 
     def _request(self, payload, args, what):
         try:
             send(self.req_w, payload)
         except OSError:
-            raise CandidateCrashed("the program's process ended (exit, crash or kill)") from None
+            raise self.refuse(CandidateCrashed("the program's process ended (exit, crash or kill)")) from None
         reply = self._reply()
         if "raise" in reply:
             etype, text = (list(reply["raise"]) + ["", ""])[:2]
@@ -124,13 +134,13 @@ class _Candidate:
             raise CandidateError(f"{etype}: {text}")
         if "bad" in reply:
             kind, text = (list(reply["bad"]) + ["", ""])[:2]
-            raise NotPlain(kind, f"{what} returned {text}")
+            raise self.refuse(NotPlain(kind, f"{what} returned {text}"))
         remote = lambda i, name: _Remote(self, i, name)  # noqa: E731
         try:
             result = decode(reply["ok"], obj=remote)
             mut = {int(k): decode(v, obj=remote) for k, v in dict(reply.get("mut", {})).items()}
         except (ValueError, KeyError, TypeError):
-            raise CandidateCrashed("the program's process sent malformed data") from None
+            raise self.refuse(CandidateCrashed("the program's process sent malformed data")) from None
         for i, new in mut.items():  # in-place functions: mirror the change into the caller's objects
             if 0 <= i < len(args) and type(args[i]) is type(new) and type(new) in (list, dict, set):
                 args[i].clear()
@@ -163,6 +173,16 @@ class _Remote:
     def __repr__(self):
         return f"<{self._type} object of the program>"
 
+    def _refuse(self, *_):
+        raise self._cand.refuse(NotPlain("unsupported", f"the test needs the truth value or a comparison of "
+                                         f"{self!r}; only plain data can be checked"))
+
+    __bool__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __hash__ = object.__hash__
+
+
+OPAQUE = (_Remote,)  # `encode` sends these back by handle (they define __eq__ only to refuse it)
+
 
 def _proxy(cand, name):
     def call(*args, **kwargs):
@@ -172,31 +192,80 @@ def _proxy(cand, name):
     return call
 
 
+def _names_read(code):
+    """Every name `code` mentions (its ast.Name nodes); empty when it does not parse."""
+    try:
+        return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+
+
 def _test_globals(spec, cand):
-    """The namespace the test runs in: setup (trusted), then the program's names as seen from here."""
+    """(namespace the test runs in, program names kept out of it).
+
+    Setup runs first (trusted). The program's names come after, except that it may not redefine a
+    name with a trusted meaning: a builtin (``def abs(x): return 0``), a stdlib module's name (a
+    class named ``math`` with an ``isclose`` that is always true), or a name the setup defined
+    (HumanEval's ``poly`` / ``encode_cyclic`` checkers). ``spec["functions"]`` lists the names the
+    test does mean to take from the program (its entry points); those are exempt. A stdlib module the
+    program imported under its own name is bound to the test process's own copy.
+    """
     g = {"__name__": "__main__", "__builtins__": __builtins__}
     exec(compile(spec["setup"], "<setup>", "exec"), g)
-    info = cand.ready
-    for name, module in dict(info.get("modules", {})).items():
-        try:
-            g[str(name)] = importlib.import_module(str(module))  # our own copy of the module
-        except ImportError:
-            pass
-    for name, value in dict(info.get("values", {})).items():
-        try:
-            g[str(name)] = decode(value)
-        except ValueError:
-            pass
-    for name in list(info.get("functions", [])):
-        g[str(name)] = _proxy(cand, str(name))
-    return g
+    declared, setup_names = set(spec.get("functions") or ()), set(g)
+    provided = {str(k): ("module", str(v)) for k, v in dict(cand.ready.get("modules", {})).items()}
+    provided.update({str(k): ("value", v) for k, v in dict(cand.ready.get("values", {})).items()})
+    provided.update({str(k): ("function", None) for k in list(cand.ready.get("functions", []))})
+    kept_out = []
+    for name, (kind, data) in provided.items():
+        if name.startswith("__"):
+            continue
+        if kind == "module":
+            if name == data and name in sys.stdlib_module_names and name not in setup_names and name != "__main__":
+                try:
+                    g[name] = importlib.import_module(name)  # our own copy, whatever the program did to its copy
+                except ImportError:
+                    pass
+            continue  # a module under another name (import x as y) is not the test's to use
+        if name not in declared and (name in RESERVED or name in setup_names):
+            kept_out.append(name)
+        elif kind == "value":
+            try:
+                g[name] = decode(data)
+            except ValueError:
+                pass
+        else:
+            g[name] = _proxy(cand, name)
+    return g, kept_out
+
+
+def _hint(test, kept_out):
+    """Why a test that reads one of the program's kept-out names may have failed."""
+    names = sorted(set(kept_out) & _names_read(test))
+    if not names:
+        return ""
+    return (f" [the program's {', '.join(names)} not used: the test reads the builtin, stdlib module or setup "
+            "definition; list the program's entry points in tests['functions'] to test them]")
 
 
 def _assert_test(spec, test):
     """(status, message, suspect) of one assert-style test, decided in this (trusted) process."""
+    kept_out = []
+    status, message, suspect = _verdict(spec, test, kept_out)
+    hint = _hint(test, kept_out) if status != "pass" else ""
+    if hint:
+        message = message[: MAX_MESSAGE - len(hint)] + hint
+    return status, message, suspect
+
+
+def _verdict(spec, test, kept_out):
     try:
         cand = _Candidate(spec)
-        exec(compile(test, "<test>", "exec"), _test_globals(spec, cand))
+        g, out = _test_globals(spec, cand)
+        kept_out.extend(out)
+        exec(compile(test, "<test>", "exec"), g)
+        if cand.violation is not None:  # the test caught it (``except Exception:``): still not a pass
+            raise cand.violation
         return "pass", "", False
     except NotPlain as e:
         return "fail", str(e)[:MAX_MESSAGE], e.suspect
@@ -292,10 +361,16 @@ def main():
     result_fd = int(sys.argv[1])
     spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     try:
-        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        protected = ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        pass
+        protected = False
     tests = [("assert", t) for t in spec["asserts"]] + [("io", t) for t in spec["io"]]
+    if not protected:  # the program could read our memory and descriptors through /proc: fail closed
+        for i in range(len(tests)):
+            res = {"i": i, "passed": False, "status": "crash", "suspect": False,
+                   "message": "the harness could not make itself non-dumpable (prctl); no test can be trusted"}
+            os.write(result_fd, (json.dumps(res) + "\n").encode())
+        return
     try:
         compile(spec["setup"], "<setup>", "exec")
         compile(spec["code"], "<solution>", "exec")

@@ -9,6 +9,9 @@ Test formats (`CodeTests.coerce` accepts any of them):
     ["assert f(1) == 2", ...]                                   assert statements
     {"setup": "import math", "asserts": ["assert ..."]}         setup runs before the code
     {"io": [["3 4\\n", "7\\n"], ...]}                            stdin -> expected stdout
+    {"setup": prompt, "asserts": [...], "functions": ["f"]}    names the test takes from the program
+Outside `functions`, the program cannot redefine a name the test reads as a builtin, a stdlib module
+or a setup definition (HumanEval's setup holds checkers such as ``poly``; docs/sandbox.md).
 Outputs compare after stripping trailing spaces on each line and trailing blank lines.
 """
 
@@ -35,11 +38,16 @@ _STATUSES = ("pass", "fail", "error", "timeout", "crash")
 
 @dataclass(frozen=True)
 class CodeTests:
-    """The tests of one problem: `setup` code, `asserts` statements, and `io` (stdin, stdout) cases."""
+    """The tests of one problem: `setup` code, `asserts` statements, and `io` (stdin, stdout) cases.
+
+    `functions`: the program's entry points, which the tests take from the program even where they
+    redefine a builtin (MBPP 126 tests a function named ``sum``) or a setup stub (HumanEval's prompt).
+    """
 
     asserts: tuple[str, ...] = ()
     setup: str = ""
     io: tuple[tuple[str, str], ...] = ()
+    functions: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.asserts) + len(self.io)
@@ -52,9 +60,9 @@ class CodeTests:
         if isinstance(obj, str):
             return cls(asserts=(obj,))
         if isinstance(obj, dict):
-            unknown = set(obj) - {"setup", "asserts", "io"}
+            unknown = set(obj) - {"setup", "asserts", "io", "functions"}
             if unknown:
-                raise ValueError(f"tests: unknown keys {sorted(unknown)}; allowed: setup, asserts, io")
+                raise ValueError(f"tests: unknown keys {sorted(unknown)}; allowed: setup, asserts, io, functions")
             io = []
             for case in obj.get("io") or ():
                 if isinstance(case, dict):
@@ -65,7 +73,10 @@ class CodeTests:
             asserts = obj.get("asserts") or ()
             if isinstance(asserts, str):
                 asserts = (asserts,)
-            return cls(asserts=tuple(map(str, asserts)), setup=str(obj.get("setup") or ""), io=tuple(io))
+            functions = obj.get("functions") or ()
+            functions = (functions,) if isinstance(functions, str) else tuple(map(str, functions))
+            return cls(asserts=tuple(map(str, asserts)), setup=str(obj.get("setup") or ""), io=tuple(io),
+                       functions=functions)
         if isinstance(obj, (list, tuple)) and all(isinstance(t, str) for t in obj):
             return cls(asserts=tuple(obj))
         raise ValueError(
@@ -133,6 +144,7 @@ def run_tests(
     run_limits = dataclasses.replace(base, timeout_s=total, cpu_s=total)
     spec = {
         "setup": tests.setup,
+        "functions": list(tests.functions),
         "code": code,
         "asserts": list(tests.asserts),
         "io": [list(c) for c in tests.io],
