@@ -41,6 +41,24 @@ def test_engine_runs_on_cuda_and_returns_cpu_tensors(tiny, dtype):
     assert torch.isfinite(out.logprobs).all() and (out.logprobs <= 0).all()
 
 
+def test_decode_loop_does_not_synchronise_every_token(tiny):
+    import warnings
+
+    model, tok = tiny
+    engine = TorchEngine(model, dtype="bf16", tokenizer=tok)
+    sp = SamplingParams(max_new_tokens=64, seed=0, ignore_eos=True)
+    engine.generate(_prompts(tok), 4, sp)  # warm-up
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine.generate(_prompts(tok), 4, sp)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) < 64 // 2, f"{len(syncs)} host synchronisations for 64 tokens"
+
+
 def test_greedy_equals_hf_generate_on_cuda(tiny):
     model, tok = tiny
     out = TorchEngine(model, dtype="fp32", tokenizer=tok).generate(

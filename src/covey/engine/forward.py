@@ -335,8 +335,8 @@ def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tupl
     """Per-step rotary tables and attention bias, shared by all layers.
 
     Returns cos, sin [B, Hq + Hkv, D] (query heads pre-multiplied by the attention scaling, and sin
-    signed so that rotation = x * cos + roll(x, D/2) * sin), and bias [B, 1, 1, t] (0 or -inf; None
-    when every column up to `col` is valid).
+    signed so that rotation = x * cos + roll(x, D/2) * sin), and bias [B, 1, 1, t] (0 or -inf; on
+    CPU None when every column up to `col` is valid).
     """
     half = w.head_dim // 2
     cos, sin = w.rope_cos[pos], w.rope_sin[pos]  # [B, D]
@@ -345,7 +345,7 @@ def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tupl
     cos, sin = cos[:, None] * heads, sin[:, None] * heads  # [B, Hq+Hkv, D]
     seen = valid[:, : col + 1]
     bias = None
-    if not bool(seen.all()):
+    if seen.device.type != "cpu" or not bool(seen.all()):  # on CUDA: always a bias, no host round trip
         bias = torch.zeros(seen.shape, dtype=cos.dtype, device=cos.device).masked_fill_(~seen, float("-inf"))[:, None, None]
     return cos, sin, bias
 

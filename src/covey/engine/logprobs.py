@@ -65,7 +65,8 @@ def completion_logprobs(
     completion_ids:  [N, T] long, right-padded.
     completion_mask: [N, T], nonzero where a log-prob is wanted (real completion tokens).
     share_prompts:   run each distinct prompt once and reuse its KV cache (True), never (False), or
-                     "auto": when some prompt repeats and gradient checkpointing is off.
+                     "auto": when some prompt repeats, gradient checkpointing is off and no layer
+                     uses sliding-window attention.
     Returns logp [N, T] float32 (0 where the mask is 0), and entropy [N, T] float32 of the same
     tempered distribution (or None), on the model's device. Both carry autograd to the model's
     parameters when grad is on.
@@ -93,18 +94,21 @@ def completion_logprobs(
     targets = completion_ids[rows, cols]  # [M]
     if share_prompts == "auto":
         checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
-        share_prompts = not checkpointing and len(prompt_groups(prompt_ids)[0]) < n
+        sliding = "sliding_attention" in (getattr(model.config, "layer_types", None) or ())  # full-attention cache only
+        share_prompts = not checkpointing and not sliding and len(prompt_groups(prompt_ids)[0]) < n
     if share_prompts:
         t_c = max(int(last.max()) - 1, 0)  # the last wanted token is predicted, never fed in
         h_last, h_comp = shared_prompt_hidden(model.get_decoder(), prompt_ids, completion_ids[:, :t_c])
         hidden = h_last[:, None] if h_comp is None else torch.cat([h_last[:, None], h_comp], 1)  # [N, 1 + Tc, H]
         h = hidden[rows, cols]  # column j holds the state that predicts completion token j
     else:
-        seq_len = int((plen + last).max())
+        last_cpu = last.cpu().tolist()  # one host transfer, not one per row
+        seq_len = max(int(a) + b for a, b in zip(plen_cpu, last_cpu))
         ids = torch.zeros(n, seq_len, dtype=torch.long, device=device)
         for i, p in enumerate(prompt_ids):
-            ids[i, : plen_cpu[i]] = p.to(device)
-            ids[i, plen_cpu[i] : plen_cpu[i] + last[i]] = completion_ids[i, : last[i]]
+            a, b = int(plen_cpu[i]), last_cpu[i]
+            ids[i, :a] = p.to(device)
+            ids[i, a : a + b] = completion_ids[i, :b]
         hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # [N, L, H]
         h = hidden[rows, plen[rows] + cols - 1]  # [M, H]: the state that predicts each target
     lm_head = model.get_output_embeddings()
