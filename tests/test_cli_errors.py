@@ -234,3 +234,10 @@ def test_a_value_error_raised_by_covey_itself_is_a_user_error():
 def test_eval_k_that_is_not_a_number_is_named():
     res = runner.invoke(app, ["eval", "--task", "arithmetic", "--model", "tiny-llama", "--n", "4", "--k", "1,a"])
     assert res.exit_code == 2 and "error: --k must be comma-separated integers (e.g. 1,4,8), got '1,a'" in res.output
+
+
+def test_checking_a_model_name_imports_no_transformers():
+    code = ("import sys; from covey.models import check_name; check_name('tiny-llama'); check_name('smollm2-135m-instruct'); "
+            "assert 'transformers' not in sys.modules, 'transformers imported'")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -5,10 +5,28 @@ a local HF folder or a hub id; `prepare(alias)` converts a shipped GGUF once int
 `apply_chat(tokenizer, prompt)` gives the prompt's token ids. Generation lives in `covey.engine`.
 """
 
-from covey.models.chat import apply_chat
-from covey.models.convert import cache_root, prepare, verify_folder
-from covey.models.loading import ALIASES, load, resolve_dtype
-from covey.models.tiny import build_tiny, build_tiny_tokenizer
+from importlib import import_module
+
+_HOME = {
+    "apply_chat": "chat",
+    "cache_root": "convert",
+    "prepare": "convert",
+    "verify_folder": "convert",
+    "ALIASES": "loading",
+    "check_name": "loading",
+    "load": "loading",
+    "resolve_dtype": "loading",
+    "build_tiny": "tiny",
+    "build_tiny_tokenizer": "tiny",
+}
+
+
+def __getattr__(name: str):
+    """Submodules load on first use: `covey config show` checks a model name without importing
+    transformers (seconds on a busy machine)."""
+    if name in _HOME:
+        return getattr(import_module(f"covey.models.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'covey.models' has no attribute {name!r}")
 
 __all__ = [
     "ALIASES",
@@ -16,6 +34,7 @@ __all__ = [
     "build_tiny",
     "build_tiny_tokenizer",
     "cache_root",
+    "check_name",
     "load",
     "prepare",
     "resolve_dtype",

@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from covey.models.convert import ALIAS_SOURCES, prepare
-from covey.models.tiny import build_tiny
 
 __all__ = ["ALIASES", "check_name", "hub_reachable", "load", "resolve_dtype"]
 
@@ -57,6 +56,8 @@ def load(
     torch_dtype = resolve_dtype(dtype)
     name = str(name_or_path)
     if name in ("tiny-llama", "tiny-qwen2"):
+        from covey.models.tiny import build_tiny  # transformers: imported only to build a model
+
         return build_tiny(name, seed=seed, dtype=torch_dtype, **overrides)
     if overrides:
         raise ValueError(f"config overrides {sorted(overrides)} apply only to the tiny models, not {name!r}")
