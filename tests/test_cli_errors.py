@@ -94,6 +94,7 @@ def test_train_without_a_yaml_reads_overrides_and_unknown_models_fail_fast(tmp_p
     assert out.returncode == 2, out.stderr[-2000:]
     assert "error: unknown model 'some-org/not-a-model'" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) <= 3
+    assert not (tmp_path / "r").exists()  # no run folder left behind
 
 
 def test_debug_shows_the_traceback():

@@ -104,6 +104,7 @@ def train(
     run_dir: Annotated[Optional[Path], typer.Option(help="Where to write the run (default: log.dir/log.name).")] = None,
 ):
     """Train a policy with the configured algorithm; Ctrl-C or SIGTERM saves a checkpoint."""
+    from covey.models.loading import check_name
     from covey.train.config import load_config, resume_config
     from covey.train.run import default_run_dir, train as run_training
 
@@ -116,6 +117,7 @@ def train(
     else:
         cfg = load_config(config, overrides)  # no CONFIG: defaults + overrides
         out = run_dir or default_run_dir(cfg)
+    check_name(cfg.model.name)  # an unknown model fails before a run folder is made
     summary = run_training(cfg, out, resume=resume is not None)
     typer.echo(json.dumps(summary))
 
