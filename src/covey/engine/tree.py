@@ -113,6 +113,11 @@ class TreeDecoder:
         if any(not c for c in ctx):
             raise ValueError("TreeDecoder.add: a row has an empty prompt; every row needs at least one token")
         longest = max(len(c) for c in ctx)
+        limit = getattr(self.engine, "max_positions", None)
+        for r, c in zip(rows, ctx):
+            if limit is not None and len(c) + self.sp.max_new_tokens - len(r.tokens) > limit:
+                raise ValueError(f"TreeDecoder.add: a row of {len(c)} tokens with max_new_tokens={self.sp.max_new_tokens} "
+                                 f"exceeds the engine's max_positions={limit}")  # fmt: skip
         shift = max(0, longest - self.col) if self.rows else 0
         if not self.rows:
             self.col = longest

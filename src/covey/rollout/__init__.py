@@ -4,7 +4,7 @@ completions through an Engine.
 Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
-quality head). See docs/rollouts.md."""
+quality head), tppo (truncated windows with extended GAE). See docs/rollouts.md."""
 
 from covey.rollout.april import APRIL
 from covey.rollout.arrol import ARRoL
@@ -15,6 +15,7 @@ from covey.rollout.dynamic import DynamicSampling
 from covey.rollout.group import GroupStrategy, completion_texts, item_columns, sample_groups
 from covey.rollout.igrpo import IGRPO
 from covey.rollout.latr import LATR
+from covey.rollout.tppo import TPPO
 from covey.rollout.treepo import TreePO
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "IGRPO",
     "RolloutContext",
     "RolloutStrategy",
+    "TPPO",
     "TreePO",
     "completion_texts",
     "item_columns",

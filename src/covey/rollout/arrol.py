@@ -133,7 +133,7 @@ class ARRoL:
 @torch.no_grad()
 def _features(model, rows: list[Row], upto: int) -> Tensor:
     """[R, H] float32: the model's last hidden state (after the final norm) at each row's last token
-    of prompt + the first `upto` completion tokens."""
+    of prompt + the first `upto` completion tokens, scaled to unit norm."""
     seqs = [r.prompt + r.tokens[:upto] for r in rows]
     n = max(len(s) for s in seqs)
     dev = next(model.parameters()).device
@@ -142,4 +142,5 @@ def _features(model, rows: list[Row], upto: int) -> Tensor:
         ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
     hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # right padding: causal mask suffices
     last = torch.tensor([len(s) - 1 for s in seqs], device=dev)
-    return hidden[torch.arange(len(seqs), device=dev), last].float().cpu()
+    h = hidden[torch.arange(len(seqs), device=dev), last].float().cpu()
+    return h / h.norm(dim=-1, keepdim=True).clamp_min(1e-6)  # unit rows: the head's step size is scale-free

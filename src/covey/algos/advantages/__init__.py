@@ -14,6 +14,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     drpo.py          drpo                                        (discriminative loss as advantage)
     brpo.py          brpo                                        (bootstrapped in-group reference)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
+    egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
@@ -25,6 +26,7 @@ from covey.algos.advantages.brpo import brpo
 from covey.algos.advantages.confidence import ace, arm, xrpo
 from covey.algos.advantages.difficulty import a_grae, dgpo, ngrpo
 from covey.algos.advantages.drpo import drpo
+from covey.algos.advantages.egae import tppo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.multi_reward import gdpo
@@ -50,6 +52,7 @@ __all__ = [
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
+    "tppo",
     "treepo",
     "spo",
     "xrpo",
