@@ -4,16 +4,16 @@ Paper: "BranchGRPO: Stable and Efficient GRPO with Structured Branching in Diffu
 (arXiv 2509.06040). The paper branches diffusion denoising trajectories at chosen steps; here the
 same tree is grown over token segments (the diffusion part is out of scope):
 
-    every root starts as one path; after segment d (d in `branch_depths`, default every segment) each
-    active path splits into `branch_factor` children sharing its KV cache (`TreeDecoder.fork`), as
-    long as the prompt's paths (active + finished) stay <= width (the group size); paths end on EOS,
-    a stop string or max_new_tokens.
+    before segment d (d in `branch_depths`, default every segment; d = 0 splits the root) each active
+    path splits into `branch_factor` children sharing its KV cache (`TreeDecoder.fork`), as long as
+    the prompt's paths (active + finished) stay <= width (the group size); paths end on EOS, a stop
+    string or max_new_tokens.
 
 Each leaf's `tree_path` holds one node id per segment and `extras["segment_tokens"]` the segment
 length, which the `branch_grpo` advantage estimator (`covey.algos.advantages.tree`) needs for its
 reward fusion and depth-wise normalisation (a token of segment d gets its depth-d node's advantage).
 A root whose paths end before it reaches `width` leaves has fewer leaves (no fallback: groups may
-differ in size). The paper's width/depth pruning of the backward pass is not implemented.
+differ in size; with answers of a few tokens use a short `segment_tokens` so the tree widens in time). The paper's width/depth pruning of the backward pass is not implemented.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class BranchStrategy:
 
     segment_tokens: tokens per segment (one tree depth).
     branch_factor:  children per path at a branching depth.
-    branch_depths:  segment indices after which paths split (None: after every segment).
+    branch_depths:  segment indices before which paths split (None: before every segment, 0 = the root).
     """
 
     def __init__(self, *, segment_tokens: int = 16, branch_factor: int = 2, branch_depths: list[int] | None = None):
@@ -49,17 +49,16 @@ class BranchStrategy:
         sp = ctx.sampling(0)
         widths = ctx.group_sizes(items)
         dec = TreeDecoder(ctx.engine, sp)
-        dec.add([Row(p, payload=(i, (0,))) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])
+        dec.add([Row(p, payload=(i, ())) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])
         leaves: list[Row] = []
-        next_id = [1] * len(items)
+        next_id = [0] * len(items)
         seg = 0
         while len(dec):
-            leaves += dec.decode(self.L)
             count = [sum(1 for r in leaves if r.payload[0] == i) for i in range(len(items))]
             active = [sum(1 for r in dec.rows if r.payload[0] == i) for i in range(len(items))]
             split = self.depths is None or seg in self.depths
             index, payloads = [], []
-            for j, r in enumerate(dec.rows):
+            for j, r in enumerate(dec.rows):  # split BEFORE segment `seg` (seg 0: at the root)
                 i = r.payload[0]
                 room = widths[i] - count[i] - active[i]  # extra paths this root may still grow
                 c = min(self.k, 1 + room) if split else 1
@@ -69,6 +68,7 @@ class BranchStrategy:
                     payloads.append((i, r.payload[1] + (next_id[i],)))
                     next_id[i] += 1
             dec.fork(index, payloads)
+            leaves += dec.decode(self.L)
             seg += 1
         leaves.sort(key=lambda r: r.payload)
         groups = [r.payload[0] for r in leaves]
