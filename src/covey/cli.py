@@ -167,6 +167,14 @@ def algos():
             table.add_row(axis, name, c.paper, c.arxiv, params)
     for name in sorted(PRESETS):
         table.add_row("preset", name, "", "", "")
+    from covey.data import SAMPLERS
+    from covey.engine import ENGINES
+    from covey.rollout import STRATEGIES
+
+    for kind, registry in (("sampler", SAMPLERS), ("rollout strategy", STRATEGIES), ("engine", ENGINES)):
+        for name in sorted(registry):
+            doc = (registry[name].__doc__ or "").strip().splitlines()
+            table.add_row(kind, name, doc[0] if doc else "", "", "")
     Console(width=200).print(table)
 
 
