@@ -12,23 +12,25 @@ Trust layout (docs/sandbox.md):
                           interpreter. The program's functions are proxies: each call goes to ...
   candidate process       a fresh interpreter (exec, not fork: it holds no test text, no expected
                           values, no descriptors of ours) that loaded setup + the program and
-                          answers calls with plain data only (`_plain.py`).
+                          answers calls with plain data only (`_plain.py`). One per problem,
+                          started by the harness and used by each test process in turn; replaced
+                          after a test that left it out of step (timeout, crash, non-plain answer).
+                          So the program's state carries over between the tests of one problem,
+                          as in MBPP's own evaluation (one exec of program + asserts).
 So rebinding builtins, walking frames, patching modules, exiting early, or returning an object that
 equals everything changes nothing the verdict depends on: the assert runs on values the test
 process rebuilt itself. stdin/stdout tests run the program as its own fresh process; the harness
 compares its output.
 """
 
-import ast
 import builtins
 import ctypes
-import importlib
 import resource
 import select
 import signal
 import subprocess
 import sys
-import traceback
+import time
 
 PR_SET_DUMPABLE = 4
 RESERVED = frozenset(dir(builtins)) | frozenset(sys.stdlib_module_names)  # names with a trusted meaning
@@ -54,36 +56,100 @@ class NotPlain(Exception):
 
 
 def _short_error(exc):
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()[-MAX_MESSAGE:]
+    """``Type: message`` (no traceback module: it costs ~20 ms to import in every sandbox)."""
+    text = str(exc)
+    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:MAX_MESSAGE]
 
 
-def _limit_cpu(timeout_s):
+def _limit_cpu(timeout_s, new_group=False):
+    """A preexec_fn: RLIMIT_CPU of ceil(timeout_s) (within the sandbox's own hard limit); own group."""
     cpu = max(1, int(-(-timeout_s // 1)))
-    return lambda: resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    limits = (cpu, cpu + 1) if hard == resource.RLIM_INFINITY else (max(1, min(cpu, hard - 1)), hard)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_CPU, limits)
+        if new_group:
+            os.setpgid(0, 0)
+
+    return limit
+
+
+def _recv_within(fd, buf, timeout_s):
+    """One message from `fd` within `timeout_s` s (TimeoutError otherwise); None at EOF."""
+    deadline = time.monotonic() + timeout_s
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None
+        buf.extend(chunk)
+        if len(buf) > 64 << 20:
+            raise ValueError("message too large")
+    return recv(fd, buf)
 
 
 # ---------------------------------------------------------------------------- the test process
 class _Candidate:
-    """The fresh interpreter that runs the program; calls go over two pipes as plain data."""
+    """The fresh interpreter that runs the program; calls go over two pipes as plain data.
 
-    def __init__(self, spec):
+    The harness starts one per problem (`start`) and each test process, a fork, talks to it in turn;
+    a test that leaves it out of step (killed mid-call, a crash, a non-plain answer) gets it replaced.
+    """
+
+    def __init__(self, spec, cpu_s):
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-B", "-S", "-u", CANDIDATE, str(req_r), str(rep_w)], pass_fds=(req_r, rep_w),
-            stdin=subprocess.DEVNULL, preexec_fn=_limit_cpu(spec["timeout_s"]),  # its prints go to our stdout
+            stdin=subprocess.DEVNULL, preexec_fn=_limit_cpu(cpu_s, new_group=True),  # prints go to our stdout
         )
         os.close(req_r)
         os.close(rep_w)
         self.buf = bytearray()
         self.violation = None  # the first NotPlain / CandidateCrashed of this test; it can never pass
-        send(self.req_w, {"setup": spec["setup"], "code": spec["code"]})
-        first = self._reply()
-        if "load_error" in first:
-            raise CandidateError(f"the program failed to load: {first['load_error']}")
-        if "ready" not in first:
-            raise CandidateCrashed("the program's process broke the protocol")
-        self.ready = first["ready"]
+        self.pending = False  # a request is out and its reply not read: the pipes are out of step
+
+    @classmethod
+    def start(cls, spec, cpu_s):
+        """(candidate, None) once the program loaded, else (None, (status, message)) for the test."""
+        try:
+            cand = cls(spec, cpu_s)
+        except (OSError, subprocess.SubprocessError) as e:
+            return None, ("crash", f"could not start the program's process: {e}"[:MAX_MESSAGE])
+        try:
+            send(cand.req_w, {"setup": spec["setup"], "code": spec["code"]})
+            first = _recv_within(cand.rep_r, cand.buf, spec["timeout_s"])
+        except TimeoutError:
+            failure = ("timeout", f"the program did not load within {spec['timeout_s']} s")
+        except (OSError, ValueError, UnicodeDecodeError):
+            failure = ("crash", "the program's process broke the protocol")
+        else:
+            if isinstance(first, dict) and "ready" in first:
+                cand.ready = first["ready"]
+                return cand, None
+            if isinstance(first, dict) and "load_error" in first:
+                failure = ("error", f"the program failed to load: {first['load_error']}"[:MAX_MESSAGE])
+            else:
+                failure = ("crash", "the program's process ended before it loaded (exit, crash or kill)")
+        cand.close()
+        return None, failure
+
+    def in_step(self):
+        """Whether the next test may use this process: nothing pending, unread or refused."""
+        return self.violation is None and not self.pending and not self.buf
+
+    def close(self):
+        for target in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
+            try:
+                target()  # with everything it started
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.proc.wait()
+        os.close(self.req_w)
+        os.close(self.rep_r)
 
     def refuse(self, exc):
         """Remember `exc` (not plain data, a crash) so the test fails even if it catches it; return it."""
@@ -121,11 +187,13 @@ class _Candidate:
         self._request(payload, (), attr)
 
     def _request(self, payload, args, what):
+        self.pending = True
         try:
             send(self.req_w, payload)
         except OSError:
             raise self.refuse(CandidateCrashed("the program's process ended (exit, crash or kill)")) from None
         reply = self._reply()
+        self.pending = False
         if "raise" in reply:
             etype, text = (list(reply["raise"]) + ["", ""])[:2]
             cls = getattr(__builtins__, str(etype), None) if isinstance(__builtins__, type(sys)) else None
@@ -194,6 +262,8 @@ def _proxy(cand, name):
 
 def _names_read(code):
     """Every name `code` mentions (its ast.Name nodes); empty when it does not parse."""
+    import ast  # only for the hint of a failed test: ~20 ms to import
+
     try:
         return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -223,7 +293,7 @@ def _test_globals(spec, cand):
         if kind == "module":
             if name == data and name in sys.stdlib_module_names and name not in setup_names and name != "__main__":
                 try:
-                    g[name] = importlib.import_module(name)  # our own copy, whatever the program did to its copy
+                    g[name] = __import__(name)  # our own copy, whatever the program did to its copy
                 except ImportError:
                     pass
             continue  # a module under another name (import x as y) is not the test's to use
@@ -241,26 +311,25 @@ def _test_globals(spec, cand):
 
 def _hint(test, kept_out):
     """Why a test that reads one of the program's kept-out names may have failed."""
-    names = sorted(set(kept_out) & _names_read(test))
+    names = sorted(set(kept_out) & _names_read(test)) if kept_out else []
     if not names:
         return ""
     return (f" [the program's {', '.join(names)} not used: the test reads the builtin, stdlib module or setup "
             "definition; list the program's entry points in tests['functions'] to test them]")
 
 
-def _assert_test(spec, test):
+def _assert_test(spec, test, cand):
     """(status, message, suspect) of one assert-style test, decided in this (trusted) process."""
     kept_out = []
-    status, message, suspect = _verdict(spec, test, kept_out)
+    status, message, suspect = _verdict(spec, test, cand, kept_out)
     hint = _hint(test, kept_out) if status != "pass" else ""
     if hint:
         message = message[: MAX_MESSAGE - len(hint)] + hint
     return status, message, suspect
 
 
-def _verdict(spec, test, kept_out):
+def _verdict(spec, test, cand, kept_out):
     try:
-        cand = _Candidate(spec)
         g, out = _test_globals(spec, cand)
         kept_out.extend(out)
         exec(compile(test, "<test>", "exec"), g)
@@ -277,10 +346,10 @@ def _verdict(spec, test, kept_out):
         return "error", _short_error(e), False
 
 
-def _test_child(spec, test, w):
+def _test_child(spec, test, cand, w):
     os.setpgid(0, 0)
-    status, message, suspect = _assert_test(spec, test)
-    send(w, {"status": status, "message": message, "suspect": suspect})
+    status, message, suspect = _assert_test(spec, test, cand)
+    send(w, {"status": status, "message": message, "suspect": suspect, "in_step": cand.in_step()})
     os._exit(0)
 
 
@@ -300,14 +369,15 @@ def _wait(pid, r, timeout_s):
     finally:
         for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
             try:
-                target()  # the test's candidate process dies with it
+                target()  # with anything the test started
             except (ProcessLookupError, PermissionError):
                 pass
         os.waitpid(pid, 0)
         os.close(pidfd)
 
 
-def _run_assert(spec, test):
+def _run_assert(spec, test, cand):
+    """(status, message, suspect, whether `cand` is still in step) of one test, run in a forked test process."""
     r, w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -315,17 +385,18 @@ def _run_assert(spec, test):
     if pid == 0:
         try:
             os.close(r)
-            _test_child(spec, test, w)
+            _test_child(spec, test, cand, w)
         finally:
             os._exit(1)
     os.close(w)
     report, timed_out = _wait(pid, r, spec["timeout_s"])
     os.close(r)
     if timed_out:
-        return "timeout", f"test did not finish within {spec['timeout_s']} s", False
+        return "timeout", f"test did not finish within {spec['timeout_s']} s", False, False
     if not isinstance(report, dict) or report.get("status") not in ("pass", "fail", "error", "crash"):
-        return "crash", "the test process ended without a verdict", False
-    return report["status"], str(report.get("message", ""))[:MAX_MESSAGE], bool(report.get("suspect"))
+        return "crash", "the test process ended without a verdict", False, False
+    status, message = report["status"], str(report.get("message", ""))[:MAX_MESSAGE]
+    return status, message, bool(report.get("suspect")), report.get("in_step") is True
 
 
 # ---------------------------------------------------------------------------- stdin/stdout tests
@@ -377,11 +448,28 @@ def main():
         syntax_error = None
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
         syntax_error = _short_error(e)
+    cand, load_error = None, None
+    cand_cpu_s = spec["timeout_s"] * (len(spec["asserts"]) + 1)
     for i, (kind, test) in enumerate(tests):
         if syntax_error is not None:
             status, message, suspect = "error", syntax_error, False
+        elif kind == "assert" and load_error is not None:
+            status, message, suspect = "error", load_error, False
         elif kind == "assert":
-            status, message, suspect = _run_assert(spec, test)
+            failure = None
+            if cand is not None and cand.proc.poll() is not None:  # it ended after its last answer
+                cand.close()
+                cand = None
+            if cand is None:  # one program process for all asserts; a new one after a test that broke step
+                cand, failure = _Candidate.start(spec, cand_cpu_s)
+            if failure is not None:
+                (status, message), suspect = failure, False
+                load_error = message if status == "error" else None  # deterministic: every assert gets it
+            else:
+                status, message, suspect, in_step = _run_assert(spec, test, cand)
+                if not in_step:
+                    cand.close()
+                    cand = None
         else:
             status, message, suspect = _run_io(spec, test[0], test[1], i)
         res = {"i": i, "passed": status == "pass", "status": status, "message": message, "suspect": suspect}

@@ -1,7 +1,8 @@
 """Run a program against tests in the sandbox: assert-style tests (MBPP, HumanEval) and stdin/stdout cases.
 
-All tests of one program run in ONE sandbox: the in-sandbox harness (`_harness.py`) forks a child per
-test, so a program pays the bubblewrap + interpreter start-up once. Each test has its own time limit
+All tests of one program run in ONE sandbox: the in-sandbox harness (`_harness.py`) forks a trusted
+test process per test and starts the program once, in its own interpreter, which the tests call
+with plain data (docs/sandbox.md), so a program pays the bubblewrap + interpreter start-up once. Each test has its own time limit
 (`timeout_s`); the sandbox as a whole gets ``n_tests * timeout_s + startup_s``. Tests that never
 reported (the whole sandbox was killed) count as failed with status "timeout".
 
