@@ -130,6 +130,29 @@ def test_the_test_process_memory_is_closed_to_the_program():
     assert run_tests(code, ["assert probe() == 'denied'"], timeout_s=3).passed == [True]
 
 
+OBJECT_TRICKS = {  # name: (program, test); the program is wrong each time
+    "a name the setup imported": ("def isclose(*a, **k):\n    return True\ndef f(x):\n    return 0.0\n",
+                                  {"setup": "from math import isclose", "asserts": ["assert isclose(f(1), 2.0)"]}),
+    "__eq__ from a base class": ("class B:\n    def __eq__(self, o):\n        return True\nclass T(B):\n    pass\n"
+                                 "def f(n):\n    return T()\n", ["assert f(8) == 3"]),
+    "reflected __eq__": ("class T:\n    def __eq__(self, o):\n        return True\n    __hash__ = object.__hash__\n"
+                         "def f(n):\n    return T()\n", ["assert 3 == f(8)"]),
+    "a method returns an always-equal object": (
+        "class T:\n    def __eq__(self, o):\n        return True\nclass S:\n    def get(self):\n        return T()\n"
+        "def f(n):\n    return S()\n", ["assert f(8).get() == 3"]),
+    "__lt__ and __abs__ on own object": (
+        "class T:\n    def __lt__(self, o):\n        return True\n    def __sub__(self, o):\n        return self\n"
+        "    def __abs__(self):\n        return self\ndef f(n):\n    return T()\n", ["assert abs(f(8) - 3) < 1e-6"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OBJECT_TRICKS))
+def test_object_and_setup_tricks_do_not_pass(name):
+    code, tests = OBJECT_TRICKS[name]
+    rep = run_tests(code, tests, timeout_s=3)
+    assert rep.passed == [False], (name, rep.status, rep.messages)
+
+
 def test_functions_are_read_from_a_tests_dict():
     assert CodeTests.coerce({"asserts": ["assert f()"], "functions": ["f"]}).functions == ("f",)
     assert CodeTests.coerce({"asserts": ["assert f()"], "functions": "f"}).functions == ("f",)
