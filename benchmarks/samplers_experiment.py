@@ -115,8 +115,8 @@ def _load(out: Path, method: str) -> list[list[dict]]:
 
 def summarise(out: Path, methods: list[str]) -> str:
     """Markdown table, mean over seeds (held-out accuracy also per seed)."""
-    lines = ["| method | seeds | steps | tokens | rows with non-zero advantage | held-out acc. start | end (per seed) | end - start |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = ["| method | seeds | steps | tokens | trained rows with A != 0 | A != 0 rows per 1k tokens | held-out acc. start | end (per seed) | end - start |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     summary = {}
     for method in methods:
         runs = _load(out, method)
@@ -127,12 +127,13 @@ def summarise(out: Path, methods: list[str]) -> str:
             steps = [r for r in rows if r["step"] > 0]
             signal = sum(r["nonzero_adv_frac"] * r["rows"] for r in steps) / max(sum(r["rows"] for r in steps), 1)
             accs = [r["eval_accuracy"] for r in rows if "eval_accuracy" in r]
+            per_k = 1000 * sum(r["nonzero_adv_frac"] * r["rows"] for r in steps) / max(rows[-1]["tokens"], 1)
             per.append({"steps": len(steps), "tokens": rows[-1]["tokens"], "nonzero_adv_frac": signal,
-                        "acc_start": accs[0], "acc_end": accs[-1]})  # fmt: skip
+                        "signal_rows_per_1k_tokens": per_k, "acc_start": accs[0], "acc_end": accs[-1]})  # fmt: skip
         mean = {k: sum(p[k] for p in per) / len(per) for k in per[0]}
         summary[method] = {"mean": mean, "per_seed": per}
         ends = ", ".join(f"{p['acc_end']:.1%}" for p in per)
-        lines.append(f"| {method} | {len(per)} | {mean['steps']:.0f} | {mean['tokens']:.0f} | {mean['nonzero_adv_frac']:.1%} | "
+        lines.append(f"| {method} | {len(per)} | {mean['steps']:.0f} | {mean['tokens']:.0f} | {mean['nonzero_adv_frac']:.1%} | {mean['signal_rows_per_1k_tokens']:.0f} | "
                      f"{mean['acc_start']:.1%} | {mean['acc_end']:.1%} ({ends}) | {mean['acc_end'] - mean['acc_start']:+.1%} |")  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     table = "\n".join(lines)
