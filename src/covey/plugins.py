@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PluginError", "PluginRegistry", "import_object"]
+__all__ = ["NamedRegistry", "PluginError", "PluginRegistry", "import_object"]
 
 
 class PluginError(ValueError):
@@ -71,7 +71,26 @@ def _import_file(file: str):
     return module
 
 
-class PluginRegistry(Mapping[str, Callable[..., Any]]):
+class NamedRegistry(Mapping):
+    """Read-only name -> entry mapping over `self._items`; `get` (which may also resolve import
+    paths) is the lookup. Shared by these registries and the algorithm axes (`covey.algos.registry`)."""
+
+    _items: dict
+
+    def __getitem__(self, name: str):
+        return self.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+
+class PluginRegistry(NamedRegistry):
     """name -> factory for one seam. `kind` names it in messages; `protocol` is the base class or
     Protocol every built object must satisfy (checked with isinstance after building)."""
 
@@ -142,14 +161,3 @@ class PluginRegistry(Mapping[str, Callable[..., Any]]):
             raise PluginError(f"{self.kind} {name!r} built a {type(obj).__name__}, which is not a {self.protocol.__name__}")
         return obj
 
-    def __getitem__(self, name: str) -> Callable[..., Any]:
-        return self.get(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._items

@@ -22,12 +22,14 @@ Uniform signatures, one per axis (shapes: N rows, T tokens, K rewards):
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import pydantic
 from torch import Tensor
+
+from covey.plugins import NamedRegistry
 
 __all__ = [
     "ADVANTAGES",
@@ -159,7 +161,7 @@ def _params_model(name: str, fn: Callable) -> type[pydantic.BaseModel]:
     return pydantic.create_model(f"{name}_params", __config__=config, **fields)
 
 
-class Registry(Mapping[str, Component]):
+class Registry(NamedRegistry):
     """A read-only name -> Component mapping for one axis; filled only through `register`."""
 
     def __init__(self, axis: str, signature: str):
@@ -227,17 +229,6 @@ class Registry(Mapping[str, Component]):
                 f"{self.signature}: it takes {want} positional input(s), then keyword-only parameters with defaults"
             )
 
-    def __getitem__(self, name: str) -> Component:
-        return self.get(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._items
 
 
 _INPUTS = {"advantage": 1, "surrogate": 1, "aggregation": 3, "kl": 2, "correction": 1}
