@@ -145,3 +145,17 @@ def test_dapo_preset_wraps_the_strategy_in_dynamic_sampling(tmp_path):
     spec = cfg.strategy_spec()
     assert spec.name == "dynamic" and spec.params["inner"] == "group"
     assert spec.params["max_rounds"] == cfg.algo.max_gen_batches
+
+
+def test_sampling_methods_that_generate_within_a_step_are_selectable_as_samplers(tmp_path):
+    for name, strategy in (("dars", "dars"), ("dars_b", "dars"), ("dynamic", "dynamic")):
+        cfg = _cfg(tmp_path, f"sampler={{name: {name}}}")
+        assert cfg.sampler_spec().name == "uniform" and cfg.strategy_spec().name == strategy
+    cfg = _cfg(tmp_path, "sampler={name: dynamic, max_rounds: 3}")
+    assert cfg.strategy_spec().params == {"max_rounds": 3}
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        _cfg(tmp_path, "sampler=dars", "rollout.strategy=treepo")
+    trainer = Trainer(_cfg(tmp_path, "sampler=dars", "steps=1"), tmp_path / "dars")
+    assert type(trainer.strategy).__name__.lower().startswith("dars")
+    trainer.step()
+    trainer.close()

@@ -126,6 +126,17 @@ class EngineSpec(PluginSpec):
     name: str = "torch"
 
 
+SAMPLER_AS_STRATEGY: dict[str, tuple[str, dict[str, Any]]] = {
+    "dynamic": ("dynamic", {}),
+    "dars": ("dars", {}),
+    "dars_b": ("dars", {}),
+}
+"""Sampling methods that must generate again inside a step (refill, extra rollouts for hard prompts)
+live as rollout strategies; `sampler: {name: dars, ...}` selects that strategy with the given
+parameters and draws prompts uniformly. dars_b is DARS with breadth: a large prompts_per_step and
+one full-batch update (examples/tiny/dars_b.yaml)."""
+
+
 class RolloutConfig(_Strict):
     prompts_per_step: int = Field(8, ge=1)
     """Prompts (groups) per training step, B."""
@@ -241,10 +252,21 @@ class RunConfig(_Strict):
                 raise ValueError(f"device={v!r} but only {torch.cuda.device_count()} CUDA device(s) are visible")
         return v
 
+    def sampler_spec(self) -> SamplerSpec:
+        """The sampler to build: `sampler`, or `uniform` when the named method is a rollout strategy."""
+        return SamplerSpec(name="uniform") if self.sampler.name in SAMPLER_AS_STRATEGY else self.sampler
+
     def strategy_spec(self) -> StrategySpec:
-        """The rollout strategy to build: `rollout.strategy`, wrapped in `dynamic` when the algorithm
-        asks for DAPO dynamic sampling (`algo.dynamic_sampling`)."""
+        """The rollout strategy to build: `rollout.strategy` (or the strategy a sampler name stands for,
+        `SAMPLER_AS_STRATEGY`), wrapped in `dynamic` when the algorithm asks for DAPO dynamic sampling
+        (`algo.dynamic_sampling`)."""
         s = self.rollout.strategy
+        if self.sampler.name in SAMPLER_AS_STRATEGY:
+            name, defaults = SAMPLER_AS_STRATEGY[self.sampler.name]
+            if s.name != "group":
+                raise ValueError(f"sampler {self.sampler.name!r} runs as the rollout strategy {name!r}; it cannot be combined "
+                                 f"with rollout.strategy={s.name!r} (choose one)")  # fmt: skip
+            s = StrategySpec(name=name, **{**defaults, **self.sampler.params})
         if not self.algo.dynamic_sampling or s.name == "dynamic":
             return s
         return StrategySpec(name="dynamic", inner=s.name, inner_params=s.params, max_rounds=self.algo.max_gen_batches)
@@ -271,7 +293,7 @@ class RunConfig(_Strict):
         from covey.plugins import PluginError
         from covey.rollout import STRATEGIES
 
-        for key, registry, spec in (("sampler", SAMPLERS, self.sampler), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
+        for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
                                     ("engine", ENGINES, self.engine)):  # fmt: skip
             try:
                 registry.check_params(spec.name, spec.params)

@@ -64,7 +64,8 @@ class Trainer:
         self.max_prompt_tokens, why = prompt_token_limit(self.model, self.task, cfg.sampling.max_new_tokens)
         if self.max_prompt_tokens:  # long prompts fail (or are skipped) now, not when first sampled
             items = check_prompt_lengths(items, self.tokenizer, self.max_prompt_tokens, cfg.task.on_long_prompt, why=why)
-        self.sampler = SAMPLERS.build(cfg.sampler.name, cfg.sampler.params, items, cfg.seed)
+        sampler = cfg.sampler_spec()
+        self.sampler = SAMPLERS.build(sampler.name, sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
         needs = cfg.algo.requires() | set(getattr(self.sampler, "requires", ()))  # optional Rollouts fields read
         self.need_ref = "ref_logprobs" in needs
