@@ -2,15 +2,9 @@
 versions, IS corrections weight exactly the stale tokens, one training step from config, and an
 exact resume of the carried buffer after kill -9."""
 
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
-import yaml
 
 from covey.algos.corrections import tis
 from covey.algos.registry import CorrectionInputs
@@ -18,10 +12,10 @@ from covey.engine import SamplingParams, TorchEngine, completion_logprobs
 from covey.models import build_tiny
 from covey.rollout.april import APRIL
 from covey.rollout.base import RolloutContext
-from covey.train.checkpoint import latest_checkpoint, load_checkpoint
+from covey.train.checkpoint import load_checkpoint
 from covey.train.config import validate_config
-from covey.train.metrics import read_metrics
 from covey.train.trainer import Trainer
+from tests._kill_resume import kill_and_resume
 
 STOPS = list("abcdefghijklmnopqrstuvwxyz0123456789")  # frequent stops on the random tiny model: a long-tailed length mix
 
@@ -107,34 +101,13 @@ def test_april_trains_one_step_from_config(tmp_path):
     trainer.close()
 
 
-def _compare(row):
-    return {k: v for k, v in row.items() if not k.startswith(("time/", "throughput/", "reward/seconds", "memory/"))}
-
-
 @pytest.mark.slow  # three CLI runs of 4 steps: ~40 s on an idle core
 def test_carried_completions_resume_exactly_after_sigkill(tmp_path):
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(_raw(tmp_path, steps=4, checkpoint={"every": 2})))
-    covey = [sys.executable, "-m", "covey.cli"]
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    subprocess.run(covey + ["train", str(path), "--run-dir", str(straight)], check=True, env=env, capture_output=True)
-    proc = subprocess.Popen(covey + ["train", str(path), "--run-dir", str(killed)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.time() + 120
-    while not (killed / "checkpoints" / "step-000002").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its step-2 checkpoint"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    ckpt, _ = load_checkpoint(killed / "checkpoints" / "step-000002")
-    carried = [r for g in ckpt["strategy"]["buffer"] for r in g["rows"] if r is not None and len(r["tokens"]) and not r["finish_reason"]]
-    assert carried, "the step-2 checkpoint holds no partial completion: the test would not test resuming"
-    subprocess.run(covey + ["train", "--resume", str(killed)], check=True, env=env, capture_output=True)
-    a = [_compare(r) for r in read_metrics(straight / "metrics.jsonl")]
-    b = [_compare(r) for r in read_metrics(killed / "metrics.jsonl")]
-    assert a == b and any(r["april/stale_token_frac"] > 0 for r in a[2:])
-    wa, _ = load_checkpoint(latest_checkpoint(straight))
-    wb, _ = load_checkpoint(latest_checkpoint(killed))
-    for name in wa["model"]:
-        assert torch.equal(wa["model"][name], wb["model"][name]), name
+
+    def has_partials(path):
+        ckpt, _ = load_checkpoint(path)
+        carried = [r for g in ckpt["strategy"]["buffer"] for r in g["rows"] if r is not None and len(r["tokens"]) and not r["finish_reason"]]
+        assert carried, "the step-2 checkpoint holds no partial completion: the test would not test resuming"
+
+    a, _, _ = kill_and_resume(tmp_path, _raw(tmp_path, steps=4, checkpoint={"every": 2}), inspect=has_partials)
+    assert any(r["april/stale_token_frac"] > 0 for r in a[2:])

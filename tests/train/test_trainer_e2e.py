@@ -1,20 +1,14 @@
 """End-to-end training on the tiny model: learning, every preset, exact resume after SIGKILL."""
 
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
-import yaml
 
 from covey.algos import PRESETS
-from covey.train.checkpoint import latest_checkpoint, load_checkpoint
 from covey.train.config import load_config
 from covey.train.metrics import read_metrics
 from covey.train.trainer import Trainer
+from tests._kill_resume import kill_and_resume
 
 TOY_REWARDS = '''
 def digit_fraction(prompts, completions, **columns):
@@ -72,10 +66,6 @@ def test_every_preset_runs_one_step(tmp_path, preset):
         assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
 
 
-def _compare_keys(row):
-    return {k: v for k, v in row.items() if not k.startswith(("time/", "throughput/", "reward/seconds", "memory/"))}
-
-
 def test_resume_after_sigkill_is_exact(tmp_path):
     cfg = {
         "model": {"name": "tiny-llama"},
@@ -89,29 +79,4 @@ def test_resume_after_sigkill_is_exact(tmp_path):
         "checkpoint": {"every": 2},
         "steps": 4,
     }
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    covey = [sys.executable, "-m", "covey.cli"]
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}  # like the in-process tests (conftest)
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    subprocess.run(covey + ["train", str(path), "--run-dir", str(straight)], check=True, env=env, capture_output=True)
-
-    proc = subprocess.Popen(covey + ["train", str(path), "--run-dir", str(killed)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.time() + 120
-    while not (killed / "checkpoints" / "step-000002").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its step-2 checkpoint"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert latest_checkpoint(killed).name in ("step-000002", "step-000004")
-    subprocess.run(covey + ["train", "--resume", str(killed)], check=True, env=env, capture_output=True)
-
-    a = [_compare_keys(r) for r in read_metrics(straight / "metrics.jsonl")]
-    b = [_compare_keys(r) for r in read_metrics(killed / "metrics.jsonl")]
-    assert a == b
-    wa, _ = load_checkpoint(latest_checkpoint(straight))
-    wb, _ = load_checkpoint(latest_checkpoint(killed))
-    assert wa["model"].keys() == wb["model"].keys()
-    for name in wa["model"]:
-        assert torch.equal(wa["model"][name], wb["model"][name]), name
+    kill_and_resume(tmp_path, cfg)
