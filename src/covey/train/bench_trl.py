@@ -295,6 +295,8 @@ def step_vs_trl(
     if threads:
         torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available on this machine (use cpu or auto)")
     load_before = os.getloadavg()
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the CLI's JSON line
         _log(f"{model}: first-step loss match (fp32)")
