@@ -20,12 +20,13 @@ def test_make_demo_runs(tmp_path, model):
         pytest.skip("make demo needs the .venv that `make test` builds")
     short = (f"model.name={model} steps=1 eval.size=2 rollout.prompts_per_step=2 rollout.group_size=2 sampling.max_new_tokens=8 "
              f"optim.micro_batch_size=2 log.dir={tmp_path} log.progress=false")  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # run as a top-level make even when the suite itself runs under `make test` (no "make[1]: ..." lines)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")} | {"OMP_NUM_THREADS": "1"}
     # -o: use the installed venv as it is (no reinstall inside the test)
-    out = subprocess.run(["make", "-o", str(STAMP.relative_to(REPO)), "demo", f"DEMO_ARGS={short}"], cwd=REPO, env=env,
+    out = subprocess.run(["make", "--no-print-directory", "-o", str(STAMP.relative_to(REPO)), "demo", f"DEMO_ARGS={short}"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     assert "held-out accuracy before training" in out.stdout and "held-out accuracy after training" in out.stdout
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json.loads(next(ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("{")))
     run = Path(summary["run_dir"])
     assert (run / "final" / "config.json").is_file() and (run / "metrics.jsonl").is_file()
