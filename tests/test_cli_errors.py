@@ -1,5 +1,6 @@
 """Configuration and user errors: caught before the model loads, one `error:` line, exit code 2."""
 
+import json
 import subprocess
 import sys
 
@@ -242,3 +243,20 @@ def test_checking_a_model_name_imports_no_transformers():
             "assert 'transformers' not in sys.modules, 'transformers imported'")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [("gpu", "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+     pytest.param("cuda", "device='cuda' but CUDA is not available", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="has CUDA"))],
+)  # fmt: skip
+def test_eval_bad_device_is_named_before_the_model_loads(device, message):
+    res = runner.invoke(app, ["eval", "--task", "arithmetic", "--model", "no-such-model", "--device", device])
+    assert res.exit_code == 2 and message in res.output
+
+
+def test_eval_runs_on_an_explicit_cpu_device():
+    res = runner.invoke(app, ["eval", "--task", "arithmetic", "--model", "tiny-llama", "--limit", "2", "--max-new-tokens", "2",
+                              "--device", "cpu", "--dtype", "fp32"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.strip().splitlines()[-1])["problems"] == 2

@@ -198,11 +198,13 @@ def eval_cmd(
     k: Annotated[str, typer.Option(help="Comma-separated k values for pass@k / maj@k (each <= n).")] = "1",
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     max_new_tokens: int = 256,
-    dtype: str = "bf16",
+    dtype: Annotated[str, typer.Option(help="bf16, fp32 or auto (bf16 on CUDA; on CPU whichever a quick matmul finds faster).")] = "bf16",
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",
     task_param: Annotated[Optional[list[str]], typer.Option(help="Task parameter key=value (repeatable).")] = None,
     seed: int = 0,
 ):
     """Accuracy, unbiased pass@k and maj@k of a model or a run's checkpoint on a task."""
+    from covey.devices import resolve_device
     from covey.engine import TorchEngine
     from covey.eval.runner import evaluate
     from covey.tasks import get_task
@@ -218,6 +220,10 @@ def eval_cmd(
     if any(x > n for x in ks):
         _fail(f"every k must be <= n={n}; got k={k}")
     try:
+        dev = resolve_device(device)
+    except ValueError as e:
+        _fail(str(e))
+    try:
         t = get_task(task, **parse_overrides(task_param or []))
         items = list(t.examples(split))
     except (ValueError, FileNotFoundError) as e:
@@ -231,7 +237,10 @@ def eval_cmd(
 
         policy, tokenizer = load_policy(ModelConfig(name=model))
     items = items[:limit] if limit else items
-    engine = TorchEngine(policy, dtype=dtype, tokenizer=tokenizer)
+    try:
+        engine = TorchEngine(policy.to(dev), dtype=dtype, tokenizer=tokenizer)
+    except ValueError as e:
+        _fail(str(e))
     res = evaluate(engine, tokenizer, t, items, n=n, ks=ks, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     typer.echo(json.dumps({"task": task, "model": model or str(run), "split": split, **res}))
 

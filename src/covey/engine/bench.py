@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from covey.devices import resolve_device
 from covey.engine.base import SamplingParams
 from covey.engine.dtypes import resolve_dtype_name
 from covey.engine.torch_engine import TorchEngine
@@ -75,9 +76,7 @@ def bench_generate(
         raise ValueError(f"dtype must be 'bf16', 'fp32' or 'auto', got {dtype!r}")
     if min(batch, prompt_tokens, new_tokens, repeats) < 1:
         raise ValueError("batch, prompt_tokens, new_tokens and repeats must all be >= 1")
-    dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} but CUDA is not available on this machine (use cpu or auto)")
+    dev = resolve_device(device)
     hf_model, tok = load(model)
     dtype = resolve_dtype_name(dtype, dev, hf_model.config.hidden_size)
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32

@@ -41,6 +41,7 @@ from typing import Any, Callable
 import torch
 
 from covey.algos import BatchTotals
+from covey.devices import resolve_device
 from covey.models import load
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
@@ -294,9 +295,7 @@ def step_vs_trl(
         raise ValueError(f"threads must be >= 0 (0 = torch's default), got {threads}")
     if threads:
         torch.set_num_threads(threads)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} but CUDA is not available on this machine (use cpu or auto)")
+    device = str(resolve_device(device))
     load_before = os.getloadavg()
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the CLI's JSON line
         _log(f"{model}: first-step loss match (fp32)")

@@ -239,18 +239,9 @@ class RunConfig(_Strict):
     @field_validator("device")
     @classmethod
     def _check_device(cls, v: str) -> str:
-        import re
+        from covey.devices import check_device
 
-        import torch
-
-        if v not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", v):
-            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {v!r}")
-        if v.startswith("cuda"):
-            if not torch.cuda.is_available():
-                raise ValueError(f"device={v!r} but CUDA is not available on this machine (use cpu or auto)")
-            if ":" in v and int(v.split(":")[1]) >= torch.cuda.device_count():
-                raise ValueError(f"device={v!r} but only {torch.cuda.device_count()} CUDA device(s) are visible")
-        return v
+        return check_device(v)
 
     def sampler_spec(self) -> SamplerSpec:
         """The sampler to build: `sampler`, or `uniform` when the named method is a rollout strategy."""
@@ -272,11 +263,9 @@ class RunConfig(_Strict):
         return StrategySpec(name="dynamic", inner=s.name, inner_params=s.params, max_rounds=self.algo.max_gen_batches)
 
     def resolved_device(self) -> str:
-        import torch
+        from covey.devices import resolve_device
 
-        if self.device == "auto":
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        return self.device
+        return str(resolve_device(self.device))
 
     @model_validator(mode="after")
     def _check_finite(self) -> "RunConfig":

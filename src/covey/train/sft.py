@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from covey.devices import resolve_device
 from covey.models import apply_chat
 from covey.models import load as load_model
 
@@ -28,7 +29,7 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model, tok = load_model(model_name)
-    dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+    dev = resolve_device(device)
     model.float().to(dev).train()
     items = list(task.examples("train"))
     eos = tok.eos_token or ""
