@@ -34,6 +34,31 @@ class PluginError(ValueError):
     """Unknown plugin, bad import path, wrong kind of object, or bad parameters."""
 
 
+def _check_types(what: str, factory: Callable, params: Mapping[str, Any]) -> None:
+    """Each value against its parameter's annotation (pydantic, lax: YAML's 1 passes for a float), so
+    `dtype: bogus` against ``Literal["bf16", "fp32"]`` fails at config time. Unresolvable or missing
+    annotations are not checked."""
+    import typing
+
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        hints = typing.get_type_hints(factory.__init__ if inspect.isclass(factory) else factory)
+    except Exception:  # forward references a plugin's module cannot resolve: nothing to check against
+        return
+    for key, value in params.items():
+        hint = hints.get(key)
+        if hint is None or hint is Any:
+            continue
+        try:
+            TypeAdapter(hint).validate_python(value)
+        except ValidationError as e:
+            msg = e.errors()[0]["msg"]
+            raise PluginError(f"{what}: parameter {key}={value!r}: {msg}") from None
+        except Exception:  # an annotation pydantic cannot build a validator for (a plain class, a Protocol)
+            continue
+
+
 def import_object(path: str, what: str = "object") -> Any:
     """The attribute named by ``package.module:attr`` or ``path/to/file.py:attr`` (dots in attr
     walk nested attributes). A file is imported once under a name derived from its absolute path,
@@ -149,6 +174,7 @@ class PluginRegistry(NamedRegistry):
         missing = sorted(set(required) - set(params))
         if missing:
             raise PluginError(f"{self.kind} {name!r} needs parameter(s) {missing}")
+        _check_types(f"{self.kind} {name!r}", factory, params)
 
     def build(self, name: str, params: Mapping[str, Any], *context: Any) -> Any:
         """`factory(*context, **params)`, checked against the seam's protocol."""

@@ -129,6 +129,8 @@ def test_policy_version_follows_the_weight_syncs(tmp_path):
         ("rollout.strategy=nope", "unknown rollout strategy 'nope'"),
         ("rollout.strategy={name: dynamic, inner: nope}", "unknown rollout strategy 'nope'"),
         ("engine={name: torch, colour: red}", "engine 'torch' has no parameter(s) ['colour']"),
+        ("engine={name: torch, max_rows: lots}", "engine 'torch': parameter max_rows='lots': Input should be a valid integer"),
+        ("sampler={name: vade, a0: [1]}", "sampler 'vade': parameter a0=[1]: Input should be a valid number"),
         ("sampler=os.path:nothing_here", "has no attribute"),
         ("device=cuda:0", "device"),
     ],
