@@ -150,6 +150,16 @@ def test_resume_accepts_safe_overrides_and_refuses_the_rest(tmp_path):
         resume_config(tmp_path)
 
 
+@pytest.mark.parametrize("schedule, warns", [("cosine", True), ("constant", False)])
+def test_changing_steps_on_resume_warns_when_the_schedule_stretches(tmp_path, caplog, schedule, warns):
+    cfg = load_config(_yaml(tmp_path, steps=2), [f"optim.schedule={schedule}"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    save_checkpoint(tmp_path, 1, {}, {"config": cfg.model_dump(mode="json")})
+    with caplog.at_level("WARNING", logger="covey"):
+        resume_config(tmp_path, ["steps=5"])
+    assert ("learning-rate schedule is stretched" in caplog.text) is warns
+
+
 def test_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     save_checkpoint(tmp_path, 1, {"w": torch.ones(1)}, {})
 

@@ -414,6 +414,13 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ru
             f"cannot change {details} when resuming {run_dir} (checkpoint {ckpt.name} was trained with the old values); "
             f"a resumed run may change only {', '.join(SAFE_ON_RESUME)}: start a new run to change the rest"
         )
+    if old.get("steps") != new.get("steps") and cfg.optim.schedule != "constant":
+        import logging
+
+        logging.getLogger("covey").warning(
+            "steps %s -> %s on resume: the %s learning-rate schedule is stretched over the new total from the "
+            "current step on (the lr jumps to its value at that fraction of the new run)",
+            old.get("steps"), new.get("steps"), cfg.optim.schedule)  # fmt: skip
     return cfg
 
 
