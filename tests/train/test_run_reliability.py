@@ -81,6 +81,20 @@ def test_a_killed_owner_leaves_no_stale_lock(tmp_path):
     RunLock(tmp_path).acquire().release()
 
 
+def test_a_run_that_fails_to_start_leaves_no_empty_folder(tmp_path):
+    from covey.train.trainer import Trainer
+
+    cfg = load_config(_yaml(tmp_path), ["task.name=nope"])
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        Trainer(cfg, tmp_path / "new-run")
+    assert not (tmp_path / "new-run").exists()
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        Trainer(cfg, tmp_path / "used")
+    assert (tmp_path / "used" / "notes.txt").read_text() == "mine"  # a folder with content is left alone
+
+
 def test_kill_during_a_resave_of_the_same_step_keeps_a_checkpoint(tmp_path, monkeypatch):
     save_checkpoint(tmp_path, 3, {"w": torch.ones(2)}, {"tag": "first"}, keep=1)
 

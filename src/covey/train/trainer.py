@@ -8,6 +8,7 @@ registries); this file only wires them and keeps the run's state (step, RNG, che
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 import time
@@ -43,12 +44,17 @@ class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, model=None, tokenizer=None,
                  task=None, reward_funcs: list | None = None):  # fmt: skip
         self.cfg, self.run_dir = cfg, Path(run_dir)
+        fresh = not self.run_dir.exists() or not any(self.run_dir.iterdir())
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._lock = RunLock(self.run_dir).acquire()  # refuses a second process on this folder
         try:
             self._build(cfg, resume, model, tokenizer, task, reward_funcs)
         except BaseException:
             self._lock.release()
+            if fresh:  # a bad task/reward/model leaves no empty run folder behind
+                self._lock.path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # not empty: something else wrote there, keep it
+                    self.run_dir.rmdir()
             raise
 
     def _build(self, cfg: RunConfig, resume: bool, model, tokenizer, task, reward_funcs) -> None:
