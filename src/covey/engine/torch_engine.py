@@ -26,6 +26,12 @@ tokens; each (row, step) draws from its own pre-drawn uniform (see `covey.engine
 results do not depend on compaction. Log-probs and entropies are of the tempered full
 distribution; see `covey.engine.sampling` for that choice.
 
+Per-prompt limits: `SamplingParams.prompt_max_new_tokens` gives each prompt of the call its own
+token budget (at most `max_new_tokens`); a row reaching it finishes with reason "length", like one
+reaching the global limit, and leaves the active batch at the next compaction. The uniforms are
+still drawn for `max_new_tokens` steps, so a limited row's tokens equal the unlimited run's up to
+its limit.
+
 Continuing a partial completion (APRIL partial rollouts) = generating from prompt + partial tokens.
 Tree rollouts can fork rows with `KVCache.gather_rows`. The chat template is the caller's business
 (`covey.models.apply_chat`). Not covered: sliding-window attention, PEFT-wrapped models (pass the
@@ -154,6 +160,9 @@ class TorchEngine:
         stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
         stops = self._stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
         longest = max(len(p) for p in plist)
+        limits = sp.prompt_max_new_tokens
+        if limits is not None and len(limits) != len(plist):
+            raise ValueError(f"prompt_max_new_tokens holds {len(limits)} limits for {len(plist)} prompts: give one per prompt")
         if longest + sp.max_new_tokens > self.max_positions:
             raise ValueError(
                 f"longest prompt ({longest} tokens) + max_new_tokens ({sp.max_new_tokens}) exceeds "
@@ -174,8 +183,9 @@ class TorchEngine:
         for a in range(0, len(plist), per):
             b = min(len(plist), a + per)
             u = None if uniforms is None else uniforms[a * n : b * n]
+            lim = None if limits is None else limits[a:b]
             with torch.inference_mode():
-                raw = self._generate(plist[a:b], n, sp, stop_ids, stops, u)
+                raw = self._generate(plist[a:b], n, sp, stop_ids, stops, u, lim)
             # Built outside inference mode: the learner saves these tensors for backward.
             parts.append(self._generation(plist[a:b], n, a, *raw))
         return parts[0] if len(parts) == 1 else _concat(parts, self.pad_token_id)
@@ -187,7 +197,7 @@ class TorchEngine:
             self._stops[strings] = StopStrings(self.tokenizer, strings, self.weights.embed.shape[0])
         return self._stops[strings]
 
-    def _generate(self, plist: list[list[int]], n: int, sp: SamplingParams, stop_ids: list[int], stops, uniforms):
+    def _generate(self, plist: list[list[int]], n: int, sp: SamplingParams, stop_ids: list[int], stops, uniforms, limits=None):
         w, dev = self.weights, self.device
         u, p_max, new = len(plist), max(len(p) for p in plist), sp.max_new_tokens
         rows_total = u * n
@@ -213,6 +223,10 @@ class TorchEngine:
         plen = torch.tensor([len(p) for p in plist], dtype=torch.long, device="cpu").repeat_interleave(n).to(dev)
 
         stop_t = torch.tensor(stop_ids, dtype=torch.long, device="cpu").to(dev)
+        # per-row token limit (per-prompt limits, else max_new_tokens): reaching it finishes the row ("length")
+        limit = torch.tensor(limits if limits is not None else [new] * u, dtype=torch.long, device="cpu")
+        limit, capped = limit.repeat_interleave(n).to(dev), limits is not None and min(limits) < new
+        limit_act = limit
 
         out_tok = torch.full((rows_total, new), self.pad_token_id, dtype=torch.long, device=dev)
         out_lp = torch.zeros(rows_total, new, device=dev)
@@ -246,10 +260,11 @@ class TorchEngine:
             done = torch.isin(tok, stop_t) & alive if stop_ids else torch.zeros_like(alive)
             if stops is not None:
                 done |= stops.check(out_tok, rows, tok, alive & ~done, step)
+            ended = done | (alive & (limit_act <= step + 1)) if capped else done  # per-prompt limit reached
             # Bookkeeping without a host round trip: a row's length is set once, when it finishes.
-            lengths[rows] = torch.where(done, step + 1, lengths[rows])
+            lengths[rows] = torch.where(ended, step + 1, lengths[rows])
             stopped[rows] |= done
-            alive &= ~done
+            alive &= ~ended
             if (step + 1) % self.sync_every and stops is None:
                 continue
             finished = int((~alive).sum())  # the host synchronisation
@@ -259,6 +274,7 @@ class TorchEngine:
                 keep = alive.nonzero().squeeze(1)
                 kv_act = kv_act.gather_rows(keep, p_max + step)  # columns written so far
                 valid_act, plen_act, rows, tok = valid_act[keep], plen_act[keep], rows[keep], tok[keep]
+                limit_act = limit_act[keep]
                 alive = alive[keep]
         cpu = lambda t: None if t is None else t.cpu()  # noqa: E731
         return cpu(out_tok), cpu(out_lp), cpu(out_ent), cpu(lengths), cpu(stopped)

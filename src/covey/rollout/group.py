@@ -4,6 +4,7 @@ every strategy shares: chat templates in, `Rollouts` out, completions decoded ba
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -20,7 +21,8 @@ def sample_groups(engine: Engine, tokenizer, items: list[dict], sizes: list[int]
     """`sizes[i]` completions for item i (an int: the same for all), one group per item.
 
     Rows are ordered item by item; `group` = position in `items`; unequal sizes are generated in one
-    engine call per distinct size.
+    engine call per distinct size. `sampling.item_max_new_tokens` ({item id: limit}) becomes each
+    call's `prompt_max_new_tokens`: those rows stop at their limit (finish reason "length").
     """
     sizes = [sizes] * len(items) if isinstance(sizes, int) else list(sizes)
     if len(sizes) != len(items):
@@ -31,7 +33,9 @@ def sample_groups(engine: Engine, tokenizer, items: list[dict], sizes: list[int]
     parts: dict[int, Rollouts] = {}
     for n in sorted(set(sizes)):
         idx = [i for i, s in enumerate(sizes) if s == n]
-        gen = engine.generate([prompts[i] for i in idx], n, sampling)
+        limits = sampling.limits_for([int(items[i]["id"]) for i in idx]) if sampling.item_max_new_tokens else None
+        call = dataclasses.replace(sampling, prompt_max_new_tokens=limits) if limits is not None else sampling
+        gen = engine.generate([prompts[i] for i in idx], n, call)
         index = torch.tensor(idx, dtype=torch.long)[gen.prompt_index]
         parts[n] = Rollouts.from_generation(gen, group=index, items=[items[i] for i in index.tolist()])
     batch = parts[sizes[0]] if len(parts) == 1 else Rollouts.concat(list(parts.values()))
