@@ -31,7 +31,7 @@ METHODS: dict[str, dict] = {
     "uniform": {},
     "dynamic": {"algo": {"dynamic_sampling": True, "max_gen_batches": 4}},
     "vade": {"sampler": {"name": "vade"}},
-    "spo": {"sampler": {"name": "spo"}, "algo": {"advantage": {"name": "spo"}}, "rollout": {"prompts_per_step": B * G, "group_size": 1}},
+    "spo": {"sampler": {"name": "spo", "rho_type": "constant"}, "algo": {"advantage": {"name": "spo"}}, "rollout": {"prompts_per_step": B * G, "group_size": 1}},
     "dars": {"rollout": {"strategy": {"name": "dars", "schedule": "et", "n_max": 2 * G}}, "algo": {"advantage": {"name": "dr_grpo"}}},
 }
 

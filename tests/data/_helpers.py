@@ -35,6 +35,17 @@ def ids(batch_items) -> list[int]:
     return [int(it["id"]) for it in batch_items]
 
 
+def same_state(a, b) -> bool:
+    """Equal nested state: dicts/lists recursively, tensors bit-exactly (dtype and shape included)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def reload(sampler, factory):
     """state_dict -> torch.save -> torch.load -> a fresh sampler from `factory()`."""
     buf = io.BytesIO()

@@ -12,6 +12,26 @@ A sampler is built as ``factory(items, seed, **params)`` from config ``sampler: 
 annotate it for an estimator that reads sampler state (e.g. SPO's baseline in ``batch.extras``).
 `state_dict()` / `load_state_dict()` go into the checkpoint through `torch.save`, so tensors and
 int keys survive a restart unchanged; a resumed run must draw exactly what an uninterrupted one would.
+
+Three optional hooks (the trainer calls them only when the sampler defines them):
+
+    items, metrics = sampler.before_rollout(items, ctx)     after `next`, before the rollout
+    limits = sampler.generation_limits(items)                after `before_rollout`
+    metrics = sampler.after_update(batch, policy_logprobs)   after the learner update + weight sync
+
+- `before_rollout(items, ctx)` gets the step's `RolloutContext` (engine, tokenizer, seeded
+  `sampling(round)`, `score(batch)`) and returns the items to roll out (a subset, e.g. SELF drops
+  prompts its greedy decode already solves) and metrics. No items left: the step is skipped (empty
+  batch: no rollout, no `observe`, no update; the step counter, metrics and checkpoint go on).
+  Items drawn later by a strategy's refills (`ctx.draw`) do not pass through it.
+- `generation_limits(items)` returns ``{item id: max new tokens}`` for some items (MASA's early
+  cut-off). The trainer puts it in `SamplingParams.item_max_new_tokens`; `sample_groups` (the
+  `group` strategy and the strategies built on it) stops those rows there, with finish reason
+  "length". Strategies that call the engine themselves (tree and partial rollouts) ignore it.
+- `after_update(batch, policy_logprobs)` runs after the policy was updated on a non-empty `batch`.
+  ``policy_logprobs(prompt_ids, completion_ids, completion_mask) -> [N, T]`` are the per-token
+  log-probs (tempered like the behaviour log-probs, 0 on padding) of any completions under the
+  updated policy: one no-grad forward, micro-batched like the learner (SPO's KL-adaptive forgetting).
 """
 
 from __future__ import annotations

@@ -89,6 +89,7 @@ class Trainer:
             grad_clip=o.grad_clip, dtype=cfg.model.dtype,
         )  # fmt: skip
         self.step_num = 0
+        self._limits: dict[int, int] | None = None  # this step's per-item generation limits (sampler hook)
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
@@ -111,6 +112,9 @@ class Trainer:
             gen = torch.Generator().manual_seed(self._seed("learn"))
             metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
             self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
+            after = getattr(self.sampler, "after_update", None)  # optional hook (covey.data.base)
+            if after is not None:
+                metrics.update(after(batch, self.policy_logprobs))
         self.step_num += 1
         metrics["time/learn"] = time.perf_counter() - t1
         metrics["time/step"] = time.perf_counter() - t0
@@ -145,7 +149,18 @@ class Trainer:
             step=self.step_num, policy_version=self.step_num,
         )  # fmt: skip
         t = time.perf_counter()
-        batch, metrics = self.strategy.rollout(self.sampler.next(cfg.rollout.prompts_per_step), ctx)
+        self._limits = None
+        items, metrics = self.sampler.next(cfg.rollout.prompts_per_step), {}
+        before = getattr(self.sampler, "before_rollout", None)  # optional hooks (covey.data.base)
+        if before is not None:
+            items, metrics = before(items, ctx)
+        limits = getattr(self.sampler, "generation_limits", None)
+        self._limits = limits(items) if limits is not None and items else None  # read by _sampling
+        if not items:  # nothing left to roll out: the step is skipped
+            return _empty_batch(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
+                                    "train/skipped_step": 1.0}  # fmt: skip
+        batch, m = self.strategy.rollout(items, ctx)
+        metrics.update(m)
         if batch.rewards is None:
             metrics.update(score(batch))
         elapsed = time.perf_counter() - t
@@ -162,6 +177,17 @@ class Trainer:
             with self.reference.active() as ref_model:
                 self.learner.fill_logprobs(batch, model=ref_model, field="ref_logprobs")
 
+    @torch.no_grad()
+    def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """[N, T] log-probs of the given completions under the current policy (0 on padding), for a
+        sampler's `after_update` hook: one micro-batched no-grad forward through the learner."""
+        n = len(prompt_ids)
+        rows = Rollouts(prompt_ids=list(prompt_ids), completion_ids=completion_ids, completion_mask=completion_mask,
+                        behaviour_logprobs=torch.zeros_like(completion_mask), group=torch.arange(n),
+                        prompt_id=torch.zeros(n, dtype=torch.long))  # fmt: skip
+        self.learner.fill_logprobs(rows.validate())
+        return rows.old_logprobs
+
     # ------------------------------------------------------------------------------------ plumbing
     def _seed(self, stage: str, sub: int = 0) -> int:
         """A seed that depends only on (run seed, step, stage): resumed runs draw the same numbers."""
@@ -174,7 +200,7 @@ class Trainer:
             temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
             max_new_tokens=s.max_new_tokens, stop_strings=tuple(s.stop_strings),
             seed=self._seed("generate", round_), return_entropies=self.need_entropies,
-            ignore_eos=s.ignore_eos,
+            ignore_eos=s.ignore_eos, item_max_new_tokens=self._limits or None,
         )  # fmt: skip
 
     def _stateful(self) -> dict[str, Any]:
@@ -215,6 +241,13 @@ class Trainer:
         self.engine.close()
         self.logger.close()
         self._lock.release()
+
+
+def _empty_batch() -> Rollouts:
+    """A batch of no rows (a skipped step)."""
+    z = torch.zeros(0, 0)
+    return Rollouts(prompt_ids=[], completion_ids=z.long(), completion_mask=z, behaviour_logprobs=z,
+                    group=torch.zeros(0, dtype=torch.long), prompt_id=torch.zeros(0, dtype=torch.long), items=[])  # fmt: skip
 
 
 def _rollout_metrics(batch: Rollouts, gen_time: float) -> dict[str, float]:
