@@ -40,8 +40,9 @@ def _steps(cfg, run, n, resume=False):
     {"name": "drive", "stage1_steps": 1, "tau": 0.5},
     {"name": "masa", "cutoff_margin": 1.0},
     {"name": "self"},
+    {"name": "self", "greedy_check": "proxy"},
     {"name": "d3s", "sample_keep_start": 0.5, "token_keep_start": 0.5, "anneal_steps": 2},
-], ids=lambda s: s["name"])  # fmt: skip
+], ids=lambda s: "-".join([s["name"]] + [s[k] for k in ("greedy_check",) if k in s]))  # fmt: skip
 def test_resume_matches_a_straight_run(tmp_path, sampler):
     cfg = _cfg(sampler)
     straight, state = _steps(cfg, tmp_path / "a", 2)
