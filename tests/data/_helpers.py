@@ -11,6 +11,22 @@ from covey.train.config import validate_config
 from covey.train.trainer import Trainer
 
 
+class FlagTask:
+    """Items q0..q{n-1}; the verifier calls every completion of a flagged item correct, all others wrong,
+    so a flagged prompt's greedy answer is correct whatever the model writes."""
+
+    name, answer_format = "flags", "anything"
+
+    def __init__(self, n: int, solved: set[int]):
+        self.rows = [{"id": i, "prompt": f"q{i}", "solved": i in solved} for i in range(n)]
+
+    def examples(self, split: str = "train"):
+        return self.rows
+
+    def reward(self, prompts, completions, solved, **_):
+        return [1.0 if s else 0.0 for s in solved]
+
+
 def items(n: int) -> list[dict]:
     return [{"id": 100 + i, "prompt": f"q{i}", "answer": str(i)} for i in range(n)]
 

@@ -1,7 +1,9 @@
 import torch
 
 from covey.data.masa import MasaSampler, cutoff_rows
-from tests.data._helpers import ids, items, one_step, reload, scored
+from covey.train.config import validate_config
+from covey.train.trainer import Trainer
+from tests.data._helpers import FlagTask, ids, items, one_step, reload, scored
 
 
 def test_zero_variance_groups_are_filtered_and_their_prompts_gated():
@@ -62,3 +64,65 @@ def test_state_round_trip_is_exact():
 def test_one_training_step(tmp_path):
     m = one_step(tmp_path, {"name": "masa", "cutoff_margin": 1.5})
     assert "sampler/masa/filtered_rows_frac" in m and "learn/loss" in m
+
+
+# ---------------------------------------------------------------- early cut-off that stops generation
+def test_generation_limits_by_hand():
+    s = MasaSampler(items(3), cutoff_margin=1.5)
+    s.pred_len = {100: 3.0, 102: 4.0}
+    # L = ceil(1.5 * 3) = 5 and ceil(1.5 * 4) = 6; the engine may write L + 1 tokens (the one that exceeds L)
+    assert s.generation_limits(s.items) == {100: 6, 102: 7}
+    assert s.generation_limits([s.items[1]]) == {}  # no prediction, no limit
+    assert MasaSampler(items(3)).generation_limits(items(3)) == {}  # cut-off off
+
+
+def test_a_row_stopped_at_its_limit_is_cut_like_a_longer_one(caplog):
+    s = MasaSampler(items(1), cutoff_margin=1.0, filter_zero_variance=False)
+    s.pred_len = {100: 2.0}
+    b = scored([100] * 3, [1, 1, 1])  # lengths 3 (stopped at L + 1 = 3: cut), 2 and 1 (kept)
+    b.completion_mask = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 0, 0]])
+    m = s.observe(b)
+    assert b.rewards[:, 0].tolist() == [0.0, 1.0, 1.0] and b.completion_mask[0].tolist() == [1, 1, 0]
+    assert m["sampler/masa/cutoff_rows"] == 1.0 and "ignores per-prompt generation limits" not in caplog.text
+    s.pred_len = {100: 1.0}
+    s.observe(scored([100], [1]))  # 3 tokens > L + 1 = 2: the strategy did not stop it -> warned once
+    s.observe(scored([100], [1]))
+    assert caplog.text.count("ignores per-prompt generation limits") == 1
+
+
+def _masa_trainer(tmp_path, margin):
+    raw = {
+        "model": {"name": "tiny-llama"}, "task": {"name": "arithmetic"},
+        "sampler": {"name": "masa", "cutoff_margin": margin, "gate_after": 0, "filter_zero_variance": False},
+        "rollout": {"prompts_per_step": 4, "group_size": 4},
+        # the random byte-level tiny Llama rarely ends a row; stopping at any letter gives varied lengths
+        "sampling": {"max_new_tokens": 16, "stop_strings": list("abcdefghijklmnopqrstuvwxyz")},
+        "algo": {"preset": "grpo", "kl": None}, "reward_workers": 0,
+        "log": {"progress": False, "report_to": ["jsonl"]}, "steps": 2,
+    }  # fmt: skip
+    return Trainer(validate_config(raw), tmp_path / f"run-{margin}", task=FlagTask(4, solved={0, 1, 2, 3}))
+
+
+def test_cutoff_stops_generation_in_a_training_run(tmp_path):
+    """Every answer is correct (so every prompt gets a predicted length at step 1); 4 prompts, 4 per step:
+    step 2 revisits all of them. Both runs are identical through step 1; at step 2 the cut-off run
+    generates each row only up to its limit, with the same tokens as the run without cut-off."""
+    free, cut = _masa_trainer(tmp_path, None), _masa_trainer(tmp_path, 1.0)
+    try:
+        m1f, m1c = free.step(), cut.step()
+        assert m1f["length/mean"] == m1c["length/mean"] and m1c["sampler/masa/limited_prompts"] == 0.0
+        limits = cut.sampler.generation_limits(cut.sampler.items)
+        assert sorted(limits) == [0, 1, 2, 3]
+        bf, m2f = free.collect()
+        bc, m2c = cut.collect()
+        assert m2c["sampler/masa/limited_prompts"] == 4.0 and m2c["sampler/masa/cutoff_rows"] > 0
+        assert bf.prompt_id.tolist() == bc.prompt_id.tolist()
+        want = [min(n, limits[p]) for n, p in zip(bf.lengths.tolist(), bf.prompt_id.tolist())]
+        assert m2c["length/mean"] * len(bc) == sum(want) < m2f["length/mean"] * len(bf)  # fewer tokens generated
+        for i, n in enumerate(want):  # same tokens up to the limit; a row stopped there finished "length"
+            assert bc.completion_ids[i, :n].tolist() == bf.completion_ids[i, :n].tolist()
+            if bf.lengths[i] > n:
+                assert bc.finish_reason[i] == "length" and bc.rewards[i].abs().sum() == 0
+    finally:
+        free.close()
+        cut.close()

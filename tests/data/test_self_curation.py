@@ -5,7 +5,7 @@ from covey.data.self_curation import SelfSampler, likely_rows
 from covey.train.config import validate_config
 from covey.train.metrics import read_metrics
 from covey.train.trainer import Trainer
-from tests.data._helpers import ids, items, one_step, reload, scored
+from tests.data._helpers import FlagTask, ids, items, one_step, reload, scored
 
 
 def _batch(success, logp_rows, prompt_ids):
@@ -69,22 +69,6 @@ def test_one_training_step_with_the_proxy(tmp_path):
 
 
 # ---------------------------------------------------------------- greedy_check "decode" (the released code)
-class FlagTask:
-    """Items q0..q{n-1}; the verifier calls every completion of a flagged item correct, all others wrong,
-    so a flagged prompt's greedy answer is correct whatever the model writes."""
-
-    name, answer_format = "flags", "anything"
-
-    def __init__(self, n: int, solved: set[int]):
-        self.rows = [{"id": i, "prompt": f"q{i}", "solved": i in solved} for i in range(n)]
-
-    def examples(self, split: str = "train"):
-        return self.rows
-
-    def reward(self, prompts, completions, solved, **_):
-        return [1.0 if s else 0.0 for s in solved]
-
-
 def _trainer(tmp_path, task, **over):
     raw = {
         "model": {"name": "tiny-llama"}, "task": {"name": "arithmetic"},

@@ -16,15 +16,20 @@ Covey's sampler-side version predicts from the prompt's own history instead of a
                this step (completion_mask zeroed; their GRPO advantage is 0 anyway, so this changes
                only the loss normalisation, like DAPO's filter).
     cut-off:   with `cutoff_margin` m, the predicted length of a prompt is the mean length of its
-               correct completions at its last visit (none: no cut-off); a completion longer than
-               ceil(m * predicted) gets every reward column set to 0 and its tokens past that length
-               masked, i.e. what training sees had generation stopped there. The compute saving of
-               stopping generation early needs per-prompt max_new_tokens in a rollout strategy
-               (covey's engines take one max_new_tokens per call): not built here.
+               correct completions at its last visit (none: no cut-off); the limit is
+               L = ceil(m * predicted). Generation stops early: the sampler hook
+               `generation_limits` asks for at most L + 1 new tokens for that prompt (the first
+               token past L shows the row exceeds it; `SamplingParams.item_max_new_tokens`, applied
+               by `sample_groups`, so rows of other prompts are unaffected). In `observe`, a
+               completion longer than L gets every reward column set to 0 and its tokens past L
+               masked. Strategies that call the engine without `sample_groups` (tree and partial
+               rollouts) ignore the limits: the cut-off then still zeroes rewards and masks tokens,
+               but saves no generation (logged once).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -53,7 +58,8 @@ class MasaSampler(GatedUniform):
     gate_after:            zero-variance visits in a row before a prompt is gated (0: never gate).
     skip_epochs:           epochs a gated prompt is skipped.
     filter_zero_variance:  drop zero-variance groups from the loss.
-    cutoff_margin:         m >= 1 for the length cut-off; None (default) turns it off.
+    cutoff_margin:         m >= 1 for the length cut-off (generation stops at ceil(m * predicted) + 1 tokens);
+                           None (default) turns it off.
     """
 
     def __init__(
@@ -68,12 +74,28 @@ class MasaSampler(GatedUniform):
         self.gate_after, self.filter_zero_variance, self.cutoff_margin = gate_after, filter_zero_variance, cutoff_margin
         self.streak: dict[int, int] = {}  # id -> zero-variance visits in a row
         self.pred_len: dict[int, float] = {}  # id -> mean length of correct completions at the last visit
+        self._limited, self._warned = 0, False  # prompts given a generation limit this step; ignored-limit warning sent
+
+    def generation_limits(self, items: list[dict]) -> dict[int, int]:
+        """{item id: L + 1} for the items with a predicted length (L = ceil(margin * predicted))."""
+        if self.cutoff_margin is None:
+            return {}
+        ids = {int(it["id"]) for it in items} & set(self.pred_len)
+        out = {k: int(cutoff_rows(torch.zeros(1), torch.tensor([self.pred_len[k]]), self.cutoff_margin)) + 1 for k in sorted(ids)}
+        self._limited = len(out)
+        return out
 
     def _cutoff(self, batch: Rollouts) -> int:
         pid = batch.prompt_id.cpu().tolist()
         pred = torch.tensor([self.pred_len.get(k, math.nan) for k in pid], dtype=torch.float64)
         lim = cutoff_rows(batch.lengths.cpu(), pred, self.cutoff_margin)
         cut = (lim >= 0) & (batch.lengths.cpu() > lim)
+        if not self._warned and bool(((lim >= 0) & (batch.lengths.cpu() > lim + 1)).any()):
+            self._warned = True
+            logging.getLogger("covey").warning(
+                "sampler masa: rows ran past their cut-off: the rollout strategy ignores per-prompt generation limits "
+                "(only sample_groups-based strategies apply them); rewards are still zeroed and tokens masked, but "
+                "no generation is saved")  # fmt: skip
         if cut.any():
             pos = torch.arange(batch.completion_mask.shape[1])[None, :]
             drop_tokens(batch, ~cut[:, None] | (pos < lim[:, None]))
@@ -83,6 +105,7 @@ class MasaSampler(GatedUniform):
     def observe(self, batch: Rollouts) -> dict[str, float]:
         lengths = batch.lengths.cpu().double()
         cut = self._cutoff(batch) if self.cutoff_margin is not None else 0
+        limited, self._limited = self._limited, 0
         ids, succ, count = prompt_outcomes(batch)
         s, pid = row_success(batch).cpu(), batch.prompt_id.cpu()
         for key, k, n in zip(ids.tolist(), succ.tolist(), count.tolist()):
@@ -98,6 +121,7 @@ class MasaSampler(GatedUniform):
         return {
             "sampler/masa/filtered_rows_frac": dropped / max(len(batch), 1),
             "sampler/masa/cutoff_rows": float(cut),
+            "sampler/masa/limited_prompts": float(limited),
             **self.draw_metrics("masa"),
         }
 
