@@ -17,10 +17,10 @@ def _prompts(tok):
     return [tok.encode("What is 12+7?"), tok.encode("1"), tok.encode("hello, world: abc")]
 
 
-@pytest.mark.parametrize("compaction", [True, False])
-def test_limited_rows_are_the_unlimited_rows_cut_at_the_limit(tiny, compaction):
+@pytest.mark.parametrize("compaction,sync_every", [(True, 1), (False, 1), (True, 4)])  # 4: host checks as on CUDA
+def test_limited_rows_are_the_unlimited_rows_cut_at_the_limit(tiny, compaction, sync_every):
     model, tok = tiny
-    engine = TorchEngine(model, dtype="fp32", tokenizer=tok, compaction=compaction)
+    engine = TorchEngine(model, dtype="fp32", tokenizer=tok, compaction=compaction, sync_every=sync_every)
     sp = dict(max_new_tokens=12, ignore_eos=True, temperature=1.2, seed=3)
     full = engine.generate(_prompts(tok), 2, SamplingParams(**sp))
     cut = engine.generate(_prompts(tok), 2, SamplingParams(prompt_max_new_tokens=(5, 12, 1), **sp))
