@@ -156,7 +156,8 @@ def test_kl_drift_sets_rho_per_prompt_and_pools_tokens_of_several_responses():
 
 def test_rho_type_options_are_checked():
     with pytest.raises(ValueError, match="rho_type 'kl' computes rho"):
-        SPOSampler(items(2), rho=0.9)
+        SPOSampler(items(2), rho_type="kl", rho=0.9)
+    assert SPOSampler(items(2)).rho_type == "kl" and SPOSampler(items(2), rho=0.9).rho_type == "constant"
     with pytest.raises(ValueError, match="rho_type must be 'kl' or 'constant'"):
         SPOSampler(items(2), rho_type="fixed")
     s = SPOSampler(items(2), rho_type="constant")

@@ -87,21 +87,23 @@ class SPOSampler(BaseSampler):
 
     n:           completions per prompt (SPO: 1, a single stream).
     rho_type:    "kl" (the code's default: rho from the policy's drift, needs the trainer's
-                 `after_update` call) or "constant".
+                 `after_update` call) or "constant"; unset: "constant" when `rho` is given, else "kl".
     rho:         the constant forgetting factor in (0, 1] of rho_type "constant" (default 0.875);
-                 refused with "kl", which computes rho.
+                 refused with an explicit rho_type "kl", which computes rho.
     eps:         exploration floor of the sampling weight (0.05).
     candidates:  prompts drawn uniformly before prioritised sampling (SPO's gen_batch_size); None = all.
     offline_key: item column holding offline 0/1 scores for the prior (None: alpha = beta = 0.5).
     clip_lower:  lower clip of the KL rho, and the prior's strength N_init = 1 / (1 - clip_lower) (0.875 -> 8).
     """
 
-    def __init__(self, items: Sequence[dict], seed: int = 0, *, n: int = 1, rho_type: Literal["kl", "constant"] = "kl",
+    def __init__(self, items: Sequence[dict], seed: int = 0, *, n: int = 1, rho_type: Literal["kl", "constant"] | None = None,
                  rho: float | None = None, eps: float = 0.05, candidates: int | None = None,
                  offline_key: str | None = None, clip_lower: float = 0.875):  # fmt: skip
         super().__init__(items, seed)
         if n < 1:
             raise ValueError(f"sampler spo: n must be >= 1, got {n}")
+        if rho_type is None:  # `rho: 0.9` alone means a constant factor, as before rho_type existed
+            rho_type = "kl" if rho is None else "constant"
         if rho_type not in ("kl", "constant"):
             raise ValueError(f"sampler spo: rho_type must be 'kl' or 'constant', got {rho_type!r}")
         if rho_type == "kl" and rho is not None:
