@@ -28,3 +28,21 @@ def test_cuda_without_cuda_is_a_clear_error(spec):
 def test_a_cuda_index_past_the_visible_devices_is_named():
     with pytest.raises(ValueError, match="CUDA device"):
         check_device(f"cuda:{torch.cuda.device_count()}")
+
+
+def test_threads_key_sets_torch_threads_and_may_change_on_resume(tmp_path):
+    from covey.train.config import SAFE_ON_RESUME, ConfigError, load_config
+    from covey.train.trainer import Trainer
+
+    with pytest.raises(ConfigError, match="threads"):
+        load_config(None, ["threads=-1"])
+    cfg = load_config(None, ["model.name=tiny-llama", "task.params={digits: 1, n_train: 8, n_test: 2}", "threads=1",
+                             "reward_workers=0", "log.progress=false", "log.tensorboard=false", f"log.dir={tmp_path}"])  # fmt: skip
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        Trainer(cfg, tmp_path / "run").close()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert "threads" in SAFE_ON_RESUME

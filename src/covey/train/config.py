@@ -221,6 +221,9 @@ class RunConfig(_Strict):
     """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 | auto."""
     device: str = "auto"
     """Where the model, engine and every per-step tensor live: auto (CUDA when present), cpu, cuda, cuda:N."""
+    threads: int = Field(0, ge=0)
+    """torch CPU threads for generation and learning (0 = torch's default, one per core). On a busy
+    machine fewer threads than cores is often faster: threads that wait on each other stall."""
     algo: AlgoConfig = Field(default_factory=lambda: resolve_algo({"preset": "grpo"}))
     optim: OptimConfig = OptimConfig()
     log: LogConfig = LogConfig()
@@ -382,7 +385,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return validate_config(raw, source=str(path) if path else "overrides")
 
 
-SAFE_ON_RESUME = ("steps", "log", "checkpoint", "eval", "reward_workers", "task_reward_timeout_s")
+SAFE_ON_RESUME = ("steps", "log", "checkpoint", "eval", "reward_workers", "task_reward_timeout_s", "threads")
 """Config keys (and sections) a resumed run may change; everything else must stay as it was trained."""
 
 

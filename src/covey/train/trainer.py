@@ -60,6 +60,8 @@ class Trainer:
     def _build(self, cfg: RunConfig, resume: bool, model, tokenizer, task, reward_funcs) -> None:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
         self.device = torch.device(cfg.resolved_device())
         self.task = task if task is not None else get_task(cfg.task.name, **cfg.task.params)
         items = list(self.task.examples(cfg.task.split))
