@@ -1,4 +1,4 @@
-"""BroRL (arXiv 2510.01180) is a config, not a preset: many rollouts per prompt, memory bounded by micro-batching."""
+"""BroRL (arXiv 2510.01180): many rollouts per prompt, memory bounded by micro-batching; `sampler: brorl` fills that recipe."""
 
 from pathlib import Path
 
@@ -34,3 +34,31 @@ def test_one_large_group_step_never_runs_more_than_a_micro_batch(tmp_path):
         trainer.close()
     assert m["prompts/rollouts_per_prompt_max"] == 128.0 and m["prompts/unique"] == 2.0
     assert max(seen) <= 32 and sum(seen) >= 256  # 256 rows, at most 32 per forward/backward
+
+
+def test_sampler_name_brorl_fills_the_recipe_where_the_config_is_silent():
+    cfg = load_config(None, ["sampler=brorl"])
+    assert cfg.rollout.group_size == 128 and cfg.algo.dynamic_sampling and cfg.optim.micro_batch_size == 32
+    assert cfg.sampler_spec().name == "uniform" and cfg.strategy_spec().name == "dynamic"
+    mine = load_config(None, ["sampler=brorl", "rollout.group_size=64", "algo=dr_grpo", "optim.micro_batch_size=16"])
+    assert mine.rollout.group_size == 64 and mine.optim.micro_batch_size == 16  # the user's values win
+    assert mine.algo.preset == "dr_grpo" and mine.algo.dynamic_sampling  # `algo: dr_grpo` still gets dynamic sampling
+    assert not load_config(None, ["sampler=brorl", "algo.dynamic_sampling=false"]).algo.dynamic_sampling
+
+
+def test_brorl_preset_refuses_parameters_by_name():
+    import pytest
+
+    from covey.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="sampler brorl is a preset and takes no parameters"):
+        load_config(None, ["sampler={name: brorl, n: 512}"])
+
+
+def test_sampler_name_dars_b_is_dars_with_breadth():
+    cfg = load_config(None, ["sampler=dars_b"])
+    assert cfg.strategy_spec().name == "dars" and cfg.rollout.prompts_per_step == 64
+    assert cfg.optim.mini_batches == 1 and cfg.optim.epochs == 2
+    plain = load_config(None, ["sampler=dars"])
+    assert plain.rollout.prompts_per_step == 8 and plain.optim.epochs == 1
+    assert load_config(None, ["sampler={name: dars_b, schedule: hw}", "optim.epochs=3"]).optim.epochs == 3

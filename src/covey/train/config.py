@@ -133,8 +133,33 @@ SAMPLER_AS_STRATEGY: dict[str, tuple[str, dict[str, Any]]] = {
 }
 """Sampling methods that must generate again inside a step (refill, extra rollouts for hard prompts)
 live as rollout strategies; `sampler: {name: dars, ...}` selects that strategy with the given
-parameters and draws prompts uniformly. dars_b is DARS with breadth: a large prompts_per_step and
-one full-batch update (examples/tiny/dars_b.yaml)."""
+parameters and draws prompts uniformly. dars_b is DARS with breadth (its preset below)."""
+
+SAMPLER_PRESETS: dict[str, dict[str, Any]] = {
+    # DARS-B (arXiv 2508.13755, code yangzhch6/DARS): a large prompt batch, one full-batch update per
+    # epoch, 2 epochs (the paper: 3072 prompts; 64 here, a CPU-scale choice)
+    "dars_b": {"rollout": {"prompts_per_step": 64}, "optim": {"mini_batches": 1, "epochs": 2}},
+    # BroRL (arXiv 2510.01180, ABSTRACT): hundreds of rollouts per prompt with DAPO-style dynamic
+    # sampling (the paper's N ~ 512 is UNVERIFIED; 128 here), learner memory bounded by micro-batches
+    "brorl": {"rollout": {"group_size": 128}, "algo": {"dynamic_sampling": True}, "optim": {"micro_batch_size": 32}},
+}
+"""Sampling recipes that are settings of other sections: `sampler: {name: brorl}` fills these keys
+wherever the config does not set them itself (the user's values win; `covey config show` shows the
+result). Their samplers draw uniformly (dars_b: through the dars strategy)."""
+
+
+def _fill_defaults(raw: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
+    """`raw` with `preset`'s keys added where `raw` has none (nested sections merged)."""
+    out = dict(raw)
+    for key, value in preset.items():
+        mine = out.get(key)
+        if key == "algo" and isinstance(mine, str):  # `algo: dapo` is `algo: {preset: dapo}`
+            mine = {"preset": mine}
+        if mine is None and key not in out:
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(mine, dict):
+            out[key] = _fill_defaults(mine, value)
+    return out
 
 
 class RolloutConfig(_Strict):
@@ -232,6 +257,20 @@ class RunConfig(_Strict):
     steps: int = Field(20, ge=1)
     seed: int = 0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _sampler_preset(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        spec = raw.get("sampler")
+        name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
+        if name not in SAMPLER_PRESETS:
+            return raw
+        if name == "brorl" and isinstance(spec, dict) and set(spec) - {"name"}:
+            raise ValueError(f"sampler brorl is a preset and takes no parameters (got {sorted(set(spec) - {'name'})}); "
+                             f"set the keys it fills instead: rollout.group_size, algo.dynamic_sampling, optim.micro_batch_size")  # fmt: skip
+        return _fill_defaults(raw, SAMPLER_PRESETS[name])
+
     @field_validator("algo", mode="before")
     @classmethod
     def _resolve_algo(cls, v: Any) -> Any:
@@ -248,7 +287,8 @@ class RunConfig(_Strict):
 
     def sampler_spec(self) -> SamplerSpec:
         """The sampler to build: `sampler`, or `uniform` when the named method is a rollout strategy."""
-        return SamplerSpec(name="uniform") if self.sampler.name in SAMPLER_AS_STRATEGY else self.sampler
+        plain = self.sampler.name in SAMPLER_AS_STRATEGY or self.sampler.name in SAMPLER_PRESETS
+        return SamplerSpec(name="uniform") if plain else self.sampler
 
     def strategy_spec(self) -> StrategySpec:
         """The rollout strategy to build: `rollout.strategy` (or the strategy a sampler name stands for,
