@@ -82,3 +82,22 @@ def test_trains_one_step_from_config(tmp_path, strategy, advantage):
     trainer = Trainer(cfg, tmp_path / "run")
     assert trainer.step()["time/step"] > 0
     trainer.close()
+
+
+def test_latr_mix_ratio_samples_the_rest_of_each_group():
+    from covey.engine.logprobs import completion_logprobs
+
+    ctx = _ctx(4)
+    strat = LATR(tau_abs=1e-4, tau_rel=1.0, tau_ed=0.0, filter_steps=(2,), force_return_step=8, mix_ratio=0.5)
+    batch, m = strat.rollout(ITEMS, ctx)  # per root: round(0.5 * 4) = 2 LATR branches + 2 samples
+    assert batch.group.tolist() == [0] * 4 + [1] * 4 and batch.prompt_id.tolist() == [5] * 4 + [9] * 4
+    assert m["latr/branches"] == 2  # capacity 2 per root: one split each
+    first = [p[0] for p in batch.tree_path]
+    assert first == [0, 0, first[2], first[3], 0, 0, first[6], first[7]] and 0 not in first[2:4] + first[6:8]
+    assert len(set(zip(batch.group.tolist(), batch.tree_path))) == 8
+    # every row's behaviour log-probs are the policy's (sampled rows included: they are ordinary samples)
+    lp, _ = completion_logprobs(ctx.engine.model, batch.prompt_ids, batch.completion_ids, batch.completion_mask, temperature=1.0)
+    assert torch.allclose(lp * batch.completion_mask, batch.behaviour_logprobs, atol=1e-4)
+    with pytest.raises(ValueError, match="mix_ratio"):
+        LATR(mix_ratio=0.0)
+

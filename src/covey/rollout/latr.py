@@ -17,10 +17,17 @@ Per prompt, n = the group size branches are grown token by token (mix_ratio 1: a
         younger than max(filter_steps), or at force_return_step; every unfinished branch then
         continues with ordinary sampling (the engine's temperature / truncation) to max_new_tokens
     a root with fewer than n branches is filled by duplicating its first branch
+    mix_ratio < 1: only round(mix_ratio * n) (at least 1) of a root's n rows are LATR branches (the
+        capacity above); the other rows are ordinary samples of the prompt, started when LATR ends
+        and decoded with the branches (their own first-level node in `tree_path`)
 
 Defaults are the paper's countdown settings (tau_abs 0.25, tau_rel 0.15, tau_ed 0.4, filter steps
 20/30/50) scaled: force_return_step defaults to half of max_new_tokens. The suffix-match and ROUGE-L
-pruning tests of the code are not implemented (edit distance only). Behaviour log-probs of the
+pruning tests of the code are not implemented (edit distance only). `mix_ratio` is the code's option
+of that name read as "the LATR share of each group, the rest sampled" (the exact split is UNVERIFIED).
+When a whole answer fits in the LATR phase (short answers), a pure-LATR group holds only top-1/top-2
+tokens: no token outside them is ever sampled, so nothing in the update pushes the tail down and the
+T=1 policy can drift into it (docs/rollouts.md "Learning runs"); sampled rows (mix_ratio < 1) cover it. Behaviour log-probs of the
 greedy/branch tokens are those of the tempered distribution (what the learner recomputes); the
 branch choice itself is not a sample of it, so the first PPO ratio is exactly 1 on-policy only
 in the recomputed sense. `tree_path` records each branch's node ids (a new node at every split).
@@ -63,21 +70,27 @@ class LATR:
     """LATR rollouts (see the module docstring)."""
 
     def __init__(self, *, tau_abs: float = 0.25, tau_rel: float = 0.15, tau_ed: float = 0.4,
-                 filter_steps: tuple[int, ...] = (20, 30, 50), force_return_step: int | None = None):  # fmt: skip
+                 filter_steps: tuple[int, ...] = (20, 30, 50), force_return_step: int | None = None,
+                 mix_ratio: float = 1.0):  # fmt: skip
         if not (0 < tau_abs < 1 and 0 < tau_rel <= 1 and 0 <= tau_ed <= 1):
             raise ValueError(f"need 0 < tau_abs < 1, 0 < tau_rel <= 1, 0 <= tau_ed <= 1; got {tau_abs}, {tau_rel}, {tau_ed}")
+        if not 0 < mix_ratio <= 1:
+            raise ValueError(f"mix_ratio must be in (0, 1] (the LATR share of each group), got {mix_ratio}")
         if not filter_steps or any(r < 1 for r in filter_steps):
             raise ValueError(f"filter_steps must be positive step counts, got {filter_steps}")
         self.tau_abs, self.tau_rel, self.tau_ed = tau_abs, tau_rel, tau_ed
         self.filter_steps, self.force = tuple(sorted(filter_steps)), force_return_step
+        self.mix = float(mix_ratio)
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        n = ctx.group_sizes(items)
+        sizes = ctx.group_sizes(items)
+        n = [max(1, round(self.mix * g)) for g in sizes]  # LATR branches per root; the rest are sampled
         force = self.force if self.force is not None else max(1, sp.max_new_tokens // 2)
         dec = TreeDecoder(ctx.engine, sp)
+        prompts = prompt_ids(ctx.tokenizer, items)
         # payload: (root, path, uid, parent uid, birth step)
-        dec.add([Row(p, payload=(i, (0,), i, -1, 0)) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])
+        dec.add([Row(p, payload=(i, (0,), i, -1, 0)) for i, p in enumerate(prompts)])
         uid, next_node = len(items), [1] * len(items)
         done: list[Row] = []
         by_uid: dict[int, Row] = {}
@@ -112,15 +125,21 @@ class LATR:
                 dec.fork(keep)
             if self._all_full(dec, done, n, t + 1):
                 break
+        # mix_ratio < 1: the other rows of each group are ordinary samples from the prompt
+        sampled = [Row(prompts[i], payload=(i, (next_node[i] + k,), -1, -1, -1)) for i in range(len(items))
+                   for k in range(sizes[i] - n[i])]  # fmt: skip
+        for r in sampled:
+            next_node[r.payload[0]] = max(next_node[r.payload[0]], r.payload[1][0] + 1)
+        dec.add(sampled)
         # continue every unfinished branch with ordinary sampling
         done += dec.decode(sp.max_new_tokens)
         leaves = []
         for i in range(len(items)):
-            mine = sorted((r for r in done if r.payload[0] == i), key=lambda r: r.payload[2])
+            mine = sorted((r for r in done if r.payload[0] == i and r.payload[2] >= 0), key=lambda r: r.payload[2])
             while len(mine) < n[i]:  # fill_return_sequences: duplicate the first branch
                 mine.append(mine[0].copy((i, mine[0].payload[1] + (next_node[i],), -1, -1, -1)))
                 next_node[i] += 1
-            leaves += mine[: n[i]]
+            leaves += mine[: n[i]] + sorted((r for r in done if r.payload[0] == i and r.payload[2] < 0), key=lambda r: r.payload[1])
         groups = [r.payload[0] for r in leaves]
         batch = rows_to_batch(leaves, [items[g] for g in groups], groups, ctx.engine.pad_token_id, paths=True)
         distinct = len({(r.payload[0], tuple(r.tokens)) for r in leaves})
