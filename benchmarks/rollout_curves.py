@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from _runs import load_seeds, write_rows
 from covey.eval.runner import evaluate
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
@@ -83,13 +84,8 @@ def run(name: str, seed: int, a) -> list[dict]:
     finally:
         trainer.close()
     rows[-1]["seconds"] = time.perf_counter() - t0
-    with open(out / f"{name}.jsonl", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+    write_rows(out / f"{name}.jsonl", rows)
     return rows
-
-
-def _load(out: Path, name: str) -> list[list[dict]]:
-    return [[json.loads(x) for x in p.read_text().splitlines()] for p in sorted(out.glob(f"seed*/{name}.jsonl"))]
 
 
 def _mean(xs) -> float:
@@ -102,7 +98,7 @@ def summarise(out: Path, names: list[str], window: int) -> dict:
     and last `window` steps, each the mean over seeds (and per seed)."""
     summary = {}
     for name in names:
-        runs = _load(out, name)
+        runs = load_seeds(out, name)
         if not runs:
             continue
         per = []
@@ -139,7 +135,7 @@ def plot(out: Path, names: list[str], dest: Path, title: str) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for i, name in enumerate(names):
-        runs = _load(out, name)
+        runs = load_seeds(out, name)
         if not runs:
             continue
         color, lw = f"C{i % 10}", 2.2 if name == "group" else 1.2
@@ -168,7 +164,7 @@ def main(a) -> None:
             for name in names:
                 rows = run(name, seed, a)
                 print(json.dumps({"strategy": name, "seed": seed, "seconds": round(rows[-1]["seconds"], 1), "start": rows[0], "end": rows[-1]}), flush=True)
-    every = [n for n in RUNS if _load(a.out, n)]
+    every = [n for n in RUNS if load_seeds(a.out, n)]
     summary = summarise(a.out, every, window=10)
     setting = {"model": a.model, "task": "arithmetic (defaults)", "prompts_per_step": a.prompts, "group_size": a.group_size, "lr": a.lr, "steps": a.steps}
     Path(a.json).write_text(json.dumps({"setting": setting, "strategies": summary}, indent=1) + "\n")

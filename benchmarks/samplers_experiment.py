@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from _runs import load_seeds, write_rows
 from covey.eval.runner import evaluate
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
@@ -102,15 +103,8 @@ def run(method: str, seed: int, args) -> list[dict]:
     finally:
         trainer.close()
     rows[-1]["seconds"] = time.perf_counter() - t0
-    with open(out / f"{method}.jsonl", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+    write_rows(out / f"{method}.jsonl", rows)
     return rows
-
-
-def _load(out: Path, method: str) -> list[list[dict]]:
-    """The per-step rows of every seed that has a finished run of `method`."""
-    paths = sorted(out.glob(f"seed*/{method}.jsonl"))
-    return [[json.loads(x) for x in p.read_text().splitlines()] for p in paths]
 
 
 def summarise(out: Path, methods: list[str]) -> str:
@@ -119,7 +113,7 @@ def summarise(out: Path, methods: list[str]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     summary = {}
     for method in methods:
-        runs = _load(out, method)
+        runs = load_seeds(out, method)
         if not runs:
             continue
         per = []
@@ -150,7 +144,7 @@ def plot(out: Path, methods: list[str], dest: Path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for i, method in enumerate(methods):
         color = f"C{i}"
-        for j, rows in enumerate(_load(out, method)):
+        for j, rows in enumerate(load_seeds(out, method)):
             steps = [r for r in rows if r["step"] > 0]
             k = 5  # moving average over 5 steps
             sig = [r["nonzero_adv_frac"] for r in steps]
