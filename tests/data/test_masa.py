@@ -28,7 +28,7 @@ def test_gate_after_needs_visits_in_a_row():
 
 
 def test_cutoff_by_hand():
-    assert cutoff_rows(torch.tensor([4, 9]), torch.tensor([3.0, float("nan")]), 1.5).tolist() == [5, -1]
+    assert cutoff_rows(torch.tensor([3.0, float("nan")]), 1.5).tolist() == [5, -1]
     s = MasaSampler(items(1), cutoff_margin=1.0, filter_zero_variance=False)
     first = scored([100] * 3, [1, 1, 0])
     first.completion_mask = torch.tensor([[1.0, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])

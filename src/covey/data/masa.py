@@ -45,7 +45,7 @@ from covey.rollouts import Rollouts
 __all__ = ["MasaSampler", "cutoff_rows"]
 
 
-def cutoff_rows(lengths: torch.Tensor, predicted: torch.Tensor, margin: float) -> torch.Tensor:
+def cutoff_rows(predicted: torch.Tensor, margin: float) -> torch.Tensor:
     """[N] long cut-off length per row: ceil(margin * predicted), or -1 where there is no prediction (NaN)."""
     lim = torch.ceil(margin * predicted.double())
     return torch.where(torch.isnan(lim), torch.full_like(lim, -1), lim).long()
@@ -81,14 +81,14 @@ class MasaSampler(GatedUniform):
         if self.cutoff_margin is None:
             return {}
         ids = {int(it["id"]) for it in items} & set(self.pred_len)
-        out = {k: int(cutoff_rows(torch.zeros(1), torch.tensor([self.pred_len[k]]), self.cutoff_margin)) + 1 for k in sorted(ids)}
+        out = {k: int(cutoff_rows(torch.tensor([self.pred_len[k]]), self.cutoff_margin)) + 1 for k in sorted(ids)}
         self._limited = len(out)
         return out
 
     def _cutoff(self, batch: Rollouts) -> int:
         pid = batch.prompt_id.cpu().tolist()
         pred = torch.tensor([self.pred_len.get(k, math.nan) for k in pid], dtype=torch.float64)
-        lim = cutoff_rows(batch.lengths.cpu(), pred, self.cutoff_margin)
+        lim = cutoff_rows(pred, self.cutoff_margin)
         cut = (lim >= 0) & (batch.lengths.cpu() > lim)
         if not self._warned and bool(((lim >= 0) & (batch.lengths.cpu() > lim + 1)).any()):
             self._warned = True
