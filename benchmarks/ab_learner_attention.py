@@ -1,5 +1,6 @@
 """A/B of the learner's attention kernel: forward + backward of `completion_logprobs` with HF "sdpa"
-vs "eager" attention, at the step-vs-trl shapes (8 arithmetic prompts x 8 completions x 24 tokens,
+vs "eager" attention (the CPU learner now picks eager for short sequences by itself,
+`covey.engine.logprobs.EAGER_MAX_SCORES`; the sdpa arm turns that off), at the step-vs-trl shapes (8 arithmetic prompts x 8 completions x 24 tokens,
 shared prompts, bf16 autocast, 1 torch thread), alternating in one process; prints each repeat's
 seconds, the ratio of the minimums and the largest log-prob difference between the two kernels.
 
@@ -14,6 +15,7 @@ import time
 
 import torch
 
+from covey.engine import logprobs
 from covey.engine.logprobs import completion_logprobs
 from covey.models import apply_chat, load
 from covey.tasks import get_task
@@ -30,9 +32,11 @@ def main(name: str, repeats: int) -> None:
     mask = torch.ones(64, 24)
     seconds: dict[str, list[float]] = {"sdpa": [], "eager": []}
     logps: dict[str, torch.Tensor] = {}
+    default = logprobs.EAGER_MAX_SCORES
     for _ in range(repeats):
         for impl in seconds:
             model.set_attn_implementation(impl)
+            logprobs.EAGER_MAX_SCORES = default if impl == "eager" else 0  # sdpa arm: no automatic switch
             model.zero_grad(set_to_none=True)
             t = time.perf_counter()
             with torch.autocast("cpu", dtype=torch.bfloat16):

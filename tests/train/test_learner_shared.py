@@ -143,3 +143,28 @@ def test_learner_dtype_auto_and_device_config_errors(tiny):
             validate_config({"device": "cuda"})
         with pytest.raises(ConfigError, match="CUDA is not available"):
             validate_config({"device": "cuda:1"})
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_cpu_eager_attention_switch_equals_sdpa_and_restores_the_model(tiny, monkeypatch, share):
+    """Short sequences on CPU run with HF "eager" attention (faster backward than CPU flash); the
+    result equals the sdpa kernel's in fp32 and the model keeps its own setting afterwards."""
+    from covey.engine import logprobs
+
+    b = _batch(tiny.config.vocab_size, seed=1)
+    calls: list[str] = []
+    real = type(tiny).set_attn_implementation
+    monkeypatch.setattr(type(tiny), "set_attn_implementation", lambda self, impl: (calls.append(impl), real(self, impl))[1])
+    out = {}
+    for limit in (logprobs.EAGER_MAX_SCORES, 0):  # default (eager here), then forced sdpa
+        monkeypatch.setattr(logprobs, "EAGER_MAX_SCORES", limit)
+        tiny.zero_grad(set_to_none=True)
+        lp, _ = completion_logprobs(tiny, b.prompt_ids, b.completion_ids, b.completion_mask, share_prompts=share)
+        (lp * torch.linspace(-1, 1, lp.shape[1])).sum().backward()
+        out[limit] = (lp.detach(), _grads(tiny))
+        assert tiny.config._attn_implementation == "sdpa"
+    assert calls == ["eager", "sdpa"]  # switched for the first call only, and restored
+    (lp0, g0), (lp1, g1) = out.values()
+    assert (lp0 - lp1).abs().max() < 1e-5
+    for k in g0:
+        assert float((g0[k] - g1[k]).abs().max()) <= 1e-5 * max(float(g0[k].abs().max()), 1e-6), k
