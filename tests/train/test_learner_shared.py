@@ -146,25 +146,50 @@ def test_learner_dtype_auto_and_device_config_errors(tiny):
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_cpu_eager_attention_switch_equals_sdpa_and_restores_the_model(tiny, monkeypatch, share):
-    """Short sequences on CPU run with HF "eager" attention (faster backward than CPU flash); the
-    result equals the sdpa kernel's in fp32 and the model keeps its own setting afterwards."""
-    from covey.engine import logprobs
+def test_cpu_gqa_attention_switch_equals_sdpa_and_restores_the_model(tiny, monkeypatch, share):
+    """Short sequences on CPU run covey's grouped-query attention (faster backward than CPU flash);
+    the result equals the sdpa kernel's in fp32 and the model keeps its own setting afterwards."""
+    from covey.engine import attention
 
     b = _batch(tiny.config.vocab_size, seed=1)
     calls: list[str] = []
     real = type(tiny).set_attn_implementation
     monkeypatch.setattr(type(tiny), "set_attn_implementation", lambda self, impl: (calls.append(impl), real(self, impl))[1])
     out = {}
-    for limit in (logprobs.EAGER_MAX_SCORES, 0):  # default (eager here), then forced sdpa
-        monkeypatch.setattr(logprobs, "EAGER_MAX_SCORES", limit)
+    for limit in (attention.MAX_SCORES, 0):  # default (gqa here), then sdpa
+        monkeypatch.setattr(attention, "MAX_SCORES", limit)
         tiny.zero_grad(set_to_none=True)
         lp, _ = completion_logprobs(tiny, b.prompt_ids, b.completion_ids, b.completion_mask, share_prompts=share)
         (lp * torch.linspace(-1, 1, lp.shape[1])).sum().backward()
         out[limit] = (lp.detach(), _grads(tiny))
         assert tiny.config._attn_implementation == "sdpa"
-    assert calls == ["eager", "sdpa"]  # switched for the first call only, and restored
+    assert calls == [attention.NAME, "sdpa"]  # switched for the first call only, and restored
     (lp0, g0), (lp1, g1) = out.values()
     assert (lp0 - lp1).abs().max() < 1e-5
     for k in g0:
         assert float((g0[k] - g1[k]).abs().max()) <= 1e-5 * max(float(g0[k].abs().max()), 1e-6), k
+
+
+def test_gqa_attention_equals_eager_attention_with_masks_and_without():
+    """The kernel against HF's eager attention (repeat_kv + softmax) on random heads: an additive
+    padding mask, no mask (causal, queries at the last positions), and dropout off in eval."""
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    from covey.engine.attention import gqa_attention
+
+    g = torch.Generator().manual_seed(0)
+    module = torch.nn.Module().eval()
+    module.num_key_value_groups = 3
+    q, k, v = torch.randn(2, 6, 4, 8, generator=g), torch.randn(2, 2, 7, 8, generator=g), torch.randn(2, 2, 7, 8, generator=g)
+    causal = torch.ones(4, 7, dtype=torch.bool).tril(3)  # query i sits at position 3 + i
+    pad = torch.ones(2, 7, dtype=torch.bool)
+    pad[0, :2] = False  # left padding in row 0
+    allowed = causal[None, None] & pad[:, None, None]
+    additive = torch.zeros(2, 1, 4, 7).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    for mask, ref_mask in ((additive, additive), (None, torch.zeros(1, 1, 4, 7).masked_fill(~causal, float("-inf")))):
+        out, _ = gqa_attention(module, q, k, v, mask, scaling=0.3)
+        ref, _ = eager_attention_forward(module, q, k, v, ref_mask, scaling=0.3)
+        assert out.shape == (2, 4, 6, 8)
+        assert (out - ref).abs().max() < 1e-6
+    with pytest.raises(NotImplementedError, match="sliding_window"):
+        gqa_attention(module, q, k, v, None, sliding_window=4)

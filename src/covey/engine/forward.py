@@ -110,6 +110,11 @@ class DecoderWeights:
         return out
 
 
+def uses_sliding_window(cfg) -> bool:
+    """Whether a config of a SUPPORTED model type turns sliding-window attention on."""
+    return bool(getattr(cfg, "use_sliding_window", False) or (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None)))
+
+
 def _check_supported(model) -> None:
     cfg = model.config
     kind = getattr(cfg, "model_type", None)
@@ -117,7 +122,7 @@ def _check_supported(model) -> None:
         raise NotImplementedError(
             f"TorchEngine supports model_type in {SUPPORTED}, got {kind!r} ({type(model).__name__})"
         )
-    if getattr(cfg, "use_sliding_window", False) or (kind == "mistral" and getattr(cfg, "sliding_window", None)):
+    if uses_sliding_window(cfg):
         raise NotImplementedError(f"sliding-window attention is not supported (model_type {kind!r})")
     act = getattr(cfg, "hidden_act", "silu")
     if act not in ("silu", "gelu", "gelu_pytorch_tanh"):

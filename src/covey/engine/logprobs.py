@@ -17,49 +17,21 @@ each chunk under activation checkpointing: the backward recomputes that chunk's 
 instead of keeping N x T x V of them alive. Works under bf16 autocast (logits are upcast to fp32
 before the softmax).
 
-Attention kernel on CPU: torch's CPU flash-attention backward (what HF's "sdpa" runs) is slow on the
-short sequences of small-model RL, so when the model uses "sdpa" and every forward's score matrix
-(rows x heads x queries x keys, per layer) is at most `EAGER_MAX_SCORES` elements, the forward runs
-with HF's "eager" attention (batched matmuls + softmax) and the model's setting is restored after.
-Measured forward + backward on tiny-llama, bf16 autocast, 1 thread (`benchmarks/ab_learner_attention.py`):
-1.3-1.5x faster up to 3M elements per layer, break-even near 20M, 2x slower at 45M. Both kernels
-compute the same function (log-probs within 1e-5 in fp32); CUDA always keeps the model's kernel.
+Attention kernel: short sequences on CPU run `covey.engine.attention.gqa_attention` instead of the
+model's "sdpa" (torch's CPU flash-attention backward is slow there); same function, see that module.
 """
 
 from __future__ import annotations
-
-from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from covey.engine.attention import attention_kernel
 from covey.engine.dtypes import model_device
 from covey.engine.prefix import prompt_groups, shared_prompt_hidden
 
-__all__ = ["EAGER_MAX_SCORES", "completion_logprobs", "token_logprobs_from_logits"]
-
-EAGER_MAX_SCORES = 4_000_000  # per-layer score elements up to which CPU forwards use eager attention (0: never)
-
-
-@contextmanager
-def _attention_kernel(model, device: torch.device, scores: int):
-    """Run the block with HF "eager" attention when that is the faster CPU kernel (module docstring)."""
-    config = getattr(model, "config", None)
-    use_eager = (
-        device.type == "cpu"
-        and 0 < scores <= EAGER_MAX_SCORES
-        and getattr(config, "_attn_implementation", None) == "sdpa"
-        and hasattr(model, "set_attn_implementation")
-    )
-    if not use_eager:
-        yield
-        return
-    model.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        model.set_attn_implementation("sdpa")
+__all__ = ["completion_logprobs", "token_logprobs_from_logits"]
 
 
 def token_logprobs_from_logits(
@@ -134,7 +106,7 @@ def completion_logprobs(
     if share_prompts:
         t_c = max(int(last.max()) - 1, 0)  # the last wanted token is predicted, never fed in
         scores = heads * max(n_prompts * p_max * p_max, n * t_c * (p_max + t_c))
-        with _attention_kernel(model, device, scores):
+        with attention_kernel(model, device, scores):
             h_last, h_comp = shared_prompt_hidden(model.get_decoder(), prompt_ids, completion_ids[:, :t_c])
         hidden = h_last[:, None] if h_comp is None else torch.cat([h_last[:, None], h_comp], 1)  # [N, 1 + Tc, H]
         h = hidden[rows, cols]  # column j holds the state that predicts completion token j
@@ -146,7 +118,7 @@ def completion_logprobs(
             a, b = int(plen_cpu[i]), last_cpu[i]
             ids[i, :a] = p.to(device)
             ids[i, a : a + b] = completion_ids[i, :b]
-        with _attention_kernel(model, device, heads * n * seq_len * seq_len):
+        with attention_kernel(model, device, heads * n * seq_len * seq_len):
             hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # [N, L, H]
         h = hidden[rows, plen[rows] + cols - 1]  # [M, H]: the state that predicts each target
     lm_head = model.get_output_embeddings()
