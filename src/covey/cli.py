@@ -304,12 +304,13 @@ def bench_generate(
     repeats: int = 3,
     threads: Annotated[int, typer.Option(help="torch threads for both engines (0 = torch's default).")] = 0,
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",
+    hf_static: Annotated[str, typer.Option(help='also time HF with cache_implementation="static": auto (CUDA only), yes, no.')] = "auto",
 ):
     """covey's engine vs HF generate on the same model, prompts and settings (tokens/s and ratio)."""
     from covey.engine.bench import generate_cmd
 
     generate_cmd(model=model, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
-                 repeats=repeats, threads=threads, device=device)  # fmt: skip
+                 repeats=repeats, threads=threads, device=device, hf_static=hf_static)  # fmt: skip
 
 
 @bench_app.command("step-vs-trl")

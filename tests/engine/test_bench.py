@@ -13,8 +13,16 @@ def test_bench_generate_reports_both_engines_on_a_tiny_run():
     assert 0 < r["ceiling_fraction"] < 1
 
 
+def test_bench_generate_times_hf_static_cache_when_asked():
+    r = bench_generate("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, dtype="fp32", repeats=1, hf_static="yes")
+    assert r["hf_static_tok_s"] > 0 and r["ratio_vs_hf_static"] > 0 and len(r["hf_static_s"]) == 1
+    assert "hf_static_tok_s" not in bench_generate("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, dtype="fp32", repeats=1)
+
+
 def test_bench_generate_rejects_bad_settings():
     with pytest.raises(ValueError, match="dtype"):
         bench_generate("tiny-llama", dtype="int8")
     with pytest.raises(ValueError, match=">= 1"):
         bench_generate("tiny-llama", batch=0)
+    with pytest.raises(ValueError, match="hf_static"):
+        bench_generate("tiny-llama", hf_static="maybe")

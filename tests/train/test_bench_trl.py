@@ -42,3 +42,23 @@ def test_configs_describe_the_same_algorithm():
     assert cfg.rollout.prompts_per_step * cfg.rollout.group_size == args.per_device_train_batch_size
     assert cfg.sampling.ignore_eos and args.generation_kwargs == {"min_new_tokens": args.max_completion_length}
     assert cfg.sampling.max_new_tokens == args.max_completion_length == 24
+
+
+def test_step_vs_trl_times_covey_alone_when_trl_runs_out_of_memory(monkeypatch, tmp_path):
+    """On a GPU TRL can run out of memory where covey fits (32 x 8 x 256 on one H100): the bench
+    records TRL's failure and still times covey's steps, instead of losing the run."""
+    import torch
+    import trl
+
+    from covey.train import bench_trl
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+
+    monkeypatch.setattr(bench_trl, "first_step_match", oom)
+    monkeypatch.setattr(trl.GRPOTrainer, "train", oom)
+    monkeypatch.chdir(tmp_path)  # TRL's output_dir
+    r = bench_trl.step_vs_trl("tiny-llama", steps=2, prompts=2, group_size=2, new_tokens=4, covey_fp32=False, threads=1)
+    assert r["match_error"].startswith("TRL out of memory") and r["trl_error"].startswith("TRL out of memory at step 1")
+    assert len(r["covey_steps_s"]) == 3 and r["covey_s_per_step"] > 0  # warm-up + 2 timed steps
+    assert "ratio_trl_over_covey" not in r and "trl_s_per_step" not in r

@@ -12,7 +12,12 @@ divided by covey's time; `ceiling_fraction` compares it with the ~1 TFLOP/s AMX 
 of this machine (fp32 peak is ~0.3 TFLOP/s); on CUDA it is left out (no peak known for the GPU).
 
 device: cpu, cuda, cuda:N or auto (CUDA when present); both engines run there, and the timers wait
-for the GPU (`torch.cuda.synchronize`). dtype: bf16, fp32, or auto (`covey.engine.dtypes`; the
+for the GPU (`torch.cuda.synchronize`).
+
+hf_static: also time HF `generate` with `cache_implementation="static"` (a pre-allocated cache; on
+CUDA transformers then compiles the decode step, in the untimed warm-up run): "auto" = on CUDA
+only (on CPU HF does not compile it and it is no faster), "yes", "no". Reported as
+`hf_static_tok_s` and `ratio_vs_hf_static`. dtype: bf16, fp32, or auto (`covey.engine.dtypes`; the
 result names the dtype chosen).
 """
 
@@ -62,6 +67,7 @@ def bench_generate(
     seed: int = 0,
     threads: int = 0,
     device: str = "auto",
+    hf_static: str = "auto",
 ) -> dict:
     """Time covey's engine and HF generate on `model` (an alias or path); return one result dict.
 
@@ -74,6 +80,8 @@ def bench_generate(
         torch.set_num_threads(threads)
     if dtype not in ("bf16", "fp32", "auto"):
         raise ValueError(f"dtype must be 'bf16', 'fp32' or 'auto', got {dtype!r}")
+    if hf_static not in ("auto", "yes", "no"):
+        raise ValueError(f"hf_static must be 'auto', 'yes' or 'no', got {hf_static!r}")
     if min(batch, prompt_tokens, new_tokens, repeats) < 1:
         raise ValueError("batch, prompt_tokens, new_tokens and repeats must all be >= 1")
     dev = resolve_device(device)
@@ -104,22 +112,27 @@ def bench_generate(
         assert out.completion_ids.shape == (batch, new_tokens)
         return dt
 
-    def run_hf() -> float:
+    def run_hf(**extra) -> float:
         sync()
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = hf_model.generate(hf_prompts, attention_mask=torch.ones_like(hf_prompts), **hf_kwargs)
+            out = hf_model.generate(hf_prompts, attention_mask=torch.ones_like(hf_prompts), **hf_kwargs, **extra)
         sync()
         dt = time.perf_counter() - t0
         assert out.shape == (batch, prompt_tokens + new_tokens)
         return dt
 
-    run_covey()  # warm-up (allocator, thread pool, oneDNN kernels)
+    static = hf_static == "yes" or (hf_static == "auto" and dev.type == "cuda")
+    run_covey()  # warm-up (allocator, thread pool, oneDNN kernels; HF static: its compilation)
     run_hf()
-    covey_t, hf_t = [], []
+    if static:
+        run_hf(cache_implementation="static")
+    covey_t, hf_t, static_t = [], [], []
     for _ in range(repeats):
         covey_t.append(run_covey())
         hf_t.append(run_hf())
+        if static:
+            static_t.append(run_hf(cache_implementation="static"))
     c_med, h_med = statistics.median(covey_t), statistics.median(hf_t)
     gen_tokens = batch * new_tokens
     flops = _flops(hf_model, batch, prompt_tokens, new_tokens)
@@ -142,6 +155,10 @@ def bench_generate(
         "hf_s": [float(f"{x:.4g}") for x in hf_t],
         "achieved_tflops": float(f"{flops / c_med / 1e12:.3g}"),
     }
+    if static:
+        s_med = statistics.median(static_t)
+        result.update(hf_static_tok_s=round(gen_tokens / s_med, 1), ratio_vs_hf_static=round(s_med / c_med, 2),
+                      hf_static_s=[float(f"{x:.4g}") for x in static_t])  # fmt: skip
     if dev.type == "cpu":
         result["ceiling_fraction"] = float(f"{flops / c_med / peak:.3g}")
     return result
@@ -156,9 +173,11 @@ def generate_cmd(
     repeats: int = 3,
     threads: int = 0,
     device: str = "auto",
+    hf_static: str = "auto",
 ) -> None:
     """Benchmark covey's generation against HF generate; print one JSON line."""
-    print(json.dumps(bench_generate(model, batch, prompt_tokens, new_tokens, dtype, repeats, threads=threads, device=device)))
+    print(json.dumps(bench_generate(model, batch, prompt_tokens, new_tokens, dtype, repeats, threads=threads, device=device,
+                                    hf_static=hf_static)))  # fmt: skip
 
 
 if __name__ == "__main__":

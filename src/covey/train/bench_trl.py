@@ -46,7 +46,7 @@ from covey.models import load
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
 from covey.train.config import RunConfig, validate_config
-from covey.train.learner import Learner
+from covey.train.learner import Learner, peak_memory_gb, reset_peak_memory
 from covey.train.setup import build_optimizer
 
 __all__ = ["covey_config", "first_step_match", "step_vs_trl", "trl_args"]
@@ -283,6 +283,9 @@ def step_vs_trl(
 
     threads: torch intra-op threads for both frameworks (0 = torch's default). On a shared machine
     1 thread gives steadier numbers (oversubscribed OpenMP threads wait on each other).
+    On CUDA each framework's peak memory per step is reported (`*_peak_gb`, the median over the
+    timed steps). If TRL runs out of GPU memory (in the loss match or in training), that is
+    recorded (`trl_error` / `match_error`) and covey's steps are timed on their own.
     """
     from transformers import TrainerCallback
     from trl import GRPOTrainer
@@ -295,12 +298,18 @@ def step_vs_trl(
         raise ValueError(f"threads must be >= 0 (0 = torch's default), got {threads}")
     if threads:
         torch.set_num_threads(threads)
-    device = str(resolve_device(device))
+    dev = resolve_device(device)
+    device = str(dev)
     load_before = os.getloadavg()
+    errors: dict[str, str] = {}
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the CLI's JSON line
         _log(f"{model}: first-step loss match (fp32)")
-        match = first_step_match(model, prompts=prompts, group_size=group_size, new_tokens=new_tokens, device=device)
-        _log(f"loss match: {match}")
+        try:
+            match = first_step_match(model, prompts=prompts, group_size=group_size, new_tokens=new_tokens, device=device)
+        except torch.OutOfMemoryError as e:
+            match, errors["match_error"] = {}, f"TRL out of memory: {str(e).splitlines()[0]}"
+            _free(dev)
+        _log(f"loss match: {match or errors}")
 
         runs = {"covey": "bf16"} | ({"covey_fp32": "fp32"} if covey_fp32 else {})
         shape = {"prompts": prompts, "group_size": group_size, "new_tokens": new_tokens}
@@ -310,20 +319,30 @@ def step_vs_trl(
             for name, dt in runs.items()
         }
         times: dict[str, list[float]] = {"trl": [], **{k: [] for k in covey}}
+        peaks: dict[str, list[float]] = {k: [] for k in times}
         parts: dict[str, list[dict]] = {k: [] for k in covey}
         clock = {"t": 0.0}
 
+        def covey_steps() -> None:  # one step of each covey run
+            for name, tr in covey.items():
+                reset_peak_memory(dev)
+                t = time.perf_counter()
+                metrics = tr.step()
+                times[name].append(time.perf_counter() - t)
+                peaks[name].append(peak_memory_gb(dev))
+                parts[name].append(metrics)
+
         class Alternate(TrainerCallback):  # after each TRL step, one step of each covey run
+            def on_step_begin(self, args, state, control, **kw):
+                reset_peak_memory(dev)
+
             def on_train_begin(self, args, state, control, **kw):
                 clock["t"] = time.perf_counter()
 
             def on_step_end(self, args, state, control, **kw):
                 times["trl"].append(time.perf_counter() - clock["t"])
-                for name, tr in covey.items():
-                    t = time.perf_counter()
-                    metrics = tr.step()
-                    times[name].append(time.perf_counter() - t)
-                    parts[name].append(metrics)
+                peaks["trl"].append(peak_memory_gb(dev))
+                covey_steps()
                 _log(f"step {state.global_step}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()))
                 clock["t"] = time.perf_counter()
 
@@ -336,13 +355,21 @@ def step_vs_trl(
             callbacks=[Alternate()],
         )  # fmt: skip
         try:
-            trainer.train()
+            try:
+                trainer.train()
+            except torch.OutOfMemoryError as e:
+                errors["trl_error"] = f"TRL out of memory at step {len(times['trl']) + 1}: {str(e).splitlines()[0]}"
+                trainer.accelerator.free_memory()  # drops TRL's model and optimizer references
+                trainer.model = trainer.model_wrapped = trainer.optimizer = policy = None
+                _free(dev)
+                _log(f"{errors['trl_error']}; timing covey on its own")
+                while len(times["covey"]) < steps + 1:
+                    covey_steps()
         finally:
             for tr in covey.values():
                 tr.rewards.close()  # reward worker processes
 
-    med = {k: statistics.median(v[1:]) for k, v in times.items()}
-    trl_gen = statistics.median(trainer.gen_times[1:])
+    med = {k: statistics.median(v[1:]) for k, v in times.items() if len(v) > 1}
     out: dict[str, Any] = {
         "bench": "step-vs-trl",
         "model": model,
@@ -354,22 +381,35 @@ def step_vs_trl(
                      "lr": LR, "loss": "token-mean (TRL dapo)", "adv_eps": ADV_EPS, "clip_eps": CLIP_EPS, "kl": 0},
         "trl_dtype": "bf16 autocast (accelerate mixed precision, fp32 weights; generation too)",
         "covey_dtype": "bf16 autocast learner + bf16 engine weights",
-        "trl_s_per_step": med["trl"],
         "covey_s_per_step": med["covey"],
-        "ratio_trl_over_covey": med["trl"] / med["covey"],
-        "trl_steps_s": times["trl"],
         "covey_steps_s": times["covey"],
-        "trl_breakdown_s": {"generate_score": trl_gen, "learn_other": med["trl"] - trl_gen},
         "covey_breakdown_s": _breakdown(parts["covey"]),
+        **errors,
     }  # fmt: skip
-    if "covey_fp32" in med:
+    if "trl" in med:
+        trl_gen = statistics.median(trainer.gen_times[1:])
         out |= {
-            "covey_fp32_s_per_step": med["covey_fp32"],
-            "ratio_trl_over_covey_fp32": med["trl"] / med["covey_fp32"],
-            "covey_fp32_breakdown_s": _breakdown(parts["covey_fp32"]),
+            "trl_s_per_step": med["trl"],
+            "ratio_trl_over_covey": med["trl"] / med["covey"],
+            "trl_steps_s": times["trl"],
+            "trl_breakdown_s": {"generate_score": trl_gen, "learn_other": med["trl"] - trl_gen},
         }
+    if "covey_fp32" in med:
+        out |= {"covey_fp32_s_per_step": med["covey_fp32"], "covey_fp32_breakdown_s": _breakdown(parts["covey_fp32"])}
+        if "trl" in med:
+            out["ratio_trl_over_covey_fp32"] = med["trl"] / med["covey_fp32"]
+    if dev.type == "cuda":
+        out |= {f"{k}_peak_gb": round(statistics.median(v[1:]), 3) for k, v in peaks.items() if len(v) > 1}
     out |= match
     return out
+
+
+def _free(dev: torch.device) -> None:
+    import gc
+
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _cpu_name() -> str:

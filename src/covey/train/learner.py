@@ -17,8 +17,9 @@ computes each prompt once for its whole group (`covey.engine.prefix`).
 Devices: the batch stays where it is (the engine returns it on the CPU); each micro-batch is moved
 to the model's device, and log-probs written back into the batch come back to the batch's device.
 bf16 autocast runs on the model's device type (CUDA or CPU); dtype "auto" is bf16 on CUDA and
-measured on CPU (`covey.engine.dtypes`). `memory/peak_gb` in the metrics is the peak of the update:
-`torch.cuda.max_memory_allocated` on CUDA, the process's RSS high-water mark (getrusage) on CPU.
+measured on CPU (`covey.engine.dtypes`). `memory/peak_gb` in the metrics is `torch.cuda.max_memory_allocated`
+since the last `reset_peak_memory` on CUDA (the Trainer resets it as each step begins, so it is the
+step's peak: generation, scoring and update), the process's RSS high-water mark (getrusage) on CPU.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from covey.engine.logprobs import completion_logprobs
 from covey.engine.prefix import prompt_groups
 from covey.rollouts import Rollouts
 
-__all__ = ["Learner"]
+__all__ = ["Learner", "peak_memory_gb", "reset_peak_memory"]
 
 
 class Learner:
@@ -144,8 +145,6 @@ class Learner:
             raise ValueError("learner.update needs batch.advantages: run an advantage estimator first")
         if self.recompute_old and batch.old_logprobs is None:
             self.fill_logprobs(batch)
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
@@ -237,6 +236,12 @@ def to_device(batch: Rollouts, device: torch.device) -> Rollouts:
         elif f.name == "prompt_ids":
             changes[f.name] = [p.to(device, non_blocking=True) for p in val]
     return dataclasses.replace(batch, **changes)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new CUDA peak-memory window (no-op elsewhere: the CPU figure is the process's high-water mark)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def peak_memory_gb(device: torch.device) -> float:

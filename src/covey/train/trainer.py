@@ -27,7 +27,7 @@ from covey.rollouts import Rollouts
 from covey.tasks import get_task
 from covey.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from covey.train.config import RunConfig
-from covey.train.learner import Learner
+from covey.train.learner import Learner, reset_peak_memory
 from covey.train.metrics import MetricsLogger, sample_rows
 from covey.train.runlock import RunLock
 from covey.train.setup import (
@@ -104,6 +104,7 @@ class Trainer:
     def step(self) -> dict[str, Any]:
         """One training step; returns its metrics (also written to metrics.jsonl)."""
         t0 = time.perf_counter()
+        reset_peak_memory(self.learner.device)  # memory/peak_gb: this step's peak on CUDA
         batch, metrics = self.collect()  # sample -> rollout -> rewards (-> group filter)
         t1 = time.perf_counter()
         if len(batch) > 0:
