@@ -193,3 +193,21 @@ def test_gqa_attention_equals_eager_attention_with_masks_and_without():
         assert (out - ref).abs().max() < 1e-6
     with pytest.raises(NotImplementedError, match="sliding_window"):
         gqa_attention(module, q, k, v, None, sliding_window=4)
+
+
+def test_gradient_checkpointing_keeps_the_model_kernel(tiny):
+    """Checkpointing recomputes the forward during backward, after the kernel switch has ended: the
+    learner must not switch then (a different kernel breaks the recompute check)."""
+    model = copy.deepcopy(tiny).train()
+    b = _batch(model.config.vocab_size, seed=2)
+    ref, _ = completion_logprobs(model, b.prompt_ids, b.completion_ids, b.completion_mask)
+    ref.sum().backward()
+    want = _grads(model)
+    model.zero_grad(set_to_none=True)
+    model.gradient_checkpointing_enable()
+    lp, _ = completion_logprobs(model, b.prompt_ids, b.completion_ids, b.completion_mask)
+    lp.sum().backward()
+    assert (lp - ref).abs().max() < 1e-5
+    got = _grads(model)
+    for k in want:
+        assert float((want[k] - got[k]).abs().max()) <= 1e-5 * max(float(want[k].abs().max()), 1e-6), k

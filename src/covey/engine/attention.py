@@ -11,7 +11,7 @@ query rows, so scores and output are one matmul each against the shared keys and
 It is registered with transformers' `AttentionInterface` as "covey_gqa" (with HF's eager mask:
 additive, materialised), and `attention_kernel` switches a model to it for one forward when the
 forward is on CPU, the model uses "sdpa", its type is in `forward.SUPPORTED` without sliding
-windows, and the per-layer score matrix (rows x query heads x queries x keys) has at most
+windows, activation checkpointing is off (its recompute in the backward would see "sdpa" again), and the per-layer score matrix (rows x query heads x queries x keys) has at most
 `MAX_SCORES` elements. The backward does not look at the setting, so it is restored as soon as
 the forward returns.
 
@@ -88,6 +88,9 @@ def attention_kernel(model, device: torch.device, scores: int):
         and getattr(config, "model_type", None) in SUPPORTED
         and not uses_sliding_window(config)
         and hasattr(model, "set_attn_implementation")
+        # activation checkpointing re-runs the forward in the backward, after the setting is restored:
+        # a different kernel there would not match the saved graph
+        and not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
     )
     if not use:
         yield
