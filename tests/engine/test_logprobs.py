@@ -95,3 +95,50 @@ def test_bad_arguments_name_the_problem(batch):
         completion_logprobs(model, prompts, ids, mask, temperature=0.0)
     with pytest.raises(ValueError, match="at least one token"):
         completion_logprobs(model, [torch.tensor([], dtype=torch.long)] + prompts[1:], ids, mask)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_fused_head_equals_autograd_through_logsumexp(with_bias, autocast):
+    """HeadLogprob (saves only the log-normaliser, gradient in place) against plain autograd through
+    lm_head -> fp32 log-softmax -> gather, in fp32 and under bf16 autocast, at temperature 0.7."""
+    from covey.engine.logprobs import HeadLogprob
+
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=with_bias)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(50, 16, generator=g))
+        if with_bias:
+            head.bias.copy_(torch.randn(50, generator=g))
+    h0 = torch.randn(7, 16, generator=g)
+    targets = torch.randint(0, 50, (7,), generator=g)
+    weights = torch.randn(7, generator=g)  # a non-uniform incoming gradient
+    out = {}
+    for fused in (False, True):
+        head.zero_grad(set_to_none=True)
+        h = h0.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            if fused:
+                dtype = torch.bfloat16 if autocast else torch.float32
+                lp = HeadLogprob.apply(h, head.weight, head.bias, targets, 0.7, dtype)
+            else:
+                lp, _ = token_logprobs_from_logits(head(h), targets, 0.7)
+        (lp * weights).sum().backward()
+        out[fused] = [lp.detach(), h.grad, head.weight.grad] + ([head.bias.grad] if with_bias else [])
+    tol = 2e-2 if autocast else 1e-5  # bf16: the two round the [M, V] gradient at different points
+    for a, b in zip(out[False], out[True]):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert (a - b).abs().max() <= tol * max(float(a.abs().max()), 1.0)
+
+
+def test_fused_head_skips_the_weight_gradient_of_a_frozen_head(batch):
+    model, rows, ids, mask = batch
+    model.get_output_embeddings().weight.requires_grad_(False)
+    try:
+        model.zero_grad(set_to_none=True)
+        lp, _ = completion_logprobs(model, rows, ids, mask)
+        lp.sum().backward()
+        assert model.get_output_embeddings().weight.grad is None
+        assert model.model.layers[0].mlp.up_proj.weight.grad is not None
+    finally:
+        model.get_output_embeddings().weight.requires_grad_(True)
