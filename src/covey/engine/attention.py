@@ -16,7 +16,7 @@ windows, activation checkpointing is off (its recompute in the backward would se
 the forward returns.
 
 Measured forward + backward of `completion_logprobs` (bf16 autocast, 1 thread, 2-core AMD EPYC,
-`benchmarks/ab_learner_attention.py`): at the step-vs-trl shapes (8 prompts x 8 x 24 tokens,
+`benchmarks/ab_learner.py attention`): at the step-vs-trl shapes (8 prompts x 8 x 24 tokens,
 shared prompts) 1.54x sdpa on tiny-llama (eager: 1.43x) and 1.13x on SmolLM2-135M (eager: 1.01x);
 on tiny-llama break-even near 20M score elements per layer and 0.6x at 45M, hence the 4M limit.
 Same function as sdpa: log-probs and gradients within 1e-5 in fp32 (tests/train/test_learner_shared.py).
