@@ -11,8 +11,9 @@ query rows, so scores and output are one matmul each against the shared keys and
 It is registered with transformers' `AttentionInterface` as "covey_gqa" (with HF's eager mask:
 additive, materialised), and `attention_kernel` switches a model to it for one forward when the
 forward is on CPU, the model uses "sdpa", its type is in `forward.SUPPORTED` without sliding
-windows, activation checkpointing is off (its recompute in the backward would see "sdpa" again), and the per-layer score matrix (rows x query heads x queries x keys) has at most
-`MAX_SCORES` elements. The backward does not look at the setting, so it is restored as soon as
+windows, activation checkpointing is off (its recompute in the backward would see "sdpa" again),
+and the per-layer score matrix (rows x query heads x queries x keys) has at most `MAX_SCORES`
+elements. The backward does not look at the setting, so it is restored as soon as
 the forward returns.
 
 Measured forward + backward of `completion_logprobs` (bf16 autocast, 1 thread, 2-core AMD EPYC,
@@ -78,8 +79,9 @@ _register()
 
 
 @contextmanager
-def attention_kernel(model, device: torch.device, scores: int):
-    """Run the block's forward with `gqa_attention` when that is the faster CPU kernel (module docstring)."""
+def attention_kernel(model, device: torch.device, scores: int, checkpointing: bool):
+    """Run the block's forward with `gqa_attention` when that is the faster CPU kernel (module docstring).
+    checkpointing: whether any module of `model` has activation checkpointing on (the caller knows)."""
     config = getattr(model, "config", None)
     use = (
         device.type == "cpu"
@@ -90,7 +92,7 @@ def attention_kernel(model, device: torch.device, scores: int):
         and hasattr(model, "set_attn_implementation")
         # activation checkpointing re-runs the forward in the backward, after the setting is restored:
         # a different kernel there would not match the saved graph
-        and not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+        and not checkpointing
     )
     if not use:
         yield

@@ -143,8 +143,8 @@ def completion_logprobs(
     rows, cols = keep.nonzero(as_tuple=True)  # the M wanted (row, token) pairs
     targets = completion_ids[rows, cols]  # [M]
     n_prompts = len(prompt_groups(prompt_ids)[0])
+    checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
     if share_prompts == "auto":
-        checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
         sliding = "sliding_attention" in (getattr(model.config, "layer_types", None) or ())  # full-attention cache only
         share_prompts = not checkpointing and not sliding and n_prompts < n
     heads = int(getattr(getattr(model, "config", None), "num_attention_heads", 1) or 1)
@@ -152,7 +152,7 @@ def completion_logprobs(
     if share_prompts:
         t_c = max(int(last.max()) - 1, 0)  # the last wanted token is predicted, never fed in
         scores = heads * max(n_prompts * p_max * p_max, n * t_c * (p_max + t_c))
-        with attention_kernel(model, device, scores):
+        with attention_kernel(model, device, scores, checkpointing):
             h_last, h_comp = shared_prompt_hidden(model.get_decoder(), prompt_ids, completion_ids[:, :t_c])
         hidden = h_last[:, None] if h_comp is None else torch.cat([h_last[:, None], h_comp], 1)  # [N, 1 + Tc, H]
         h = hidden[rows, cols]  # column j holds the state that predicts completion token j
@@ -164,7 +164,7 @@ def completion_logprobs(
             a, b = int(plen_cpu[i]), last_cpu[i]
             ids[i, :a] = p.to(device)
             ids[i, a : a + b] = completion_ids[i, :b]
-        with attention_kernel(model, device, heads * n * seq_len * seq_len):
+        with attention_kernel(model, device, heads * n * seq_len * seq_len, checkpointing):
             hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # [N, L, H]
         h = hidden[rows, plen[rows] + cols - 1]  # [M, H]: the state that predicts each target
     lm_head = model.get_output_embeddings()
