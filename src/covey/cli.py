@@ -322,12 +322,16 @@ def bench_step_vs_trl(
     new_tokens: int = 24,
     threads: Annotated[int, typer.Option(help="torch threads for both (0 = torch's default; 1 is steadier on a shared machine).")] = 0,
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",
+    dtypes: Annotated[str, typer.Option(help="Comma-separated: one TRL-vs-covey pair per dtype (bf16, fp32).")] = "bf16,fp32",
 ):
     """TRL GRPOTrainer vs covey, same model/settings, median s/step and first-step losses."""
-    from covey.train.bench_trl import step_vs_trl
+    from covey.train.bench_trl import DTYPES, step_vs_trl
 
-    result = step_vs_trl(model, steps=steps, prompts=prompts, group_size=group_size, new_tokens=new_tokens, threads=threads,
-                         device=device)  # fmt: skip
+    names = tuple(d.strip() for d in dtypes.split(",") if d.strip())
+    if not names or set(names) - set(DTYPES) or len(set(names)) != len(names):
+        _fail(f"--dtypes takes distinct entries of {', '.join(DTYPES)} separated by commas, got {dtypes!r}")
+    result = step_vs_trl(model, steps=steps, prompts=prompts, group_size=group_size, new_tokens=new_tokens,
+                         dtypes=names, threads=threads, device=device)  # fmt: skip
     typer.echo(json.dumps(result))
 
 

@@ -14,6 +14,11 @@ see the same machine load; the first step of each is a warm-up, then `steps` ste
 the medians compared. A TRL step is everything between two `on_step_end` callbacks (data, generation,
 rewards, loss, backward, optimizer); a covey step is `Trainer.step()`.
 
+Dtypes: one such pair per dtype, both frameworks in it: bf16 (TRL `bf16=True`, covey's bf16
+autocast learner and bf16 engine) and fp32. Neither is the fast one everywhere: on one 2-core
+AVX512-BF16 machine bf16 matmuls ran at ~2x fp32, on another at ~0.7x. So the result has a ratio per
+pair and `ratio_best`, each framework at its faster dtype of this run.
+
 Loss match: a separate fp32 TRL run records its first batch (prompt and completion ids, masks,
 rewards, advantages), its loss and its gradient; covey's learner then evaluates its loss and
 gradient on exactly those samples from the same initial weights (`first_step_match`).
@@ -275,101 +280,53 @@ def first_step_match(
 
 
 # --------------------------------------------------------------------------------------------- timing
+DTYPES = ("bf16", "fp32")
+
+
 def step_vs_trl(
     model: str, *, steps: int = 3, prompts: int = 8, group_size: int = 8, new_tokens: int = 24,
-    covey_fp32: bool = True, threads: int = 0, device: str = "cpu",
+    dtypes: tuple[str, ...] = DTYPES, threads: int = 0, device: str = "cpu",
 ) -> dict:  # fmt: skip
-    """Median seconds per training step of TRL and covey (bf16 and optionally fp32), plus the loss match.
+    """Median seconds per training step of TRL and covey, one same-dtype pair per entry of `dtypes`.
+
+    Each dtype is a pair: TRL with `bf16=True` (accelerate bf16 autocast over fp32 weights,
+    generation included) against covey in bf16 (autocast learner, bf16 engine weights), or both
+    fully fp32; within a pair the two frameworks take turns. Which dtype is faster depends on the
+    CPU (`covey.engine.dtypes`), so the headline `ratio_best` compares each framework at its
+    faster dtype; `ratio_<dtype>` compares the pair. The bf16 pair also fills the unsuffixed keys
+    (`trl_s_per_step`, `covey_s_per_step`, `ratio_trl_over_covey`).
 
     threads: torch intra-op threads for both frameworks (0 = torch's default). On a shared machine
     1 thread gives steadier numbers (oversubscribed OpenMP threads wait on each other).
     On CUDA each framework's peak memory per step is reported (`*_peak_gb`, the median over the
-    timed steps). If TRL runs out of GPU memory (in the loss match or in training), that is
-    recorded (`trl_error` / `match_error`) and covey's steps are timed on their own.
+    timed steps). If TRL runs out of GPU memory in the loss match, or fails in training (out of
+    memory; on random weights TRL's bf16 sampling has crashed on NaN probabilities), that is
+    recorded (`match_error`, `trl_error`, `trl_fp32_error`) and covey's steps are timed on their own.
     """
-    from transformers import TrainerCallback
-    from trl import GRPOTrainer
-
-    from covey.train.trainer import Trainer
-
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if threads < 0:
         raise ValueError(f"threads must be >= 0 (0 = torch's default), got {threads}")
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad or not dtypes or len(set(dtypes)) != len(dtypes):
+        raise ValueError(f"dtypes must be distinct entries of {DTYPES}, got {list(dtypes)}")
     if threads:
         torch.set_num_threads(threads)
     dev = resolve_device(device)
     device = str(dev)
     load_before = os.getloadavg()
+    shape = {"prompts": prompts, "group_size": group_size, "new_tokens": new_tokens}
     errors: dict[str, str] = {}
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the CLI's JSON line
         _log(f"{model}: first-step loss match (fp32)")
         try:
-            match = first_step_match(model, prompts=prompts, group_size=group_size, new_tokens=new_tokens, device=device)
+            match = first_step_match(model, **shape, device=device)
         except torch.OutOfMemoryError as e:
             match, errors["match_error"] = {}, f"TRL out of memory: {str(e).splitlines()[0]}"
             _free(dev)
         _log(f"loss match: {match or errors}")
+        pairs = {dt: _timed_pair(model, dt, shape, steps, dev) for dt in dtypes}
 
-        runs = {"covey": "bf16"} | ({"covey_fp32": "fp32"} if covey_fp32 else {})
-        shape = {"prompts": prompts, "group_size": group_size, "new_tokens": new_tokens}
-        covey = {
-            name: Trainer(covey_config(model, **shape, dtype=dt, steps=steps + 1, device=device),
-                          tempfile.mkdtemp(prefix="covey-bench-"))  # fmt: skip
-            for name, dt in runs.items()
-        }
-        times: dict[str, list[float]] = {"trl": [], **{k: [] for k in covey}}
-        peaks: dict[str, list[float]] = {k: [] for k in times}
-        parts: dict[str, list[dict]] = {k: [] for k in covey}
-        clock = {"t": 0.0}
-
-        def covey_steps() -> None:  # one step of each covey run
-            for name, tr in covey.items():
-                reset_peak_memory(dev)
-                t = time.perf_counter()
-                metrics = tr.step()
-                times[name].append(time.perf_counter() - t)
-                peaks[name].append(peak_memory_gb(dev))
-                parts[name].append(metrics)
-
-        class Alternate(TrainerCallback):  # after each TRL step, one step of each covey run
-            def on_step_begin(self, args, state, control, **kw):
-                reset_peak_memory(dev)
-
-            def on_train_begin(self, args, state, control, **kw):
-                clock["t"] = time.perf_counter()
-
-            def on_step_end(self, args, state, control, **kw):
-                times["trl"].append(time.perf_counter() - clock["t"])
-                peaks["trl"].append(peak_memory_gb(dev))
-                covey_steps()
-                _log(f"step {state.global_step}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()))
-                clock["t"] = time.perf_counter()
-
-        task = _task(prompts)
-        policy, tokenizer = load(model)
-        policy.float()
-        trainer = _recording_trainer(GRPOTrainer)(
-            model=policy, reward_funcs=_verifier(task), train_dataset=_dataset(task), processing_class=tokenizer,
-            args=trl_args(**shape, bf16=True, steps=steps + 1, device=device),
-            callbacks=[Alternate()],
-        )  # fmt: skip
-        try:
-            try:
-                trainer.train()
-            except torch.OutOfMemoryError as e:
-                errors["trl_error"] = f"TRL out of memory at step {len(times['trl']) + 1}: {str(e).splitlines()[0]}"
-                trainer.accelerator.free_memory()  # drops TRL's model and optimizer references
-                trainer.model = trainer.model_wrapped = trainer.optimizer = policy = None
-                _free(dev)
-                _log(f"{errors['trl_error']}; timing covey on its own")
-                while len(times["covey"]) < steps + 1:
-                    covey_steps()
-        finally:
-            for tr in covey.values():
-                tr.rewards.close()  # reward worker processes
-
-    med = {k: statistics.median(v[1:]) for k, v in times.items() if len(v) > 1}
     out: dict[str, Any] = {
         "bench": "step-vs-trl",
         "model": model,
@@ -377,30 +334,111 @@ def step_vs_trl(
         "machine": f"{_cpu_name()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads",
         "device": device,
         "load_avg_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        "settings": {"prompts": prompts, "group_size": group_size, "new_tokens": new_tokens, "steps_timed": steps,
-                     "lr": LR, "loss": "token-mean (TRL dapo)", "adv_eps": ADV_EPS, "clip_eps": CLIP_EPS, "kl": 0},
-        "trl_dtype": "bf16 autocast (accelerate mixed precision, fp32 weights; generation too)",
-        "covey_dtype": "bf16 autocast learner + bf16 engine weights",
-        "covey_s_per_step": med["covey"],
-        "covey_steps_s": times["covey"],
-        "covey_breakdown_s": _breakdown(parts["covey"]),
+        "settings": {**shape, "steps_timed": steps, "lr": LR, "loss": "token-mean (TRL dapo)", "adv_eps": ADV_EPS,
+                     "clip_eps": CLIP_EPS, "kl": 0, "dtypes": list(dtypes)},
+        "dtype_pairs": {"bf16": "TRL bf16=True (accelerate autocast over fp32 weights, generation too) vs covey bf16 "
+                                "autocast learner + bf16 engine weights",
+                        "fp32": "both fully fp32"},
         **errors,
     }  # fmt: skip
+    for dt, pair in pairs.items():
+        sfx = "" if dt == "bf16" else f"_{dt}"  # trl_s_per_step, trl_fp32_s_per_step, ...
+        out |= {"{}{}_{}".format(k.split("_", 1)[0], sfx, k.split("_", 1)[1]): v for k, v in pair.items() if k != "ratio"}
+        if "ratio" in pair:
+            out[f"ratio_{dt}"] = pair["ratio"]
+            if dt == "bf16":
+                out["ratio_trl_over_covey"] = pair["ratio"]
+    trl = {dt: p["trl_s_per_step"] for dt, p in pairs.items() if "trl_s_per_step" in p}
+    covey = {dt: p["covey_s_per_step"] for dt, p in pairs.items()}
+    if trl:
+        t_dt, c_dt = min(trl, key=trl.get), min(covey, key=covey.get)
+        out |= {"ratio_best": trl[t_dt] / covey[c_dt], "best_dtypes": {"trl": t_dt, "covey": c_dt}}
+    out |= match
+    return out
+
+
+class _CoveyFailed(Exception):
+    """covey's step raised inside TRL's callback (re-raised as itself, never recorded as TRL's failure)."""
+
+
+def _timed_pair(model: str, dtype: str, shape: dict, steps: int, dev: torch.device) -> dict[str, Any]:
+    """TRL and covey in `dtype`, taking turns: after each TRL step one covey step. Median s/step of
+    each (after one warm-up step), their ratio, the step breakdowns and, on CUDA, peak memory."""
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    from covey.train.trainer import Trainer
+
+    device = str(dev)
+    _log(f"{dtype} pair: TRL and covey take turns")
+    covey = Trainer(covey_config(model, **shape, dtype=dtype, steps=steps + 1, device=device),
+                    tempfile.mkdtemp(prefix="covey-bench-"))  # fmt: skip
+    times: dict[str, list[float]] = {"trl": [], "covey": []}
+    peaks: dict[str, list[float]] = {"trl": [], "covey": []}
+    parts: list[dict] = []
+    clock = {"t": 0.0}
+    out: dict[str, Any] = {}
+
+    def covey_step() -> None:
+        reset_peak_memory(dev)
+        t = time.perf_counter()
+        parts.append(covey.step())
+        times["covey"].append(time.perf_counter() - t)
+        peaks["covey"].append(peak_memory_gb(dev))
+
+    class Alternate(TrainerCallback):  # after each TRL step, one covey step
+        def on_step_begin(self, args, state, control, **kw):
+            reset_peak_memory(dev)
+
+        def on_train_begin(self, args, state, control, **kw):
+            clock["t"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times["trl"].append(time.perf_counter() - clock["t"])
+            peaks["trl"].append(peak_memory_gb(dev))
+            try:
+                covey_step()
+            except Exception as e:  # not TRL's failure: must not be recorded as one
+                raise _CoveyFailed from e
+            _log(f"{dtype} step {state.global_step}: TRL {times['trl'][-1]:.2f}s, covey {times['covey'][-1]:.2f}s")
+            clock["t"] = time.perf_counter()
+
+    task = _task(shape["prompts"])
+    policy, tokenizer = load(model)
+    policy.float()
+    trainer = _recording_trainer(GRPOTrainer)(
+        model=policy, reward_funcs=_verifier(task), train_dataset=_dataset(task), processing_class=tokenizer,
+        args=trl_args(**shape, bf16=dtype == "bf16", steps=steps + 1, device=device), callbacks=[Alternate()],
+    )  # fmt: skip
+    try:
+        try:
+            trainer.train()
+        except _CoveyFailed as e:
+            raise e.__cause__ from None
+        except Exception as e:  # TRL's own failure: out of memory, or a crash such as bf16 sampling NaNs
+            what = "out of memory" if isinstance(e, torch.OutOfMemoryError) else f"failed ({type(e).__name__})"
+            first = (str(e).strip().splitlines() or [""])[0]
+            out["trl_error"] = f"TRL {what} at step {len(times['trl']) + 1}: {first}"
+            trainer.accelerator.free_memory()  # drops TRL's model and optimizer references
+            trainer.model = trainer.model_wrapped = trainer.optimizer = policy = None
+            _free(dev)
+            _log(f"{dtype}: {out['trl_error']}; timing covey on its own")
+            while len(times["covey"]) < steps + 1:
+                covey_step()
+    finally:
+        covey.rewards.close()  # reward worker processes
+    med = {k: statistics.median(v[1:]) for k, v in times.items() if len(v) > 1}
+    out |= {"covey_s_per_step": med["covey"], "covey_steps_s": times["covey"], "covey_breakdown_s": _breakdown(parts)}
     if "trl" in med:
         trl_gen = statistics.median(trainer.gen_times[1:])
         out |= {
             "trl_s_per_step": med["trl"],
-            "ratio_trl_over_covey": med["trl"] / med["covey"],
+            "ratio": med["trl"] / med["covey"],
             "trl_steps_s": times["trl"],
             "trl_breakdown_s": {"generate_score": trl_gen, "learn_other": med["trl"] - trl_gen},
         }
-    if "covey_fp32" in med:
-        out |= {"covey_fp32_s_per_step": med["covey_fp32"], "covey_fp32_breakdown_s": _breakdown(parts["covey_fp32"])}
-        if "trl" in med:
-            out["ratio_trl_over_covey_fp32"] = med["trl"] / med["covey_fp32"]
     if dev.type == "cuda":
         out |= {f"{k}_peak_gb": round(statistics.median(v[1:]), 3) for k, v in peaks.items() if len(v) > 1}
-    out |= match
     return out
 
 
