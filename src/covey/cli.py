@@ -300,7 +300,7 @@ def bench_generate(
     batch: int = 64,
     prompt_tokens: int = 32,
     new_tokens: int = 64,
-    dtype: str = "bf16",
+    dtype: Annotated[str, typer.Option(help="bf16, fp32, auto (measured on CPU), or both (a pair per dtype).")] = "bf16",
     repeats: int = 3,
     threads: Annotated[int, typer.Option(help="torch threads for both engines (0 = torch's default).")] = 0,
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",

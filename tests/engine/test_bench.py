@@ -2,7 +2,7 @@
 
 import pytest
 
-from covey.engine.bench import bench_generate
+from covey.engine.bench import bench_generate, bench_generate_dtypes
 
 
 def test_bench_generate_reports_both_engines_on_a_tiny_run():
@@ -26,3 +26,22 @@ def test_bench_generate_rejects_bad_settings():
         bench_generate("tiny-llama", batch=0)
     with pytest.raises(ValueError, match="hf_static"):
         bench_generate("tiny-llama", hf_static="maybe")
+
+
+def test_bench_generate_pairs_each_dtype_and_takes_each_engine_at_its_faster_one():
+    r = bench_generate_dtypes("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, repeats=1)
+    assert (r["bf16"]["dtype"], r["fp32"]["dtype"]) == ("bf16", "fp32")
+    best = r["best_dtypes"]
+    assert r[best["covey"]]["covey_tok_s"] == max(r[d]["covey_tok_s"] for d in ("bf16", "fp32"))
+    assert r["ratio_best"] == round(r[best["covey"]]["covey_tok_s"] / r[best["hf"]]["hf_tok_s"], 2)
+    with pytest.raises(ValueError, match="distinct entries"):
+        bench_generate_dtypes("tiny-llama", ("fp32", "fp32"))
+
+
+def test_bench_generate_cli_names_its_dtype_choices():
+    from typer.testing import CliRunner
+
+    from covey.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "generate", "--dtype", "int8"])
+    assert r.exit_code != 0 and "'bf16', 'fp32', 'auto' or 'both'" in r.output
