@@ -29,4 +29,7 @@ def test_make_demo_runs(tmp_path, model):
     assert "held-out accuracy before training" in out.stdout and "held-out accuracy after training" in out.stdout
     summary = json.loads(next(ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("{")))
     run = Path(summary["run_dir"])
+    # the quickstart's dtype: auto resolves on this machine, and the run says what it chose
+    assert summary["compute"]["device"] == "cpu" and {summary["compute"]["learner"], summary["compute"]["engine"]} <= {"bf16", "fp32"}
+    assert f"device cpu: learner {summary['compute']['learner']}, engine {summary['compute']['engine']}" in out.stdout
     assert (run / "final" / "config.json").is_file() and (run / "metrics.jsonl").is_file()

@@ -45,9 +45,10 @@ fi
 case "${1:-}" in
 tests)
   if [ -z "${SMOKE:-}" ]; then $PY -m pytest tests/gpu -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest_gpu.txt"; fi
-  for run in "gpu $DEV" "cpu cpu"; do  # the same run on both devices: the metrics should agree up to rounding
-    set -- $run
+  for run in "gpu $DEV" "cpu cpu"; do  # the same run on both devices (fp32 pinned: the quickstart's auto would
+    set -- $run                        # give bf16 on the GPU, maybe fp32 on the CPU): metrics agree up to rounding
     covey train examples/quickstart.yaml model.name=$QUICK steps=4 eval.size=20 device=$2 threads=$THREADS \
+      model.dtype=fp32 engine.dtype=fp32 \
       --run-dir "/tmp/covey-gpu-runs/quick-$1" > "$OUT/quickstart_$1.log" 2>&1 || echo "quickstart on $2 failed (see quickstart_$1.log)"
   done
   $PY - <<'EOF' | tee "$OUT/quickstart_compare.txt"

@@ -45,7 +45,10 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     except BaseException:
         trainer.close()
         raise
-    summary: dict = {"run_dir": str(run_dir)}
+    summary: dict = {"run_dir": str(run_dir), "compute": _compute(trainer)}
+    console.print(f"device {summary['compute']['device']}: learner {summary['compute']['learner']}, "
+                  f"engine {summary['compute']['engine']} (model.dtype {cfg.model.dtype}, engine dtype "
+                  f"{cfg.engine.params.get('dtype', 'default')})")  # fmt: skip
     eval_items = list(trainer.task.examples(cfg.task.eval_split))[: cfg.eval.size] if cfg.eval.size else []
     max_eval_tokens = cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens
 
@@ -134,6 +137,14 @@ def _write_config(run_dir: Path, cfg: RunConfig) -> None:
         os.replace(tmp, path)
     except OSError as e:
         raise write_error(path, e) from None
+
+
+def _compute(trainer: Trainer) -> dict[str, str]:
+    """Where the run computes and in which dtypes (what `dtype: auto` chose on this machine)."""
+    names = {"torch.bfloat16": "bf16", "torch.float32": "fp32"}
+    engine = getattr(trainer.engine, "dtype", None)
+    return {"device": str(trainer.device), "learner": trainer.learner.dtype,
+            "engine": "n/a" if engine is None else names.get(str(engine), str(engine))}  # fmt: skip
 
 
 def _info(m: dict) -> str:
