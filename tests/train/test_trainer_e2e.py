@@ -80,3 +80,31 @@ def test_resume_after_sigkill_is_exact(tmp_path):
         "steps": 4,
     }
     kill_and_resume(tmp_path, cfg)
+
+
+def test_resume_keeps_the_dtypes_that_auto_chose(tmp_path, monkeypatch):
+    """dtype: auto is a per-process measurement; a resumed run must not switch dtype midway when the
+    new process measures the other way (a machine where bf16 and fp32 are close)."""
+    import json
+
+    from covey.engine import dtypes
+
+    cfg = _cfg(tmp_path, "model.dtype=auto", "engine.dtype=auto", "steps=2")
+    first = Trainer(cfg, tmp_path / "run")
+    first.step()
+    chosen = first.dtypes()
+    meta = json.loads((first.save() / "meta.json").read_text())
+    first.close()
+    assert meta["dtypes"] == chosen and set(chosen.values()) <= {"bf16", "fp32"}
+
+    flip = "fp32" if chosen["learner"] == "bf16" else "bf16"
+    monkeypatch.setattr(dtypes, "cpu_prefers_bf16", lambda *a, **k: flip == "bf16")
+    resumed = Trainer(cfg, tmp_path / "run", resume=True)
+    assert resumed.dtypes() == chosen and resumed.step_num == 1
+    resumed.close()
+    fresh = Trainer(cfg, tmp_path / "fresh")  # a new run follows this process's measurement
+    assert fresh.dtypes() == {"learner": flip, "engine": flip}
+    fresh.close()
+    pinned = Trainer(_cfg(tmp_path, "model.dtype=fp32", "engine.dtype=fp32", "steps=2"), tmp_path / "run", resume=True)
+    assert pinned.dtypes() == {"learner": "fp32", "engine": "fp32"}  # an explicit dtype is never replaced
+    pinned.close()

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["WriteError", "latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state", "write_error"]
+__all__ = ["WriteError", "latest_checkpoint", "load_checkpoint", "load_checkpoint_meta", "rng_state", "save_checkpoint", "set_rng_state", "write_error"]
 
 _PREFIX = "step-"
 _ASIDE = ".aside-"
@@ -137,11 +137,17 @@ def _is_complete(path: Path) -> bool:
 
 def load_checkpoint(path: str | Path, map_location=None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(payload, meta) of a checkpoint folder; tensors go to `map_location` (default: where saved)."""
+    meta = load_checkpoint_meta(path)
+    payload = torch.load(Path(path) / "state.pt", weights_only=False, map_location=map_location)
+    return payload, meta
+
+
+def load_checkpoint_meta(path: str | Path) -> dict[str, Any]:
+    """meta.json of a checkpoint folder (step, config, dtypes, ...), without loading its tensors."""
     path = Path(path)
     if not (path / "state.pt").is_file() or not (path / "meta.json").is_file():
         raise FileNotFoundError(f"{path} is not a complete covey checkpoint (state.pt + meta.json)")
-    payload = torch.load(path / "state.pt", weights_only=False, map_location=map_location)
-    return payload, json.loads((path / "meta.json").read_text())
+    return json.loads((path / "meta.json").read_text())
 
 
 def _fsync_dir(path: Path) -> None:

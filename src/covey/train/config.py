@@ -44,7 +44,8 @@ class ModelConfig(_Strict):
     """A built-in alias (smollm2-135m-instruct, tiny-llama, tiny-qwen2), a local folder or a hub id."""
     dtype: Literal["bf16", "fp32", "auto"] = "bf16"
     """Learner compute dtype: bf16 autocast (fast on AMX CPUs and GPUs) or full fp32. Weights stay fp32.
-    auto: bf16 on CUDA; on CPU bf16 only where a quick matmul measurement finds it faster."""
+    auto: bf16 on CUDA; on CPU bf16 only where a quick matmul measurement finds it faster (a resumed run
+    keeps the dtype its checkpoint was written with)."""
     lora: LoraConfig | None = None
     """LoRA (peft) adapters instead of full fine-tuning; None trains every weight."""
     gradient_checkpointing: bool = False

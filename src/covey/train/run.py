@@ -141,10 +141,7 @@ def _write_config(run_dir: Path, cfg: RunConfig) -> None:
 
 def _compute(trainer: Trainer) -> dict[str, str]:
     """Where the run computes and in which dtypes (what `dtype: auto` chose on this machine)."""
-    names = {"torch.bfloat16": "bf16", "torch.float32": "fp32"}
-    engine = getattr(trainer.engine, "dtype", None)
-    return {"device": str(trainer.device), "learner": trainer.learner.dtype,
-            "engine": "n/a" if engine is None else names.get(str(engine), str(engine))}  # fmt: skip
+    return {"device": str(trainer.device), "engine": "n/a", **trainer.dtypes()}
 
 
 def _info(m: dict) -> str:

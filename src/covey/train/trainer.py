@@ -25,7 +25,9 @@ from covey.rewards.scoring import Scorer, shaping_terms
 from covey.rollout import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
-from covey.train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from covey.train.checkpoint import (
+    latest_checkpoint, load_checkpoint, load_checkpoint_meta, rng_state, save_checkpoint, set_rng_state,
+)  # fmt: skip
 from covey.train.config import RunConfig
 from covey.train.learner import Learner, reset_peak_memory
 from covey.train.metrics import MetricsLogger, sample_rows
@@ -81,14 +83,20 @@ class Trainer:
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
         shaping = shaping_terms(cfg.algo, cfg.sampling.max_new_tokens, self.add_reference_logprobs)
         self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
-        self.engine = ENGINES.build(cfg.engine.name, cfg.engine.params, engine_model(self.model), self.tokenizer)
+        # dtype auto is measured per process; a resumed run keeps what its first process chose
+        chosen = _chosen_dtypes(self.run_dir) if resume else {}
+        engine_params = dict(cfg.engine.params)
+        if engine_params.get("dtype") == "auto" and chosen.get("engine"):
+            engine_params["dtype"] = chosen["engine"]
+        learner_dtype = chosen.get("learner", cfg.model.dtype) if cfg.model.dtype == "auto" else cfg.model.dtype
+        self.engine = ENGINES.build(cfg.engine.name, engine_params, engine_model(self.model), self.tokenizer)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.steps)
         o = cfg.optim
         self.learner = Learner(
             self.model, self.optimizer, self.scheduler, cfg.algo,
             temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens,
             epochs=o.epochs, mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
-            grad_clip=o.grad_clip, dtype=cfg.model.dtype,
+            grad_clip=o.grad_clip, dtype=learner_dtype,
         )  # fmt: skip
         self.step_num = 0
         self._limits: dict[int, int] | None = None  # this step's per-item generation limits (sampler hook)
@@ -210,6 +218,14 @@ class Trainer:
         """Components whose state the checkpoint holds (through torch.save: tensors, int keys intact)."""
         return {"sampler": self.sampler, "strategy": self.strategy}
 
+    def dtypes(self) -> dict[str, str]:
+        """The compute dtypes in use ("bf16"/"fp32"): what `dtype: auto` chose, kept by a resume."""
+        out = {"learner": self.learner.dtype}
+        engine = getattr(self.engine, "dtype", None)  # a custom engine may have none
+        if engine in (torch.bfloat16, torch.float32):
+            out["engine"] = "bf16" if engine == torch.bfloat16 else "fp32"
+        return out
+
     def save(self) -> Path:
         payload = {
             "model": trainable_state(self.model),
@@ -218,7 +234,7 @@ class Trainer:
             "rng": rng_state(),
             **{name: obj.state_dict() for name, obj in self._stateful().items()},
         }
-        meta = {"config": self.cfg.model_dump(mode="json")}
+        meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep)
 
     def _restore(self) -> None:
@@ -262,3 +278,11 @@ def _rollout_metrics(batch: Rollouts, gen_time: float) -> dict[str, float]:
         "length/truncated_frac": sum(truncated) / max(len(truncated), 1),
         "throughput/gen_tokens_per_s": float(lengths.sum()) / max(gen_time, 1e-9),
     }
+
+
+def _chosen_dtypes(run_dir: Path) -> dict[str, str]:
+    """The dtypes a run's latest checkpoint was written with ({} when none or an older checkpoint)."""
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        return {}
+    return dict(load_checkpoint_meta(path).get("dtypes") or {})
