@@ -403,14 +403,14 @@ def _timed_pair(model: str, dtype: str, shape: dict, steps: int, dev: torch.devi
             _log(f"{dtype} step {state.global_step}: TRL {times['trl'][-1]:.2f}s, covey {times['covey'][-1]:.2f}s")
             clock["t"] = time.perf_counter()
 
-    task = _task(shape["prompts"])
-    policy, tokenizer = load(model)
-    policy.float()
-    trainer = _recording_trainer(GRPOTrainer)(
-        model=policy, reward_funcs=_verifier(task), train_dataset=_dataset(task), processing_class=tokenizer,
-        args=trl_args(**shape, bf16=dtype == "bf16", steps=steps + 1, device=device), callbacks=[Alternate()],
-    )  # fmt: skip
     try:
+        task = _task(shape["prompts"])
+        policy, tokenizer = load(model)
+        policy.float()
+        trainer = _recording_trainer(GRPOTrainer)(
+            model=policy, reward_funcs=_verifier(task), train_dataset=_dataset(task), processing_class=tokenizer,
+            args=trl_args(**shape, bf16=dtype == "bf16", steps=steps + 1, device=device), callbacks=[Alternate()],
+        )  # fmt: skip
         try:
             trainer.train()
         except _CoveyFailed as e:
@@ -426,7 +426,7 @@ def _timed_pair(model: str, dtype: str, shape: dict, steps: int, dev: torch.devi
             while len(times["covey"]) < steps + 1:
                 covey_step()
     finally:
-        covey.rewards.close()  # reward worker processes
+        covey.close()  # reward worker processes, metrics files, the run folder's lock
     med = {k: statistics.median(v[1:]) for k, v in times.items() if len(v) > 1}
     out |= {"covey_s_per_step": med["covey"], "covey_steps_s": times["covey"], "covey_breakdown_s": _breakdown(parts)}
     if "trl" in med:
