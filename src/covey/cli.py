@@ -325,11 +325,13 @@ def bench_step_vs_trl(
     dtypes: Annotated[str, typer.Option(help="Comma-separated: one TRL-vs-covey pair per dtype (bf16, fp32).")] = "bf16,fp32",
 ):
     """TRL GRPOTrainer vs covey, same model/settings, median s/step and first-step losses."""
-    from covey.train.bench_trl import DTYPES, step_vs_trl
+    from covey.engine.dtypes import check_pair_dtypes
+    from covey.train.bench_trl import step_vs_trl
 
-    names = tuple(d.strip() for d in dtypes.split(",") if d.strip())
-    if not names or set(names) - set(DTYPES) or len(set(names)) != len(names):
-        _fail(f"--dtypes takes distinct entries of {', '.join(DTYPES)} separated by commas, got {dtypes!r}")
+    try:  # checked before anything loads
+        names = check_pair_dtypes((d.strip() for d in dtypes.split(",") if d.strip()), "--dtypes")
+    except ValueError as e:
+        _fail(str(e))
     result = step_vs_trl(model, steps=steps, prompts=prompts, group_size=group_size, new_tokens=new_tokens,
                          dtypes=names, threads=threads, device=device)  # fmt: skip
     typer.echo(json.dumps(result))

@@ -33,7 +33,7 @@ import torch
 
 from covey.devices import resolve_device
 from covey.engine.base import SamplingParams
-from covey.engine.dtypes import resolve_dtype_name
+from covey.engine.dtypes import PAIR_DTYPES, check_pair_dtypes, resolve_dtype_name
 from covey.engine.torch_engine import TorchEngine
 
 __all__ = ["bench_generate", "bench_generate_dtypes", "generate_cmd"]
@@ -166,15 +166,14 @@ def bench_generate(
     return result
 
 
-def bench_generate_dtypes(model: str = "tiny-llama", dtypes: tuple[str, ...] = ("bf16", "fp32"), **kw) -> dict:
+def bench_generate_dtypes(model: str = "tiny-llama", dtypes: tuple[str, ...] = PAIR_DTYPES, **kw) -> dict:
     """`bench_generate` once per dtype (each a covey-vs-HF pair in that dtype), one after the other.
 
     Returns {dtype: that pair's result, ..., "ratio_best": covey's best tok/s over HF's best,
     "best_dtypes": {"covey": ..., "hf": ...}}: which dtype is faster depends on the CPU
     (`covey.engine.dtypes`), so each engine is taken at its faster one.
     """
-    if not dtypes or len(set(dtypes)) != len(dtypes) or set(dtypes) - {"bf16", "fp32"}:
-        raise ValueError(f"dtypes must be distinct entries of bf16, fp32, got {list(dtypes)}")
+    dtypes = check_pair_dtypes(dtypes)
     out: dict = {d: bench_generate(model, dtype=d, **kw) for d in dtypes}
     covey = max(dtypes, key=lambda d: out[d]["covey_tok_s"])
     hf = max(dtypes, key=lambda d: out[d]["hf_tok_s"])
@@ -201,7 +200,7 @@ def generate_cmd(
     if dtype not in ("bf16", "fp32", "auto", "both"):
         raise ValueError(f"dtype must be 'bf16', 'fp32', 'auto' or 'both', got {dtype!r}")
     if dtype == "both":
-        print(json.dumps(bench_generate_dtypes(model, ("bf16", "fp32"), **kw)))
+        print(json.dumps(bench_generate_dtypes(model, PAIR_DTYPES, **kw)))
     else:
         print(json.dumps(bench_generate(model, dtype=dtype, **kw)))
 

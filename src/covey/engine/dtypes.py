@@ -22,9 +22,18 @@ import time
 
 import torch
 
-__all__ = ["CHOICES", "cpu_prefers_bf16", "measure_matmul_flops", "model_device", "resolve_dtype_name"]
+__all__ = ["CHOICES", "PAIR_DTYPES", "check_pair_dtypes", "cpu_prefers_bf16", "measure_matmul_flops", "model_device", "resolve_dtype_name"]
 
 CHOICES = ("auto", "bf16", "bfloat16", "fp32", "float32")
+PAIR_DTYPES = ("bf16", "fp32")  # the dtypes a benchmark compares covey and its baseline in, one pair each
+
+
+def check_pair_dtypes(dtypes, name: str = "dtypes") -> tuple[str, ...]:
+    """`dtypes` as a tuple when it holds distinct entries of PAIR_DTYPES (at least one), else ValueError."""
+    out = tuple(dtypes)
+    if not out or set(out) - set(PAIR_DTYPES) or len(set(out)) != len(out):
+        raise ValueError(f"{name} takes distinct entries of {', '.join(PAIR_DTYPES)}, got {list(out)}")
+    return out
 
 
 def resolve_dtype_name(dtype: str, device: torch.device | str, hidden_size: int = 1024) -> str:

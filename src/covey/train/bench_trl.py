@@ -47,6 +47,7 @@ import torch
 
 from covey.algos import BatchTotals
 from covey.devices import resolve_device
+from covey.engine.dtypes import PAIR_DTYPES, check_pair_dtypes
 from covey.models import load
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
@@ -280,12 +281,9 @@ def first_step_match(
 
 
 # --------------------------------------------------------------------------------------------- timing
-DTYPES = ("bf16", "fp32")
-
-
 def step_vs_trl(
     model: str, *, steps: int = 3, prompts: int = 8, group_size: int = 8, new_tokens: int = 24,
-    dtypes: tuple[str, ...] = DTYPES, threads: int = 0, device: str = "cpu",
+    dtypes: tuple[str, ...] = PAIR_DTYPES, threads: int = 0, device: str = "cpu",
 ) -> dict:  # fmt: skip
     """Median seconds per training step of TRL and covey, one same-dtype pair per entry of `dtypes`.
 
@@ -307,9 +305,7 @@ def step_vs_trl(
         raise ValueError(f"steps must be >= 1, got {steps}")
     if threads < 0:
         raise ValueError(f"threads must be >= 0 (0 = torch's default), got {threads}")
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad or not dtypes or len(set(dtypes)) != len(dtypes):
-        raise ValueError(f"dtypes must be distinct entries of {DTYPES}, got {list(dtypes)}")
+    dtypes = check_pair_dtypes(dtypes)
     if threads:
         torch.set_num_threads(threads)
     dev = resolve_device(device)
