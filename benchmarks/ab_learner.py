@@ -4,8 +4,8 @@ the arms alternating in one process. Prints each repeat's seconds, the speed-ups
 minimums) and how far the arms' log-probs (and gradients) are apart.
 
 attention: HF "sdpa", HF "eager" and covey's `gqa_attention` (which the CPU learner picks by itself
-           for short sequences, `covey.engine.attention`; the other arms turn that off).
-head:      the fused head (`covey.engine.logprobs.HeadLogprob`) vs autograd through lm_head ->
+           for short sequences, `covey.learner.attention`; the other arms turn that off).
+head:      the fused head (`covey.learner.logprobs.HeadLogprob`) vs autograd through lm_head ->
            logsumexp -> gather under checkpointing (what any head other than a plain nn.Linear gets).
 
     .venv/bin/python benchmarks/ab_learner.py attention tiny-llama 5
@@ -21,8 +21,8 @@ from typing import Callable
 
 import torch
 
-from covey.engine import attention
-from covey.engine.logprobs import completion_logprobs
+from covey.learner import attention
+from covey.learner.logprobs import completion_logprobs
 from covey.models import apply_chat, load
 from covey.tasks import get_task
 

@@ -21,7 +21,7 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import load
-from covey.rollout import STRATEGIES, RolloutContext
+from covey.strategies import STRATEGIES, RolloutContext
 
 STOP_CHARS = "0123456789abcdefghij"  # --stops of these end a completion (the tiny tokenizer has 358 ids)
 

@@ -5,7 +5,7 @@
 
 import argparse
 
-from covey.engine.bench import generate_cmd
+from covey.bench.generate import generate_cmd
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

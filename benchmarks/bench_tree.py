@@ -23,7 +23,7 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import apply_chat, load
-from covey.rollout.treepo import grow_trees
+from covey.strategies.treepo import grow_trees
 
 GSM8K = "/work/shared/data/gsm8k/test.jsonl"
 

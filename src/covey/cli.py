@@ -167,9 +167,9 @@ def algos():
             table.add_row(axis, name, c.paper, c.arxiv, params)
     for name in sorted(PRESETS):
         table.add_row("preset", name, "", "", "")
-    from covey.data import SAMPLERS
+    from covey.samplers import SAMPLERS
     from covey.engine import ENGINES
-    from covey.rollout import STRATEGIES
+    from covey.strategies import STRATEGIES
 
     for kind, registry in (("sampler", SAMPLERS), ("rollout strategy", STRATEGIES), ("engine", ENGINES)):
         for name in sorted(registry):
@@ -307,7 +307,7 @@ def bench_generate(
     hf_static: Annotated[str, typer.Option(help='also time HF with cache_implementation="static": auto (CUDA only), yes, no.')] = "auto",
 ):
     """covey's engine vs HF generate on the same model, prompts and settings (tokens/s and ratio)."""
-    from covey.engine.bench import generate_cmd
+    from covey.bench.generate import generate_cmd
 
     generate_cmd(model=model, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
                  repeats=repeats, threads=threads, device=device, hf_static=hf_static)  # fmt: skip
@@ -325,8 +325,8 @@ def bench_step_vs_trl(
     dtypes: Annotated[str, typer.Option(help="Comma-separated: one TRL-vs-covey pair per dtype (bf16, fp32).")] = "bf16,fp32",
 ):
     """TRL GRPOTrainer vs covey, same model/settings, median s/step and first-step losses."""
-    from covey.engine.dtypes import check_pair_dtypes
-    from covey.train.bench_trl import step_vs_trl
+    from covey.dtypes import check_pair_dtypes
+    from covey.bench.trl import step_vs_trl
 
     try:  # checked before anything loads
         names = check_pair_dtypes((d.strip() for d in dtypes.split(",") if d.strip()), "--dtypes")

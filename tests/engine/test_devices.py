@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from covey.engine import SamplingParams, TorchEngine
-from covey.engine.dtypes import cpu_prefers_bf16, measure_matmul_flops, resolve_dtype_name
+from covey.dtypes import cpu_prefers_bf16, measure_matmul_flops, resolve_dtype_name
 from covey.engine.forward import _decode_attention, new_cache, pack_weights
 from covey.engine.sampling import sample_tokens
 from covey.engine.stops import StopStrings

@@ -5,7 +5,7 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import load
-from covey.rollout.group import sample_groups
+from covey.strategies.group import sample_groups
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from covey.engine import SamplingParams, TorchEngine
-from covey.engine.logprobs import completion_logprobs
+from covey.learner.logprobs import completion_logprobs
 from covey.models import load
 
 # A wider init than the default 0.02 spreads the logits, so greedy argmax ties (which fp32

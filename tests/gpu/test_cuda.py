@@ -1,7 +1,7 @@
 """CUDA: the engine, the learner and a training run on one GPU (skipped without CUDA).
 
 Written without a GPU at hand (the CPU tests in tests/engine/test_devices.py and
-tests/train/test_learner_shared.py check the device handling); run with
+tests/learner/test_learner_shared.py check the device handling); run with
 `pytest tests/gpu -q` on a machine with CUDA.
 """
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from covey.engine import SamplingParams, TorchEngine
-from covey.engine.logprobs import completion_logprobs
+from covey.learner.logprobs import completion_logprobs
 from covey.models import load
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

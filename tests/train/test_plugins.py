@@ -4,14 +4,14 @@ state (tensors, int keys) goes through the checkpoint intact, and bad plugin con
 import pytest
 import torch
 
-from covey.rollout import sample_groups
+from covey.strategies import sample_groups
 from covey.train.config import ConfigError, load_config
 from covey.train.trainer import Trainer
 
 PLUGINS = '''
 import torch
-from covey.data import BaseSampler
-from covey.rollout import sample_groups
+from covey.samplers import BaseSampler
+from covey.strategies import sample_groups
 from covey.rollouts import Rollouts
 
 

@@ -87,7 +87,7 @@ def test_resume_keeps_the_dtypes_that_auto_chose(tmp_path, monkeypatch):
     new process measures the other way (a machine where bf16 and fp32 are close)."""
     import json
 
-    from covey.engine import dtypes
+    from covey import dtypes
 
     cfg = _cfg(tmp_path, "model.dtype=auto", "engine.dtype=auto", "steps=2")
     first = Trainer(cfg, tmp_path / "run")

@@ -1,15 +1,13 @@
-"""covey.engine: generation (token ids in, sampled ids + behaviour log-probs out) and learner log-probs.
+"""covey.engine: generation only (token ids in, sampled ids + behaviour log-probs out).
 
 `TorchEngine` implements the `Engine` protocol for Llama-family HF models with a hand-written
-KV-cache decode loop; `completion_logprobs` recomputes the same log-probs with autograd for the
-learner; `filter_logits` / `sample_tokens` are the sampling math; `bench_generate` compares the
-engine with HF `generate`. Chat templates live in `covey.models`.
+KV-cache decode loop; `filter_logits` / `sample_tokens` are the sampling math. The learner's
+log-prob forward lives in `covey.learner`, the comparison with HF `generate` in `covey.bench`,
+chat templates in `covey.models`.
 """
 
 from covey.engine.base import ENGINES, Engine, Generation, SamplingParams, register_engine
-from covey.engine.bench import bench_generate
 from covey.engine.forward import KVCache
-from covey.engine.logprobs import completion_logprobs, token_logprobs_from_logits
 from covey.engine.sampling import filter_logits, inverse_cdf, sample_tokens
 from covey.engine.torch_engine import TorchEngine
 
@@ -20,11 +18,8 @@ __all__ = [
     "KVCache",
     "SamplingParams",
     "TorchEngine",
-    "bench_generate",
-    "completion_logprobs",
     "filter_logits",
     "inverse_cdf",
     "register_engine",
     "sample_tokens",
-    "token_logprobs_from_logits",
 ]

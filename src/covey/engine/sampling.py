@@ -2,7 +2,7 @@
 
 Which distribution the behaviour log-probs are of: the TEMPERED FULL distribution,
 `log softmax(logits / temperature)`, before any top-k/top-p/min-p truncation. That is what the
-learner can recompute by teacher forcing (`covey.engine.logprobs.completion_logprobs` with the same
+learner can recompute by teacher forcing (`covey.learner.logprobs.completion_logprobs` with the same
 temperature), so the importance ratio pi_theta / pi_behaviour is exactly 1 at the start of an update
 when no truncation is used. With truncation the tokens are drawn from the renormalised truncated
 distribution but the reported log-prob is still that of the full tempered one (as verl and

@@ -10,7 +10,7 @@ it has finished (compaction: one index copy of the cache), so long tails do not 
 Dtypes: "fp32" uses the model's own fp32 parameters when the model is fp32 (no copy;
 `load_weights` is then free); "bf16" keeps a fused (q/k/v, gate/up) bf16 copy (oneDNN pre-packed
 on CPU), refreshed in place and repacked by `load_weights` (~0.1-0.3 s for 135M parameters);
-"auto" picks one for the device (`covey.engine.dtypes`: bf16 on CUDA, measured on CPU).
+"auto" picks one for the device (`covey.dtypes`: bf16 on CUDA, measured on CPU).
 
 Devices: the engine runs where the model's parameters are; every tensor it creates (cache, ids,
 masks, sampling buffers, stop tables) is made there. The sampling uniforms are drawn on the CPU
@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
-from covey.engine.dtypes import model_device, resolve_dtype_name
+from covey.dtypes import model_device, resolve_dtype_name
 from covey.engine.forward import decode_step, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings

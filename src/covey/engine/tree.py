@@ -18,7 +18,7 @@ passes equal the tokens decoded (`decoded`), plus `prefilled` tokens for added r
 Sampling is the engine's (`covey.engine.sampling.sample_tokens`: tempered full-distribution
 log-probs); uniforms come from one `torch.Generator` seeded by `SamplingParams.seed`, one per
 (row, step) in row order, so a run is reproducible. Used by the `treepo`, `latr`, `branch` and
-`april` rollout strategies (`covey.rollout`).
+`april` rollout strategies (`covey.strategies`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from covey.engine.base import Engine, SamplingParams
 from covey.eval.metrics import majority_vote, pass_at_k
-from covey.rollout import completion_texts, item_columns, sample_groups
+from covey.strategies import completion_texts, item_columns, sample_groups
 
 __all__ = ["evaluate"]
 

@@ -85,7 +85,7 @@ class Scorer:
         self.runner, self.decode, self.shaping = runner, decode, list(shaping)
 
     def __call__(self, batch: Rollouts) -> dict[str, Any]:
-        from covey.rollout.group import item_columns
+        from covey.strategies.group import item_columns
 
         if batch.items is None:
             raise ValueError("cannot score a batch without `items`: the rollout strategy must set the item of every row")

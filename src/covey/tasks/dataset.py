@@ -59,7 +59,7 @@ class DatasetTask:
     max_prompt_tokens:      the longest prompt (chat-templated tokens) to train on; the trainer
                             also caps it at the model's context minus `sampling.max_new_tokens`.
                             A longer prompt fails at start naming the item, or is skipped and
-                            counted with `task.on_long_prompt: skip` (`covey.data.lengths`).
+                            counted with `task.on_long_prompt: skip` (`covey.samplers.lengths`).
     limit:                  keep the first n rows of each split.
     """
 

@@ -110,13 +110,13 @@ class PluginSpec(BaseModel):
 
 
 class SamplerSpec(PluginSpec):
-    """`covey.data.SAMPLERS`: uniform (default), or your own ``package.module:Class``."""
+    """`covey.samplers.SAMPLERS`: uniform (default), or your own ``package.module:Class``."""
 
     name: str = "uniform"
 
 
 class StrategySpec(PluginSpec):
-    """`covey.rollout.STRATEGIES`: group (default), dynamic, or your own ``package.module:Class``."""
+    """`covey.strategies.STRATEGIES`: group (default), dynamic, or your own ``package.module:Class``."""
 
     name: str = "group"
 
@@ -169,7 +169,7 @@ class RolloutConfig(_Strict):
     group_size: int = Field(8, ge=1)
     """Completions per prompt, G."""
     strategy: StrategySpec = StrategySpec()
-    """How items become completions (`covey.rollout.STRATEGIES`)."""
+    """How items become completions (`covey.strategies.STRATEGIES`)."""
 
 
 class OptimConfig(_Strict):
@@ -241,7 +241,7 @@ class RunConfig(_Strict):
     """Worker processes for reward functions (per-call timeouts need workers; 0 = in-process)."""
     sampling: SamplingConfig = SamplingConfig()
     sampler: SamplerSpec = SamplerSpec()
-    """Which prompts each step rolls out (`covey.data.SAMPLERS`)."""
+    """Which prompts each step rolls out (`covey.samplers.SAMPLERS`)."""
     rollout: RolloutConfig = RolloutConfig()
     engine: EngineSpec = EngineSpec()
     """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 | auto."""
@@ -321,10 +321,10 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
-        from covey.data import SAMPLERS
+        from covey.samplers import SAMPLERS
         from covey.engine import ENGINES
         from covey.plugins import PluginError
-        from covey.rollout import STRATEGIES
+        from covey.strategies import STRATEGIES
 
         for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
                                     ("engine", ENGINES, self.engine)):  # fmt: skip

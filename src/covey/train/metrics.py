@@ -122,7 +122,7 @@ def sample_rows(batch, tokenizer, n: int) -> list[dict[str, Any]]:
     """The first `n` rows of a scored batch as plain dicts: prompt, completion, rewards, advantage."""
     if batch is None or len(batch) == 0:
         return []
-    from covey.rollout.group import completion_texts
+    from covey.strategies.group import completion_texts
 
     idx = list(range(min(n, len(batch))))
     sub = batch.select(idx)

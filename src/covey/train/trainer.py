@@ -17,19 +17,19 @@ from typing import Any
 
 import torch
 
-from covey.data import SAMPLERS
-from covey.data.lengths import check_prompt_lengths, prompt_token_limit
-from covey.data.stats import prompt_stats
+from covey.samplers import SAMPLERS
+from covey.samplers.lengths import check_prompt_lengths, prompt_token_limit
+from covey.samplers.stats import prompt_stats
 from covey.engine import ENGINES, SamplingParams
 from covey.rewards.scoring import Scorer, shaping_terms
-from covey.rollout import STRATEGIES, RolloutContext, completion_texts
+from covey.strategies import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
 from covey.train.checkpoint import (
     latest_checkpoint, load_checkpoint, load_checkpoint_meta, rng_state, save_checkpoint, set_rng_state,
 )  # fmt: skip
 from covey.train.config import RunConfig
-from covey.train.learner import Learner, reset_peak_memory
+from covey.learner.learner import Learner, reset_peak_memory
 from covey.train.metrics import MetricsLogger, sample_rows
 from covey.train.runlock import RunLock
 from covey.train.setup import (
@@ -123,7 +123,7 @@ class Trainer:
             gen = torch.Generator().manual_seed(self._seed("learn"))
             metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
             self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
-            after = getattr(self.sampler, "after_update", None)  # optional hook (covey.data.base)
+            after = getattr(self.sampler, "after_update", None)  # optional hook (covey.samplers.base)
             if after is not None:
                 metrics.update(after(batch, self.policy_logprobs))
         self.step_num += 1
@@ -162,7 +162,7 @@ class Trainer:
         t = time.perf_counter()
         self._limits = None
         items, metrics = self.sampler.next(cfg.rollout.prompts_per_step), {}
-        before = getattr(self.sampler, "before_rollout", None)  # optional hooks (covey.data.base)
+        before = getattr(self.sampler, "before_rollout", None)  # optional hooks (covey.samplers.base)
         if before is not None:
             items, metrics = before(items, ctx)
         limits = getattr(self.sampler, "generation_limits", None)

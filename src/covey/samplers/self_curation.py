@@ -1,0 +1,117 @@
+"""`self`: low-likelihood data curation -- train only on prompts the policy's mode does not already solve.
+
+Paper: "The Reasoning Boundary Paradox: How Reinforcement Learning Constrains Language Models",
+arXiv 2510.02230. Spec: specs/rollouts-data-agents.md §A.8 (CODE: mail-research/SELF-llm-interference,
+`RayMaxPPOTrainer.fit`): each step the released trainer greedy-decodes one response per prompt, keeps
+only prompts whose greedy answer is not correct (reward != 1.0) and runs GRPO (n = 8) on those.
+
+Two ways to find the prompts the policy's mode already solves (`greedy_check`):
+
+    "decode" (default, the released code): in the sampler hook `before_rollout` (covey.samplers.base),
+              greedy-decode (argmax) one response per drawn prompt through the step's engine (the
+              run's max_new_tokens and stops), score it with the run's rewards (`ctx.score`);
+              a prompt whose greedy success (`feedback.row_success`) is >= correct_threshold is
+              high-likelihood: it is not rolled out (and is gated, below); the others are rolled
+              out and trained on as usual. If none is left the step is skipped (empty batch).
+              Costs one greedy completion per prompt per step (metric `greedy_tokens`).
+    "proxy" (covey's cheaper approximation, no extra generation): in `observe`, the greedy answer
+              is approximated by the group's most likely sample: the row with the largest
+              sum_t behaviour_logprob ("max_logprob") or the largest mean per token
+              ("max_mean_logprob"); ties: first row. If it is correct, all the prompt's rows leave
+              the loss (completion_mask zeroed); if a whole batch is high-likelihood the loss is
+              empty (the learner skips rows without tokens). Differs from greedy decoding, most at
+              high temperature.
+
+    next:     gated (high-likelihood) prompts are skipped for the next `skip_epochs` epochs of the
+              uniform order (covey's addition: the released trainer checks every prompt every step;
+              `skip_epochs: 0` does the same), then re-checked; when nothing else is left they are
+              drawn anyway
+
+Prompts that a rollout strategy draws itself for refills (`ctx.draw`, e.g. `dynamic`) do not pass
+through `before_rollout`, so they are not greedy-checked. The forward-KL variant is not implemented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+from covey.samplers.base import register_sampler
+from covey.samplers.feedback import row_success
+from covey.samplers._sampling import GatedUniform, drop_rows
+from covey.rollouts import Rollouts
+
+__all__ = ["SelfSampler", "likely_rows"]
+
+
+def likely_rows(logp: torch.Tensor, mask: torch.Tensor, group: torch.Tensor, how: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dense group index [N], row index [B] of each group's most likely completion, ties: first row)."""
+    m = mask.double()
+    score = (logp.double() * m).sum(-1)
+    if how == "max_mean_logprob":
+        score = score / m.sum(-1).clamp(min=1)
+    _, inv = torch.unique(group, return_inverse=True)
+    b, n = int(inv.max()) + 1, score.numel()
+    best = torch.full((b,), -torch.inf, dtype=torch.float64).scatter_reduce(0, inv, score, "amax")
+    cand = torch.where(score == best[inv], torch.arange(n), torch.full((n,), n))
+    return inv, torch.full((b,), n).scatter_reduce(0, inv, cand, "amin")
+
+
+@register_sampler("self")
+class SelfSampler(GatedUniform):
+    """SELF curation (see the module docstring).
+
+    greedy_check:       "decode" (a greedy decode per prompt before the rollout, as released) or "proxy".
+    correct_threshold:  a success (`feedback.row_success`, in [0, 1]) at or above this is correct (1.0).
+    greedy_proxy:       for "proxy": "max_logprob" (default) or "max_mean_logprob", which sampled row
+                        stands in for the greedy answer; refused with "decode".
+    skip_epochs:        epochs a high-likelihood prompt is skipped before it is checked again (0: never skipped).
+    """
+
+    def __init__(
+        self, items: Sequence[dict], seed: int = 0, *, greedy_check: Literal["decode", "proxy"] = "decode",
+        correct_threshold: float = 1.0, greedy_proxy: Literal["max_logprob", "max_mean_logprob"] | None = None,
+        skip_epochs: int = 1,
+    ):  # fmt: skip
+        super().__init__(items, seed, skip_epochs)
+        if greedy_check not in ("decode", "proxy"):
+            raise ValueError(f"sampler self: greedy_check must be 'decode' or 'proxy', got {greedy_check!r}")
+        if greedy_check == "decode" and greedy_proxy is not None:
+            raise ValueError(f"sampler self: greedy_proxy={greedy_proxy!r} chooses the row that stands in for the greedy "
+                             "answer with greedy_check 'proxy'; greedy_check 'decode' decodes it (set greedy_check: proxy)")  # fmt: skip
+        greedy_proxy = greedy_proxy or "max_logprob"
+        if greedy_proxy not in ("max_logprob", "max_mean_logprob"):
+            raise ValueError(f"sampler self: greedy_proxy must be 'max_logprob' or 'max_mean_logprob', got {greedy_proxy!r}")
+        if not 0.0 < correct_threshold <= 1.0:
+            raise ValueError(f"sampler self: correct_threshold must be in (0, 1], got {correct_threshold}")
+        self.greedy_check, self.correct_threshold, self.greedy_proxy = greedy_check, correct_threshold, greedy_proxy
+
+    def before_rollout(self, items: list[dict], ctx) -> tuple[list[dict], dict[str, float]]:
+        """greedy_check "decode": drop the items whose greedy answer is already correct."""
+        if self.greedy_check != "decode" or not items:
+            return items, {}
+        from covey.strategies.group import sample_groups  # covey.strategies imports covey.samplers
+
+        sp = dataclasses.replace(ctx.sampling(0), greedy=True, return_entropies=False, item_max_new_tokens=None)
+        greedy = sample_groups(ctx.engine, ctx.tokenizer, items, 1, sp)  # one row per item, in order
+        ctx.score(greedy)  # the run's rewards (its reward metrics are this step's rollout's, not these)
+        solved = (row_success(greedy).cpu() >= self.correct_threshold).tolist()
+        for item, ok in zip(items, solved):
+            self.gate(int(item["id"]), ok)
+        metrics = {"sampler/self/greedy_solved_frac": sum(solved) / len(items), "sampler/self/greedy_tokens": float(greedy.lengths.sum())}
+        return [it for it, ok in zip(items, solved) if not ok], {**metrics, **self.draw_metrics("self")}
+
+    def observe(self, batch: Rollouts) -> dict[str, float]:
+        if self.greedy_check == "decode":
+            return {}  # the check ran before the rollout: every prompt here is low-likelihood
+        mask = batch.completion_mask.cpu()
+        inv, best = likely_rows(batch.behaviour_logprobs.cpu(), mask, batch.group.cpu(), self.greedy_proxy)
+        solved = row_success(batch).cpu()[best] >= self.correct_threshold  # [B]
+        pid = batch.prompt_id.cpu()
+        for g, row in enumerate(best.tolist()):
+            self.gate(int(pid[row]), bool(solved[g]))
+        drop_rows(batch, ~solved[inv])
+        return {"sampler/self/high_likelihood_frac": float(solved.double().mean()), **self.draw_metrics("self")}

@@ -1,0 +1,226 @@
+"""`xrpo`: rollout allocation by uncertainty reduction, and in-context seeding of all-fail prompts.
+
+Paper: "XRPO: Pushing the limits of GRPO with Targeted Exploration and Exploitation", arXiv 2510.06672.
+Spec: specs/rollouts-data-agents.md §A.2. The novelty sharpening (exploitation) half is the `xrpo`
+advantage estimator (covey.algos.advantages.confidence); this sampler is the exploration half.
+
+Allocation (SECONDARY for h; the rest UNVERIFIED reconstruction). The step's budget of B*G rollouts
+is shared out over its B prompts: each gets `min_rollouts` (n0), then one rollout at a time goes to
+the prompt with the largest priority, never past `max_rollouts` (cap):
+
+    h(n, s)  = t_{1-alpha/2, n-1} * s / sqrt(n)              Student-t CI half-width of the mean reward
+    dh_q     = h(n_q, s_q) - h(n_q + 1, s_q)                 expected CI shrink from one more rollout
+    Pi_q     = dh_q + bonus * sqrt(log(T) / n_q)              T = rollouts planned so far this step
+
+s_q comes from the prompt's previous visit (the paper's phase-0 statistics come from the same step;
+the sampler seam fixes sizes before generation, so covey uses the last visit: UNVERIFIED). Covey's
+choice for the spec's "s_q = 0 -> use a prior s": shrink toward `prior_std` with `prior_weight`
+pseudo-rollouts, s_q^2 = (SS_q + w s0^2) / (n_q - 1 + w); an unseen prompt has s_q = s0.
+
+In-context seeding (UNVERIFIED details). A prompt whose last group was all-fail (success 0 on every
+row) is "stuck": when it is drawn again, the `exemplars` most similar items (word-set Jaccard on the
+problem text) that carry a worked solution in `solution_key` -- and, with exemplar_pool "solved",
+that the policy has solved at least once -- are prepended to its prompt. The rollouts and the loss
+use this seeded prompt (what the paper trains on is UNVERIFIED); the item keeps its id and columns,
+so rewards are unchanged. One success releases the prompt. Without exemplars it is drawn unseeded.
+The sampler has no tokenizer, so a seeded prompt is kept within `max_prompt_chars` characters
+(default: the longest prompt among the items, which all passed the run's token-length check) by
+dropping the least similar exemplars; if none fits the prompt is drawn unseeded (counted).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+
+from covey.samplers.base import register_sampler
+from covey.samplers.feedback import row_success
+from covey.samplers.sampler import UniformSampler
+from covey.samplers._sampling import problem_text, t_quantile
+from covey.rollouts import Rollouts
+
+__all__ = ["XRPOSampler", "allocate_rollouts", "ci_half_width", "jaccard", "shrunk_std"]
+
+
+def ci_half_width(n: int, s: float, alpha: float) -> float:
+    """h(n, s) = t_{1-alpha/2, n-1} s / sqrt(n); infinite below two rollouts, 0 when s = 0."""
+    if n < 2:
+        return math.inf
+    return t_quantile(1.0 - alpha / 2.0, n - 1) * s / math.sqrt(n) if s > 0 else 0.0
+
+
+def shrunk_std(n: float, ss: float, prior_std: float, prior_weight: float) -> float:
+    """sqrt((SS + w s0^2) / (max(n - 1, 0) + w)): the sample std shrunk toward s0 (s0 when n = 0)."""
+    if n <= 0 or prior_weight <= 0 and n < 2:
+        return prior_std
+    return math.sqrt((ss + prior_weight * prior_std**2) / (max(n - 1.0, 0.0) + prior_weight))
+
+
+def allocate_rollouts(stds: Sequence[float], budget: int, n0: int, cap: int, alpha: float, bonus: float) -> list[int]:
+    """Rollouts per prompt: n0 each, then the rest one at a time to the largest Pi_q (ties: first)."""
+    b = len(stds)
+    if n0 * b > budget or cap * b < budget or n0 > cap:
+        raise ValueError(f"xrpo cannot share {budget} rollouts over {b} prompts with min {n0} and max {cap} each")
+    n = [n0] * b
+
+    def priority(q: int) -> float:
+        if n[q] >= cap:
+            return -math.inf
+        dh = ci_half_width(n[q], stds[q], alpha) - ci_half_width(n[q] + 1, stds[q], alpha)
+        return dh + bonus * math.sqrt(math.log(max(sum(n), 2)) / n[q])
+
+    for _ in range(budget - n0 * b):
+        pr = [priority(q) for q in range(b)]
+        n[max(range(b), key=lambda q: (pr[q], -q))] += 1
+    return n
+
+
+_WORD = re.compile(r"\w+")
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+@register_sampler("xrpo")
+class XRPOSampler(UniformSampler):
+    """XRPO's allocator and ICL seeding over a uniform prompt order (see the module docstring).
+
+    min_rollouts:   n0, rollouts every prompt gets (>= 2 so the CI exists; at most G).
+    max_rollouts:   cap per prompt (None: 2 G).
+    alpha:          CI level (0.05: 95%).       bonus: exploration weight lambda.
+    prior_std / prior_weight: the std prior (0.5 = a Bernoulli at p = 0.5) and its pseudo-rollouts.
+    seeding:        in-context seeding of stuck prompts on/off.
+    solution_key:   item column holding a worked solution (gsm8k: "solution").
+    exemplars:      solved examples prepended.  exemplar_pool: "solved" (policy solved it once) or "dataset".
+    max_prompt_chars: bound on a seeded prompt's text (None: the longest item prompt).
+    """
+
+    def __init__(
+        self, items: Sequence[dict], seed: int = 0, *, min_rollouts: int = 2, max_rollouts: int | None = None,
+        alpha: float = 0.05, bonus: float = 0.1, prior_std: float = 0.5, prior_weight: float = 1.0,
+        seeding: bool = True, solution_key: str = "solution", exemplars: int = 2,
+        exemplar_pool: Literal["solved", "dataset"] = "solved", max_prompt_chars: int | None = None,
+    ):  # fmt: skip
+        super().__init__(items, seed)
+        if min_rollouts < 1 or (max_rollouts is not None and max_rollouts < min_rollouts):
+            raise ValueError(f"xrpo needs 1 <= min_rollouts <= max_rollouts, got {min_rollouts} and {max_rollouts}")
+        if not 0.0 < alpha < 1.0 or bonus < 0 or prior_std < 0 or prior_weight < 0 or exemplars < 1:
+            raise ValueError("xrpo needs 0 < alpha < 1, bonus >= 0, prior_std >= 0, prior_weight >= 0, exemplars >= 1")
+        if exemplar_pool not in ("solved", "dataset"):
+            raise ValueError(f"xrpo exemplar_pool must be 'solved' or 'dataset', got {exemplar_pool!r}")
+        self.min_rollouts, self.max_rollouts, self.alpha, self.bonus = min_rollouts, max_rollouts, alpha, bonus
+        self.prior_std, self.prior_weight = prior_std, prior_weight
+        self.seeding, self.solution_key, self.exemplars, self.exemplar_pool = seeding, solution_key, exemplars, exemplar_pool
+        self.stats: dict[int, tuple[float, float]] = {}  # id -> (n, sum of squared deviations) at the last visit
+        self.stuck: set[int] = set()
+        self.solved: set[int] = set()
+        self._by_id = {int(it["id"]): it for it in items}
+        # the sampler has no tokenizer: bound seeded prompts in characters by the longest prompt the run's
+        # token-length check let through (items reach the sampler after that check)
+        self.max_prompt_chars = max_prompt_chars or max(len(problem_text(it)) for it in items)
+        self._too_long = 0
+        self._words: dict[int, set[str]] = {}
+        self._seeded = 0
+        self._last_sizes: list[int] = []
+
+    # ------------------------------------------------------------------ drawing
+    def next(self, k: int) -> list[dict]:
+        out = super().next(k)
+        if self.seeding:
+            out = [self._seed_item(it) if int(it["id"]) in self.stuck else it for it in out]
+        return out
+
+    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
+        n0 = min(self.min_rollouts, group_size)
+        cap = self.max_rollouts if self.max_rollouts is not None else 2 * group_size
+        if cap < group_size:
+            raise ValueError(f"sampler xrpo: max_rollouts={cap} is below the group size {group_size}; the step's budget cannot be spent")
+        stds = [self._std(int(it["id"])) for it in items]
+        self._last_sizes = allocate_rollouts(stds, group_size * len(items), n0, cap, self.alpha, self.bonus)
+        return list(self._last_sizes)
+
+    def _std(self, key: int) -> float:
+        n, ss = self.stats.get(key, (0.0, 0.0))
+        return shrunk_std(n, ss, self.prior_std, self.prior_weight)
+
+    def _words_of(self, key: int) -> set[str]:
+        if key not in self._words:
+            self._words[key] = set(_WORD.findall(problem_text(self._by_id[key]).lower()))
+        return self._words[key]
+
+    def exemplars_for(self, item: dict) -> list[dict]:
+        """The `exemplars` pool items most similar to `item` (ties: smaller id first)."""
+        key = int(item["id"])
+        pool = [
+            i for i, it in self._by_id.items()
+            if i != key and it.get(self.solution_key) and (self.exemplar_pool == "dataset" or i in self.solved)
+        ]  # fmt: skip
+        words = self._words_of(key)
+        pool.sort(key=lambda i: (-jaccard(words, self._words_of(i)), i))
+        return [self._by_id[i] for i in pool[: self.exemplars]]
+
+    def _seed_item(self, item: dict) -> dict:
+        candidates = self.exemplars_for(item)
+        shots = list(candidates)
+        while shots:  # drop the least similar exemplar until the seeded text fits max_prompt_chars
+            blocks = "".join(f"Problem: {problem_text(s)}\nSolution: {s[self.solution_key]}\n\n" for s in shots)
+            prefix = f"Solved examples:\n\n{blocks}Now solve this problem.\n\n"
+            if len(prefix) + len(problem_text(item)) <= self.max_prompt_chars:
+                break
+            shots = shots[:-1]
+        if not shots:
+            self._too_long += bool(candidates)
+            return item
+        self._seeded += 1
+        prompt = item["prompt"]
+        if isinstance(prompt, str):
+            return {**item, "prompt": prefix + prompt}
+        last = max(i for i, m in enumerate(prompt) if m.get("role") == "user")
+        msgs = [dict(m) for m in prompt]
+        msgs[last]["content"] = prefix + str(msgs[last]["content"])
+        return {**item, "prompt": msgs}
+
+    # ------------------------------------------------------------------ feedback
+    def observe(self, batch: Rollouts) -> dict[str, float]:
+        ids, inv = torch.unique(batch.prompt_id.cpu(), return_inverse=True)
+        s = row_success(batch).cpu()
+        n = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, inv, torch.ones_like(s))
+        mean = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, inv, s) / n
+        ss = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, inv, (s - mean[inv]) ** 2)
+        for key, ni, mi, si in zip(ids.tolist(), n.tolist(), mean.tolist(), ss.tolist()):
+            self.stats[key] = (ni, si)
+            if mi > 0:
+                self.solved.add(key)
+                self.stuck.discard(key)
+            else:
+                self.stuck.add(key)
+        sizes = self._last_sizes or [0]
+        out = {
+            "sampler/xrpo/stuck_prompts": float(len(self.stuck)),
+            "sampler/xrpo/seeded": float(self._seeded),
+            "sampler/xrpo/seed_too_long": float(self._too_long),
+            "sampler/xrpo/rollouts_min": float(min(sizes)),
+            "sampler/xrpo/rollouts_max": float(max(sizes)),
+        }
+        self._seeded, self._too_long = 0, 0
+        return out
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "stats": {k: torch.tensor(v, dtype=torch.float64) for k, v in self.stats.items()},
+            "stuck": sorted(self.stuck), "solved": sorted(self.solved), "seeded": self._seeded,
+            "too_long": self._too_long,
+        }  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.stats = {int(k): (float(v[0]), float(v[1])) for k, v in state["stats"].items()}
+        self.stuck, self.solved = set(state["stuck"]), set(state["solved"])
+        self._seeded, self._too_long = state["seeded"], state["too_long"]

@@ -1,0 +1,41 @@
+"""Rollout strategies (the `RolloutStrategy` seam, registry `STRATEGIES`): how prompts become
+completions through an Engine.
+
+Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
+forking KV cache), april (partial rollouts carried across steps),
+igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
+quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts). See docs/rollouts.md."""
+
+from covey.strategies.april import APRIL
+from covey.strategies.arrol import ARRoL
+from covey.strategies.branch import BranchStrategy
+from covey.strategies.base import STRATEGIES, RolloutContext, RolloutStrategy, register_strategy
+from covey.strategies.cog_rethinker import CogRethinker
+from covey.strategies.dars import DarsRollout
+from covey.strategies.dynamic import DynamicSampling
+from covey.strategies.group import GroupStrategy, completion_texts, item_columns, sample_groups
+from covey.strategies.igrpo import IGRPO
+from covey.strategies.latr import LATR
+from covey.strategies.tppo import TPPO
+from covey.strategies.treepo import TreePO
+
+__all__ = [
+    "APRIL",
+    "ARRoL",
+    "LATR",
+    "STRATEGIES",
+    "BranchStrategy",
+    "CogRethinker",
+    "DarsRollout",
+    "DynamicSampling",
+    "GroupStrategy",
+    "IGRPO",
+    "RolloutContext",
+    "RolloutStrategy",
+    "TPPO",
+    "TreePO",
+    "completion_texts",
+    "item_columns",
+    "register_strategy",
+    "sample_groups",
+]

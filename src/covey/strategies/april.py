@@ -1,0 +1,140 @@
+"""`april`: active partial rollouts. Over-provision groups, stop when enough have finished, carry the
+unfinished completions (tokens, behaviour log-probs, per-token policy versions) to the next step.
+
+Paper / code: APRIL, "Active Partial Rollouts in Reinforcement Learning to Tame Long-tail Generation"
+(arXiv 2509.18521); RLsys-Foundation/APRIL on slime (`slime/rollout/sglang_example.py::
+generate_rollout_async, abort`, `slime/ray/buffer.py`). Spec: shared/specs/rollouts-data-agents.md §11.
+
+Per step, with B = the step's prompts:
+
+    in flight = carried groups (FIFO) + this step's items + drawn items, ceil(over_provision * B) in all
+    decode every unfinished completion `chunk_tokens` at a time (one `TreeDecoder` batch: a tick)
+    after each tick: groups whose completions have all finished are done (in finishing order)
+    stop at B done groups: they are the batch; every other group goes back to the buffer with its
+        finished completions kept and its unfinished ones cut where they stand ("abort")
+
+A carried completion resumes from prompt + its token ids (not text: no re-tokenisation drift), so
+the batch mixes tokens of several policy versions; `Rollouts.policy_version` [N, T] records which
+weights produced each token and `behaviour_logprobs` are those of that policy. APRIL's code trains
+on them with no importance correction; covey leaves that choice to `algo.correction`: `tis` or
+`decoupled` (AReaL) weight every token by pi_old / pi_behaviour, which corrects exactly the stale
+tokens (fresh tokens have ratio 1). The buffer is part of `state_dict()` (saved in checkpoints),
+so a resumed run continues the same completions. Metrics: `april/stale_token_frac` (tokens of an
+older policy version in the batch), carried/buffered group counts, ticks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from covey.engine.tree import Row, TreeDecoder
+from covey.strategies._rows import prompt_ids, rows_to_batch
+from covey.strategies.base import RolloutContext, register_strategy
+from covey.rollouts import Rollouts
+
+__all__ = ["APRIL"]
+
+
+@register_strategy("april")
+class APRIL:
+    """Active partial rollouts (see the module docstring).
+
+    over_provision: groups in flight per step / prompts per step (APRIL's scripts: 64 / 32 = 2).
+    chunk_tokens:   tokens decoded per tick between checks for finished groups.
+    """
+
+    def __init__(self, *, over_provision: float = 2.0, chunk_tokens: int = 16):
+        if not over_provision >= 1.0:
+            raise ValueError(f"over_provision must be >= 1.0 (groups in flight per prompt of the step), got {over_provision}")
+        if chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+        self.over_provision, self.chunk = float(over_provision), int(chunk_tokens)
+        self.buffer: list[dict] = []  # groups: {"item": dict, "rows": [Row, ...]} (finish_reason set = done)
+
+    def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
+        want = len(items)
+        groups = self.buffer + [{"item": it, "rows": [None] * n} for it, n in zip(items, ctx.group_sizes(items))]
+        self.buffer = []
+        extra = math.ceil(self.over_provision * want) - len(groups)
+        if extra > 0:
+            more = ctx.draw(extra)
+            groups += [{"item": it, "rows": [None] * n} for it, n in zip(more, ctx.group_sizes(more))]
+        sp = ctx.sampling(0)
+        prompts = prompt_ids(ctx.tokenizer, [g["item"] for g in groups])
+        dec = TreeDecoder(ctx.engine, sp)
+        carried, fresh = [], []
+        for gi, g in enumerate(groups):
+            for si, row in enumerate(g["rows"]):
+                if row is None:
+                    fresh.append((gi, si))
+                elif row.finish_reason is None and len(row.tokens) >= sp.max_new_tokens:
+                    row.finish_reason = "length"  # APRIL's TRUNCATED: no budget left
+                elif row.finish_reason is None:
+                    row.payload = (gi, si)
+                    carried.append(row)
+        dec.add(carried)
+        first = {}
+        for gi, si in fresh:  # one prefill per fresh group, its other samples forked from it
+            first.setdefault(gi, []).append(si)
+        n0 = len(dec)
+        dec.add([Row(prompts[gi], payload=(gi, sis[0])) for gi, sis in first.items()])
+        index = list(range(n0)) + [n0 + k for k, sis in enumerate(first.values()) for _ in sis]
+        dec.fork(index, [r.payload for r in dec.rows[:n0]] + [(gi, si) for gi, sis in first.items() for si in sis])
+
+        done_order = [gi for gi, g in enumerate(groups) if all(r is not None and r.finish_reason for r in g["rows"])]
+        ticks = 0
+        while len(done_order) < want and len(dec):
+            ticks += 1
+            for r in dec.decode(self.chunk):
+                gi, si = r.payload
+                groups[gi]["rows"][si] = r
+                if gi not in done_order and all(x is not None and x.finish_reason for x in groups[gi]["rows"]):
+                    done_order.append(gi)
+        for r in dec.take():  # abort: cut the unfinished completions where they stand
+            groups[r.payload[0]]["rows"][r.payload[1]] = r
+        chosen = done_order[:want]
+        self.buffer = [groups[gi] for gi in done_order[want:]]  # finished but not needed: first next time
+        self.buffer += [g for gi, g in enumerate(groups) if gi not in set(done_order)]
+        rows, its, gids = [], [], []
+        for k, gi in enumerate(chosen):
+            for r in groups[gi]["rows"]:
+                rows.append(r)
+                its.append(groups[gi]["item"])
+                gids.append(k)
+        batch = rows_to_batch(rows, its, gids, ctx.engine.pad_token_id)
+        version = int(getattr(ctx.engine, "version", ctx.policy_version))
+        real = batch.completion_mask > 0
+        stale = (batch.policy_version < version) & real
+        partial = sum(1 for g in self.buffer for r in g["rows"] if r is not None and r.tokens and not r.finish_reason)
+        return batch, {
+            "april/stale_token_frac": float(stale.sum()) / max(int(real.sum()), 1),
+            "april/carried_groups": float(sum(1 for gi in chosen if any(v < version for r in groups[gi]["rows"] for v in r.versions))),
+            "april/inflight_groups": float(len(groups)),
+            "april/buffer_groups": float(len(self.buffer)),
+            "april/buffer_partial_rows": float(partial),
+            "april/ticks": float(ticks),
+            "april/decoded_tokens": float(dec.decoded),
+        }  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": [{"item": g["item"], "rows": [None if r is None else _row_state(r) for r in g["rows"]]} for g in self.buffer]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffer = [{"item": g["item"], "rows": [None if r is None else _row_from(r) for r in g["rows"]]}
+                       for g in state.get("buffer", [])]  # fmt: skip
+
+
+def _row_state(r: Row) -> dict[str, Any]:
+    return {
+        "prompt": torch.tensor(r.prompt, dtype=torch.long), "tokens": torch.tensor(r.tokens, dtype=torch.long),
+        "logprobs": torch.tensor(r.logprobs, dtype=torch.float64), "entropies": torch.tensor(r.entropies, dtype=torch.float64),
+        "versions": torch.tensor(r.versions, dtype=torch.long), "finish_reason": r.finish_reason or "",
+    }  # fmt: skip
+
+
+def _row_from(s: dict[str, Any]) -> Row:
+    return Row(prompt=s["prompt"].tolist(), tokens=s["tokens"].tolist(), logprobs=s["logprobs"].tolist(),
+               entropies=s["entropies"].tolist(), versions=s["versions"].tolist(), finish_reason=s["finish_reason"] or None)  # fmt: skip

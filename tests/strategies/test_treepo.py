@@ -1,0 +1,104 @@
+"""`treepo`: tree advantages on a hand-built tree, the rollout's tree invariants (tree_path, shared
+prefixes, leaf counts, fewer decoded tokens), and one training step from config."""
+
+import pytest
+import torch
+
+from covey.algos.advantages.tree import branch_grpo, tree_depth_deviations, treepo
+from covey.engine import SamplingParams, TorchEngine
+from covey.models import build_tiny
+from covey.strategies.treepo import branch_counts, grow_trees
+from covey.rollouts import Rollouts, RolloutsError
+from covey.train.config import validate_config
+from covey.train.trainer import Trainer
+
+PATHS = [(0, 2), (0, 3), (1, 4), (1, 5)]  # a/x, a/y, b/z, b/w
+R = [1.0, 0.0, 0.0, 0.0]
+
+
+def _batch(paths=PATHS, rewards=R, t=4):
+    n = len(paths)
+    return Rollouts(
+        prompt_ids=[torch.tensor([1, 2])] * n, completion_ids=torch.ones(n, t, dtype=torch.long),
+        completion_mask=torch.ones(n, t), behaviour_logprobs=torch.zeros(n, t), group=torch.zeros(n, dtype=torch.long),
+        prompt_id=torch.zeros(n, dtype=torch.long), rewards=torch.tensor(rewards)[:, None], reward_names=("r",),
+        tree_path=list(paths), extras={"segment_tokens": 2},
+    )  # fmt: skip
+
+
+def test_tree_deviations_on_a_hand_built_tree():
+    g = [0, 0, 0, 0]
+    paper = tree_depth_deviations(R, g, PATHS, root_group=True)
+    assert paper == pytest.approx([0.625, -0.375, -0.125, -0.125])  # mean of (r - 0.25) and (r - subtree mean)
+    code = tree_depth_deviations(R, g, PATHS, root_group=False)
+    assert code == pytest.approx([0.5, -0.5, 0.0, 0.0])  # coarsest subgroup = first-level subtree
+    sized = tree_depth_deviations(R, g, PATHS, root_group=True, weight="group_size")
+    assert sized[0] == pytest.approx((0.75 * 4 + 0.5 * 2) / 6)
+    # two prompts never share a subgroup even with equal node ids
+    two = tree_depth_deviations(R + R[::-1], g + [1] * 4, PATHS + PATHS, root_group=True)
+    assert two[:4] == pytest.approx(paper) and two[4:] == pytest.approx([-0.125, -0.125, -0.375, 0.625])
+
+
+def test_treepo_estimator_whitens_and_needs_paths():
+    out = treepo(_batch(), whiten_batch=False)
+    assert out.advantages.tolist() == pytest.approx([0.625, -0.375, -0.125, -0.125])
+    w = treepo(_batch()).advantages
+    assert abs(float(w.mean())) < 1e-6 and w[0] > 0 > w[1]
+    b = _batch()
+    b.tree_path = None
+    with pytest.raises(RolloutsError, match="tree_path"):
+        treepo(b)
+
+
+def test_branch_grpo_depthwise_fusion():
+    adv = branch_grpo(_batch()).advantages
+    s = 0.5**0.5  # depth 1: nodes a=0.5, b=0 -> +-0.7071; depth 2: leaves 1,0,0,0 -> 1.5, -0.5
+    assert adv[0].tolist() == pytest.approx([s, s, 1.5, 1.5], abs=1e-5)
+    assert adv[2].tolist() == pytest.approx([-s, -s, -0.5, -0.5], abs=1e-5)
+
+
+def test_branch_counts_follow_the_fixed_avg_rule():
+    assert branch_counts(2, 8, 0, 2) == [2, 2]  # min(8, 0*2 + 2*2) = 4
+    assert branch_counts(4, 8, 0, 2) == [2, 2, 2, 2]
+    assert branch_counts(8, 8, 0, 2) == [1] * 8
+    assert branch_counts(3, 5, 1, 2) == [1, 1, 3]  # total 5, the last path takes the remainder
+    assert branch_counts(3, 2, 0, 2) == [1, 1, 1]  # every active path continues
+
+
+@pytest.fixture(scope="module")
+def engine():
+    model, tok = build_tiny("tiny-llama", seed=5)
+    return TorchEngine(model, tok, dtype="fp32"), tok
+
+
+@pytest.mark.parametrize("stop", [(), (7, 9, 11, 13)])
+def test_trees_have_width_leaves_and_share_prefixes(engine, stop):
+    eng, tok = engine
+    sp = SamplingParams(seed=4, max_new_tokens=16, ignore_eos=True, stop_token_ids=stop)
+    prompts = [tok("1+2=")["input_ids"], tok("30-4=")["input_ids"]]
+    leaves, m = grow_trees(eng, sp, prompts, [8, 6], L=4, W=2, first=(2, 2), max_depth=None, fallback=True)
+    by_root = [[r for r in leaves if r.payload[0] == i] for i in range(2)]
+    assert [len(x) for x in by_root] == [8, 6]
+    for rows in by_root:
+        assert len({r.payload[1] for r in rows}) == len(rows)  # unique paths
+        for a in rows:
+            for b in rows:
+                d = next((k for k in range(min(len(a.payload[1]), len(b.payload[1]))) if a.payload[1][k] != b.payload[1][k]), None)
+                shared = d if d is not None else min(len(a.payload[1]), len(b.payload[1]))
+                assert a.tokens[: shared * 4] == b.tokens[: shared * 4]  # same path prefix = same tokens
+    if not stop:  # no early stops: 2 -> 4 -> 8 paths over 4 segments of 4 tokens
+        assert m["tree/decoded_tokens"] == 4 * (2 + 4 + 8 + 8) + 4 * (2 + 4 + 6 + 6)
+        assert m["tree/decoded_per_leaf"] < 16 * 0.75
+
+
+def test_treepo_trains_one_step_from_config(tmp_path):
+    cfg = validate_config({
+        "model": {"name": "tiny-llama"}, "task": {"name": "arithmetic", "params": {"digits": 1, "n_train": 16, "n_test": 4}},
+        "rollout": {"prompts_per_step": 2, "group_size": 4, "strategy": {"name": "treepo", "segment_tokens": 3}},
+        "sampling": {"max_new_tokens": 8}, "algo": {"advantage": {"name": "treepo"}, "kl": None},
+        "reward_workers": 0, "log": {"progress": False, "tensorboard": False, "dir": str(tmp_path)}, "steps": 1,
+    })  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run")
+    m = trainer.step()
+    assert m["tree/leaves"] == 8 and m["time/step"] > 0
+    trainer.close()

@@ -1,0 +1,71 @@
+"""`igrpo` and `cog_rethinker`: the second stage is conditioned on the first stage's answers, rewards
+stay on the original item, group ids stay unique; one training step from config each."""
+
+import pytest
+import torch
+
+from covey.engine import SamplingParams, TorchEngine
+from covey.models import build_tiny
+from covey.strategies.base import RolloutContext
+from covey.strategies.cog_rethinker import REFINE, CogRethinker
+from covey.strategies.group import completion_texts
+from covey.strategies.igrpo import IGRPO
+from covey.train.config import validate_config
+from covey.train.trainer import Trainer
+
+ITEMS = [{"id": 3, "prompt": "2+2=", "answer": "4"}, {"id": 8, "prompt": "5-1=", "answer": "4"}]
+
+
+def _ctx(reward, seen):
+    model, tok = build_tiny("tiny-llama", seed=4)
+    engine = TorchEngine(model, tok, dtype="fp32")
+
+    def score(batch):
+        texts = completion_texts(tok, batch)
+        seen.append([it["prompt"] for it in batch.items])
+        batch.rewards = torch.tensor([[reward(t)] for t in texts], dtype=torch.float32)
+        batch.reward_names = ("r",)
+        return {}
+
+    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [4] * len(items),
+                          sampling=lambda r: SamplingParams(seed=r, max_new_tokens=6, ignore_eos=True),
+                          score=score, draw=lambda k: [], step=0), tok  # fmt: skip
+
+
+def test_igrpo_refines_the_best_draft():
+    seen = []
+    ctx, tok = _ctx(lambda t: float(sum(c.isalpha() for c in t)), seen)
+    batch, m = IGRPO(drafts=3).rollout(ITEMS, ctx)
+    assert len(batch) == 8 and batch.group.tolist() == [0] * 4 + [1] * 4 and batch.prompt_id.tolist() == [3] * 4 + [8] * 4
+    assert all(p in ("2+2=", "5-1=") for p in seen[1])  # rewards read the original prompts
+    for g, it in enumerate(ITEMS):
+        ids = batch.prompt_ids[4 * g].tolist()
+        base = tok.encode(it["prompt"])
+        assert ids[: len(base)] == base and len(ids) > len(base) + 6  # q + draft + instruction
+    assert m["igrpo/draft_reward"] >= 0
+
+
+def test_cog_rethinker_replaces_unsolved_groups_stage_by_stage():
+    seen = []
+    ctx, tok = _ctx(lambda t: 0.0, seen)  # nothing is ever solved: both stages run for both prompts
+    batch, m = CogRethinker(show_wrong=2).rollout(ITEMS, ctx)
+    assert m["cog/decompose_frac"] == 1.0 and m["cog/refine_frac"] == 1.0 and len(seen) == 3
+    assert len(batch) == 8 and batch.num_groups == 2 and sorted(batch.prompt_id.tolist()) == [3] * 4 + [8] * 4
+    text = tok.decode(batch.prompt_ids[0].tolist())
+    assert REFINE in text and all(p in ("2+2=", "5-1=") for p in seen[2])
+    seen.clear()
+    ctx2, _ = _ctx(lambda t: 1.0, seen)  # everything solved: only the direct rollout
+    b2, m2 = CogRethinker().rollout(ITEMS, ctx2)
+    assert m2["cog/decompose_frac"] == 0.0 and len(seen) == 1 and len(b2) == 8
+
+
+@pytest.mark.parametrize("name", ["igrpo", "cog_rethinker"])
+def test_trains_one_step_from_config(tmp_path, name):
+    cfg = validate_config({
+        "model": {"name": "tiny-llama"}, "task": {"name": "arithmetic", "params": {"digits": 1, "n_train": 16, "n_test": 4}},
+        "rollout": {"prompts_per_step": 2, "group_size": 4, "strategy": {"name": name}}, "sampling": {"max_new_tokens": 6},
+        "algo": {"kl": None}, "reward_workers": 0, "log": {"progress": False, "tensorboard": False, "dir": str(tmp_path)}, "steps": 1,
+    })  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run")
+    assert trainer.step()["time/step"] > 0
+    trainer.close()
