@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from covey.strategies._stages import follow_up, regroup, texts_of
+from covey.engine.base import Engine
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
 from covey.rollouts import Rollouts
@@ -41,6 +42,8 @@ class CogRethinker:
     zero_reward: a prompt is unsolved when every reward of its group is <= this.
     show_wrong:  wrong answers shown in the refinement prompt.
     """
+
+    engine_protocols = (Engine,)
 
     def __init__(self, *, zero_reward: float = 0.0, show_wrong: int = 2, decompose: str = DECOMPOSE, refine: str = REFINE):
         if show_wrong < 1:

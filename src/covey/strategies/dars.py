@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import torch
 
+from covey.engine.base import Engine
 from covey.samplers.feedback import row_success
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
@@ -57,6 +58,8 @@ class DarsRollout:
     filter:    drop prompts whose combined accuracy is 0 or >= upper (if none are left, keep all).
     upper:     the filter's upper accuracy threshold.
     """
+
+    engine_protocols = (Engine,)
 
     def __init__(self, *, schedule: Literal["et", "hw"] = "et", n_max: int = 32, use_std: bool = False,
                  filter: bool = False, upper: float = 1.0):  # fmt: skip

@@ -32,7 +32,7 @@ import math
 import random
 from typing import Any
 
-from covey.engine.tree import Row, TreeDecoder
+from covey.engine.base import ForkingEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
@@ -60,6 +60,8 @@ class TreePO:
     max_depth:      segments per path (default ceil(max_new_tokens / segment_tokens)).
     fallback:       re-grow roots that ended with fewer than n leaves.
     """
+
+    engine_protocols = (ForkingEngine,)
 
     def __init__(self, *, segment_tokens: int = 16, step_width: int = 2, first_width: tuple[int, int] = (2, 2),
                  max_depth: int | None = None, fallback: bool = True):  # fmt: skip
@@ -94,7 +96,7 @@ def grow_trees(engine, sp, prompts: list[list[int]], widths: list[int], L: int, 
     (prompt, path) and metrics. `widths[i]` leaves for prompt i (fewer only with fallback off)."""
     depth = max_depth or math.ceil(sp.max_new_tokens / L)
     rng = random.Random(sp.seed)
-    dec = TreeDecoder(engine, sp)
+    dec = engine.tree_session(sp)
     n_roots = len(prompts)
     next_id = [0] * n_roots
     leaves: list[list[Row]] = [[] for _ in range(n_roots)]

@@ -325,6 +325,7 @@ class RunConfig(_Strict):
         from covey.engine import ENGINES
         from covey.plugins import PluginError
         from covey.strategies import STRATEGIES
+        from covey.strategies.base import check_engine_protocols
 
         for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
                                     ("engine", ENGINES, self.engine)):  # fmt: skip
@@ -335,6 +336,7 @@ class RunConfig(_Strict):
                     STRATEGIES.check_params(inner, spec.params.get("inner_params") or {})
             except PluginError as e:
                 raise ValueError(f"{key}: {e}") from None
+        check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
         return self
 
     @model_validator(mode="after")
