@@ -209,7 +209,7 @@ class TorchEngine:
     def hidden_states(self, sequences: list[list[int]]) -> list[Tensor]:
         """Per sequence, [len, H] float32 CPU final hidden states (after the final norm) under the
         weights this engine holds, in its dtype (`HiddenStatesEngine`); `prefill_rows` per forward."""
-        seqs = [_as_ids(s, i) for i, s in enumerate(sequences)]
+        seqs = [_as_ids(s, i, "sequences") for i, s in enumerate(sequences)]
         if seqs and max(len(s) for s in seqs) > self.max_positions:
             raise ValueError(f"hidden_states: a sequence is longer than max_positions={self.max_positions}")
         out: list[Tensor] = []
@@ -358,14 +358,14 @@ def _shares(w, model) -> bool:
     return all(t.data_ptr() in own for _, t in w.sources())
 
 
-def _as_ids(p, i: int) -> list[int]:
+def _as_ids(p, i: int, what: str = "prompts") -> list[int]:
     if isinstance(p, Tensor):
         if p.dim() != 1:
-            raise ValueError(f"prompts[{i}] must be a 1-D tensor of token ids, got shape {tuple(p.shape)}")
+            raise ValueError(f"{what}[{i}] must be a 1-D tensor of token ids, got shape {tuple(p.shape)}")
         p = p.tolist()
     p = [int(x) for x in p]
     if not p:
-        raise ValueError(f"prompts[{i}] is empty: a prompt needs at least one token")
+        raise ValueError(f"{what}[{i}] is empty: it needs at least one token")
     return p
 
 
