@@ -35,9 +35,10 @@ its limit.
 Protocols (`covey.engine.base`): `Engine`, `ForkingEngine` (`tree_session` opens a
 `covey.engine.tree.TreeDecoder` on this engine's weights: tree, partial and pruned rollouts) and
 `HiddenStatesEngine` (`hidden_states`: final hidden states from the same weights, for arrol and
-tppo). Continuing a partial completion (APRIL) = a tree session row started from prompt + partial. The chat template is the caller's business
-(`covey.models.apply_chat`). Not covered: sliding-window attention, PEFT-wrapped models (pass the
-merged weights to `load_weights`), architectures outside `forward.SUPPORTED`.
+tppo). Continuing a partial completion (APRIL) = a tree session row started from prompt + partial.
+The chat template is the caller's business (`covey.models.apply_chat`). Not covered:
+sliding-window attention, PEFT-wrapped models (pass the merged weights to `load_weights`),
+architectures outside `forward.SUPPORTED`.
 """
 
 from __future__ import annotations

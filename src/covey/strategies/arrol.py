@@ -68,7 +68,7 @@ def train_head(w: Tensor, b: Tensor, x: Tensor, y: Tensor, *, lr: float, steps: 
 class ARRoL:
     """Online rollout pruning with a quality head (see the module docstring)."""
 
-    engine_protocols = (ForkingEngine, HiddenStatesEngine,)
+    engine_protocols = (ForkingEngine, HiddenStatesEngine)
 
     def __init__(self, *, oversample: float = 2.0, check_tokens: int = 16, success_threshold: float = 0.5,
                  head_lr: float = 0.5, head_steps: int = 50, warmup_rows: int = 32):  # fmt: skip

@@ -28,7 +28,14 @@ from covey.engine.base import ENGINE_PROTOCOLS, ENGINES, Engine, SamplingParams,
 from covey.plugins import PluginError, PluginRegistry
 from covey.rollouts import Rollouts
 
-__all__ = ["STRATEGIES", "RolloutContext", "RolloutStrategy", "check_engine_protocols", "engine_protocols", "register_strategy"]
+__all__ = [
+    "STRATEGIES",
+    "RolloutContext",
+    "RolloutStrategy",
+    "check_engine_protocols",
+    "engine_protocols",
+    "register_strategy",
+]
 
 
 @dataclass
@@ -91,9 +98,8 @@ def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str
     while (inner := getattr(STRATEGIES.get(name), "inner_strategy", None)) is not None:
         name, ps = inner(ps)
         label += f" (wrapping {name!r})"
-    wanted = " and ".join(f"{p.__name__} ({ENGINE_PROTOCOLS.get(p, p.__name__)})" for p in need if p is not Engine or p in missing)
-    lacks = "; ".join(
-        f"{p.__name__} (" + ("its factory does not annotate the engine class it returns" if m == ["?"] else "no " + ", ".join(m)) + ")"
-        for p, m in missing.items()
-    )  # fmt: skip
+    shown = [p for p in need if p is not Engine or p in missing]  # Engine itself only when it is lacking
+    wanted = " and ".join(f"{p.__name__} ({ENGINE_PROTOCOLS.get(p, p.__name__)})" for p in shown)
+    unknown = "its factory does not annotate the engine class it returns"
+    lacks = "; ".join(f"{p.__name__} ({unknown if m == ['?'] else 'no ' + ', '.join(m)})" for p, m in missing.items())
     raise PluginError(f"rollout.strategy {label} needs an engine with {wanted}; engine {engine!r} does not provide {lacks}")

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from covey.strategies._stages import follow_up, regroup, texts_of
 from covey.engine.base import Engine
+from covey.strategies._stages import follow_up, regroup, texts_of
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
 from covey.rollouts import Rollouts

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from covey.strategies._stages import follow_up, regroup, texts_of
 from covey.engine.base import Engine
+from covey.strategies._stages import follow_up, regroup, texts_of
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
 from covey.rollouts import Rollouts

@@ -17,9 +17,9 @@ Per step (successive batching: the batch of in-flight responses stays full):
     value head: trained only on COMPLETED responses, Monte-Carlo targets gamma^(L-1-t) R
 
 The value model is a linear head on the policy's hidden states (`engine.hidden_states`: one forward
-per response per step, of the weights the engine holds), fitted by ridge regression on running statistics, not a critic network: a
-CPU-scale stand-in for T-PPO's value model (documented choice). Pick `algo.advantage: tppo`.
-Rewards of unfinished rows are 0 in the batch (they have none yet); `tppo/finished_reward` is the
+per response per step, of the weights the engine holds), fitted by ridge regression on running
+statistics, not a critic network: a CPU-scale stand-in for T-PPO's value model (documented
+choice). Pick `algo.advantage: tppo`. Rewards of unfinished rows are 0 in the batch (they have none yet); `tppo/finished_reward` is the
 mean over finished responses. State (in-flight rows, queue, value head) is in `state_dict()`.
 """
 
@@ -50,7 +50,7 @@ class TPPO:
                    completed responses' states; `decay` per step weights older steps down.
     """
 
-    engine_protocols = (ForkingEngine, HiddenStatesEngine,)
+    engine_protocols = (ForkingEngine, HiddenStatesEngine)
 
     def __init__(self, *, window_tokens: int = 16, gamma: float = 1.0, lam: float = 0.95, ridge: float = 1.0,
                  decay: float = 0.9):  # fmt: skip

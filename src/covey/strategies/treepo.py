@@ -90,7 +90,7 @@ class TreePO:
         pass
 
 
-def grow_trees(engine, sp, prompts: list[list[int]], widths: list[int], L: int, W: int, first: tuple[int, int],
+def grow_trees(engine: ForkingEngine, sp, prompts: list[list[int]], widths: list[int], L: int, W: int, first: tuple[int, int],
                max_depth: int | None, fallback: bool) -> tuple[list[Row], dict[str, float]]:  # fmt: skip
     """Grow one TreePO tree per prompt; returns the leaves (payload = (prompt index, path)) sorted by
     (prompt, path) and metrics. `widths[i]` leaves for prompt i (fewer only with fallback off)."""
