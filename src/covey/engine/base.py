@@ -20,6 +20,9 @@ member) must be a class attribute, a property or a class-level annotation (``pad
 A rollout strategy declares what it needs as ``engine_protocols = (ForkingEngine,)``
 (`covey.strategies.base.check_engine_protocols`). The strategy turns a `Generation` (or finished
 `Row`s) into a `Rollouts` batch (it alone assigns groups and prompt ids).
+
+A new capability (e.g. the async design's pause/resume) is added the same way: a protocol here, an
+entry in `ENGINE_PROTOCOLS`, and the strategies that need it declare it.
 """
 
 from __future__ import annotations
