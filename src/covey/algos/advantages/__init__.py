@@ -16,6 +16,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
+    mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
     _groups.py       shared vectorised group statistics, input checks and metrics
 
 Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
@@ -29,6 +30,7 @@ from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
 from covey.algos.advantages.median import mc_grpo
+from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
 from covey.algos.advantages.risk import riskpo
 from covey.algos.advantages.spo import spo
@@ -48,6 +50,7 @@ __all__ = [
     "grpo",
     "gtpo",
     "mc_grpo",
+    "mssr",
     "ngrpo",
     "reinforce_pp_baseline",
     "riskpo",
