@@ -17,6 +17,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
+    pairwise.py      dagrpo_provisional                          (sums over same-group pairs of rows)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
 Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
@@ -32,6 +33,7 @@ from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rl
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
+from covey.algos.advantages.pairwise import dagrpo_provisional
 from covey.algos.advantages.risk import riskpo
 from covey.algos.advantages.spo import spo
 from covey.algos.advantages.token_credit import gtpo
@@ -43,6 +45,7 @@ __all__ = [
     "arm",
     "branch_grpo",
     "brpo",
+    "dagrpo_provisional",
     "dgpo",
     "dr_grpo",
     "drpo",
