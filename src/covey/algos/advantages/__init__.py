@@ -18,6 +18,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
     pairwise.py      dagrpo_provisional                          (sums over same-group pairs of rows)
+    polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
 Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
@@ -34,6 +35,7 @@ from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
 from covey.algos.advantages.pairwise import dagrpo_provisional
+from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
 from covey.algos.advantages.spo import spo
 from covey.algos.advantages.token_credit import gtpo
@@ -55,6 +57,7 @@ __all__ = [
     "mc_grpo",
     "mssr",
     "ngrpo",
+    "polychromic",
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
