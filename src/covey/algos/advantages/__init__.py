@@ -12,6 +12,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     confidence.py    ace, xrpo, arm                              (log-prob-based modulation)
     token_credit.py  gtpo                                        ([N, T] conflict-token credit)
     drpo.py          drpo                                        (discriminative loss as advantage)
+    disco.py         disco                                       (DisCO / DisCO-b discriminative loss as advantage)
     brpo.py          brpo                                        (bootstrapped in-group reference)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
@@ -28,6 +29,7 @@ Surrogates, aggregation, KL and importance corrections live in the sibling regis
 from covey.algos.advantages.brpo import brpo
 from covey.algos.advantages.confidence import ace, arm, xrpo
 from covey.algos.advantages.difficulty import a_grae, dgpo, ngrpo
+from covey.algos.advantages.disco import disco
 from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
@@ -49,6 +51,7 @@ __all__ = [
     "brpo",
     "dagrpo_provisional",
     "dgpo",
+    "disco",
     "dr_grpo",
     "drpo",
     "gdpo",
