@@ -63,6 +63,8 @@ def test_edge_cases():
     assert torch.equal(run(batch_rk([1.0, 0.0], [1, 2]), key="answer", set_size=3).advantages, torch.zeros(2))  # G < n
     assert torch.equal(run(batch_rk([1.0] * 4, [7] * 4), key="answer").advantages, torch.zeros(4))  # identical correct answers
     assert torch.equal(run(batch_rk([0.5] * 4, [1, 2, 3, 4]), key="answer").advantages, torch.zeros(4))  # equal rewards
+    # equal non-zero rewards, duplicated answers: the rare answer gains (f = [.5, 1, 1] for (0,1), (0,2), (1,2), baseline 5/6)
+    assert torch.allclose(run(batch_rk([1.0] * 3, [4, 4, 9]), key="answer").advantages, torch.tensor([-1 / 12, -1 / 12, 1 / 6]), atol=1e-6)
     res = run(rollouts([1, 0, 1, 0], lengths=[3, 0, 0, 0], width=3))  # empty completions share one class
     assert torch.isfinite(res.advantages).all()
 
