@@ -25,6 +25,7 @@ def level(prompts, completions, **columns):
 METHODS = {
     "dagrpo_provisional": ["algo.advantage={name: dagrpo_provisional, score_column: quality}"],
     "disco": ["algo.advantage={name: disco}", "algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
+    "trpa": ["algo.advantage={name: trpa}", "algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
     "polychromic": ["algo.advantage={name: polychromic}"],
     "mssr": ["algo.advantage={name: mssr}", "sampler={name: spo, n: 2, rho_type: constant}"],
 }

@@ -18,7 +18,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
-    pairwise.py      dagrpo_provisional                          (sums over same-group pairs of rows)
+    pairwise.py      dagrpo_provisional, trpa                    (sums over same-group pairs of rows)
     polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
@@ -36,7 +36,7 @@ from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rl
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
-from covey.algos.advantages.pairwise import dagrpo_provisional
+from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
 from covey.algos.advantages.spo import spo
@@ -66,6 +66,7 @@ __all__ = [
     "rloo",
     "tppo",
     "treepo",
+    "trpa",
     "spo",
     "xrpo",
 ]
