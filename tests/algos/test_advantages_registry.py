@@ -16,7 +16,7 @@ NAMES = [
 ]
 SPECIAL = {"spo", "tppo", "treepo", "branch_grpo"}  # need a sampler baseline, a value head or tree paths: own test files
 SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa"}
-NAMES += ["disco"]  # objectives wave 2, plain scored batch: the shared edge cases apply  # objectives wave 2: extra inputs (baseline, reward columns); shared edge cases in their own files
+NAMES += ["disco", "hapo"]  # objectives wave 2, plain scored batch: the shared edge cases apply  # objectives wave 2: extra inputs (baseline, reward columns); shared edge cases in their own files
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 

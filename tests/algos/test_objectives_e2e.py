@@ -26,6 +26,7 @@ METHODS = {
     "dagrpo_provisional": ["algo.advantage={name: dagrpo_provisional, score_column: quality}"],
     "disco": ["algo.advantage={name: disco}", "algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
     "trpa": ["algo.advantage={name: trpa}", "algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
+    "hapo": ["algo.advantage={name: hapo}"],
     "polychromic": ["algo.advantage={name: polychromic}"],
     "mssr": ["algo.advantage={name: mssr}", "sampler={name: spo, n: 2, rho_type: constant}"],
 }

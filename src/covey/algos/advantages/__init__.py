@@ -5,6 +5,7 @@ Each is a plain function ``fn(batch, *, **params) -> AdvantageResult`` (see the 
 its keyword-only parameters and defaults are its configuration. Files by family:
 
     grpo.py          grpo, dr_grpo, rloo, reinforce_pp_baseline   (mean baselines)
+    hapo.py          hapo                                        (token-weighted group mean/std, GRPO fallback)
     median.py        mc_grpo                                     (median baseline, pivot excluded)
     multi_reward.py  gdpo                                        (per-reward-column normalisation)
     difficulty.py    ngrpo, dgpo, a_grae                         (difficulty-aware reweighting)
@@ -33,6 +34,7 @@ from covey.algos.advantages.disco import disco
 from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
+from covey.algos.advantages.hapo import hapo
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
@@ -57,6 +59,7 @@ __all__ = [
     "gdpo",
     "grpo",
     "gtpo",
+    "hapo",
     "mc_grpo",
     "mssr",
     "ngrpo",
