@@ -15,7 +15,7 @@ NAMES = [
     "a_grae", "ace", "xrpo", "arm", "gtpo", "drpo", "brpo",
 ]
 SPECIAL = {"spo", "tppo", "treepo", "branch_grpo"}  # need a sampler baseline, a value head or tree paths: own test files
-SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa"}
+SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa", "spo_tree"}
 NAMES += ["disco", "hapo"]  # objectives wave 2, plain scored batch: the shared edge cases apply  # objectives wave 2: extra inputs (baseline, reward columns); shared edge cases in their own files
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}

@@ -27,6 +27,7 @@ METHODS = {
     "disco": ["algo.advantage={name: disco}", "algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
     "trpa": ["algo.advantage={name: trpa}", "algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
     "hapo": ["algo.advantage={name: hapo}", "algo.surrogate={name: hapo}", "algo.aggregation={name: token-mean}"],
+    "spo_tree": ["algo.advantage={name: spo_tree}", "rollout.strategy={name: branch, segment_tokens: 4, branch_factor: 2}"],
     "polychromic": ["algo.advantage={name: polychromic}"],
     "mssr": ["algo.advantage={name: mssr}", "sampler={name: spo, n: 2, rho_type: constant}"],
 }
@@ -36,8 +37,10 @@ PROOF = {  # metrics only the method writes
     "disco": ["adv/disco/valid_groups"],
     "trpa": ["adv/trpa/pairs"],
     "hapo": ["adv/hapo/fallback_groups", "surrogate/h_hat_mean"],
+    "spo_tree": ["algo.advantage={name: spo_tree}", "rollout.strategy={name: branch, segment_tokens: 4, branch_factor: 2}"],
     "polychromic": ["adv/polychromic/distinct_frac"],
     "mssr": ["adv/mssr/psi_mean"],
+    "spo_tree": ["adv/spo_tree/kept_token_frac", "tree/leaves"],
 }
 
 

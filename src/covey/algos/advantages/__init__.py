@@ -16,6 +16,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     disco.py         disco                                       (DisCO / DisCO-b discriminative loss as advantage)
     brpo.py          brpo                                        (bootstrapped in-group reference)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
+    spo_tree.py      spo_tree                                    (segment advantages V(child) - V(parent), [N, T])
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
@@ -42,6 +43,7 @@ from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
 from covey.algos.advantages.spo import spo
+from covey.algos.advantages.spo_tree import spo_tree
 from covey.algos.advantages.token_credit import gtpo
 from covey.algos.advantages.tree import branch_grpo, treepo
 
@@ -71,5 +73,6 @@ __all__ = [
     "treepo",
     "trpa",
     "spo",
+    "spo_tree",
     "xrpo",
 ]
