@@ -14,7 +14,8 @@ def run(batch, **params):
 
 def batch_rk(r, keys, groups=None, **kw):
     """Rewards in column 'acc' and answer classes in column 'answer' (weight 0)."""
-    return rollouts([[a, b] for a, b in zip(r, keys)], groups=groups, reward_names=["acc", "answer"], reward_weights=[1.0, 0.0], **kw)
+    return rollouts([[a, b] for a, b in zip(r, keys)], groups=groups, reward_names=["acc", "answer"],
+                    reward_weights=[1.0, 0.0], **kw)  # fmt: skip
 
 
 def test_spec_vector_all_pairs_with_a_class_column():
@@ -64,7 +65,8 @@ def test_edge_cases():
     assert torch.equal(run(batch_rk([1.0] * 4, [7] * 4), key="answer").advantages, torch.zeros(4))  # identical correct answers
     assert torch.equal(run(batch_rk([0.5] * 4, [1, 2, 3, 4]), key="answer").advantages, torch.zeros(4))  # equal rewards
     # equal non-zero rewards, duplicated answers: the rare answer gains (f = [.5, 1, 1] for (0,1), (0,2), (1,2), baseline 5/6)
-    assert torch.allclose(run(batch_rk([1.0] * 3, [4, 4, 9]), key="answer").advantages, torch.tensor([-1 / 12, -1 / 12, 1 / 6]), atol=1e-6)
+    rare = run(batch_rk([1.0] * 3, [4, 4, 9]), key="answer").advantages
+    assert torch.allclose(rare, torch.tensor([-1 / 12, -1 / 12, 1 / 6]), atol=1e-6)
     res = run(rollouts([1, 0, 1, 0], lengths=[3, 0, 0, 0], width=3))  # empty completions share one class
     assert torch.isfinite(res.advantages).all()
 

@@ -109,5 +109,6 @@ def polychromic(
         members = _sets(size, set_size, sets)
         adv[table] = _set_advantages(r[table], k[table], members, size)
     pairs = torch.unique(torch.stack([g.index, k], 1), dim=0)  # distinct (group, class) pairs
-    classes = torch.zeros(g.num, dtype=F64, device=r.device).index_add_(0, pairs[:, 0], torch.ones(len(pairs), dtype=F64, device=r.device))
+    ones = torch.ones(len(pairs), dtype=F64, device=r.device)
+    classes = torch.zeros(g.num, dtype=F64, device=r.device).index_add_(0, pairs[:, 0], ones)  # distinct keys per group
     return result("polychromic", adv, batch, g, metrics={"distinct_frac": float((classes / g.size).mean())})
