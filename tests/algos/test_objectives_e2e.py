@@ -37,7 +37,6 @@ PROOF = {  # metrics only the method writes
     "disco": ["adv/disco/valid_groups"],
     "trpa": ["adv/trpa/pairs"],
     "hapo": ["adv/hapo/fallback_groups", "surrogate/h_hat_mean"],
-    "spo_tree": ["algo.advantage={name: spo_tree}", "rollout.strategy={name: branch, segment_tokens: 4, branch_factor: 2}"],
     "polychromic": ["adv/polychromic/distinct_frac"],
     "mssr": ["adv/mssr/psi_mean"],
     "spo_tree": ["adv/spo_tree/kept_token_frac", "tree/leaves"],
