@@ -61,7 +61,7 @@ def _set_advantages(r: Tensor, k: Tensor, members: Tensor, size: int) -> Tensor:
     f = r_set.mean(-1) * distinct.to(F64) / n
     dev = f - f.mean(-1, keepdim=True)  # [B, S]
     onehot = torch.zeros(members.shape[0], size, dtype=F64, device=r.device)
-    onehot.scatter_(1, members.to(r.device), 1.0)  # [S, G]
+    onehot.scatter_(1, members, 1.0)  # [S, G]
     count = onehot.sum(0)  # sets each position belongs to
     return torch.where(count > 0, (dev @ onehot) / count.clamp(min=1), torch.zeros_like(count))
 
@@ -106,7 +106,7 @@ def polychromic(
         rows = (local[g.index] >= 0).nonzero().squeeze(1)
         table = torch.empty(len(in_size), size, dtype=torch.long, device=r.device)
         table[local[g.index[rows]], pos[rows]] = rows  # [B', G] row index of each group position
-        members = _sets(size, set_size, sets)
+        members = _sets(size, set_size, sets).to(r.device)
         adv[table] = _set_advantages(r[table], k[table], members, size)
     pairs = torch.unique(torch.stack([g.index, k], 1), dim=0)  # distinct (group, class) pairs
     ones = torch.ones(len(pairs), dtype=F64, device=r.device)
