@@ -45,7 +45,7 @@ from torch import Tensor
 
 from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
 from covey.dtypes import model_device, resolve_dtype_name
-from covey.engine.forward import decode_step, new_cache, pack_weights, prefill
+from covey.engine.forward import SUPPORTED, decode_step, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings
 
@@ -69,6 +69,8 @@ class TorchEngine:
     max_positions:    longest prompt + completion (default: the model's max_position_embeddings).
     sync_every:       decode steps between host checks for finished rows (default 1 on CPU, 8 on CUDA).
     """
+
+    model_types = SUPPORTED  # config.json model_type values it implements (`covey.engine.support`)
 
     def __init__(
         self,

@@ -479,10 +479,16 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def validate_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    from covey.engine.support import UnsupportedModel, check_model_support
+
     try:
-        return RunConfig.model_validate(raw)
+        cfg = RunConfig.model_validate(raw)
+        check_model_support(cfg.model.name, cfg.engine.name)  # from config.json, before anything loads
     except pydantic.ValidationError as e:
         raise ConfigError(_explain(e, source)) from None
+    except UnsupportedModel as e:
+        raise ConfigError(str(e)) from None
+    return cfg
 
 
 def _explain(e: pydantic.ValidationError, source: str) -> str:
