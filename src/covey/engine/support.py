@@ -7,11 +7,14 @@ folder or a hub id in the local HF cache; a hub id that is not cached is not che
 engine checks it when it is built) and refuses an unsupported model in one line. The run
 configuration (`covey.train.config.validate_config`) calls it, so `covey config show` and `covey
 train` refuse the same models before a run folder is made or a model loads.
+
+`engine_takes_dtype` says whether an engine's factory has a ``dtype`` parameter: the trainer then
+gives it the learner's dtype (model.dtype) when ``engine.dtype`` is unset or ``auto``.
 """
 
 from __future__ import annotations
 
-__all__ = ["UnsupportedModel", "check_model_support", "engine_model_types"]
+__all__ = ["UnsupportedModel", "check_model_support", "engine_model_types", "engine_takes_dtype"]
 
 
 class UnsupportedModel(ValueError):
@@ -25,6 +28,19 @@ def engine_model_types(engine: str) -> tuple[str, ...] | None:
 
     types = getattr(ENGINES.get(engine), "model_types", None)
     return tuple(types) if types is not None else None
+
+
+def engine_takes_dtype(engine: str) -> bool:
+    """Whether engine `engine`'s factory has a ``dtype`` parameter (the trainer then passes the
+    learner's dtype when the config leaves ``engine.dtype`` unset or ``auto``)."""
+    import inspect
+
+    from covey.engine import ENGINES
+
+    try:
+        return "dtype" in inspect.signature(ENGINES.get(engine)).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def check_model_support(model: str, engine: str) -> None:
