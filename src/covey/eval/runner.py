@@ -7,13 +7,13 @@ and the mean of each reward column when a run's rewards are given.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from covey.engine.base import Engine, SamplingParams
 from covey.eval.metrics import majority_vote, pass_at_k
+from covey.rewards.scoring import Scorer
 from covey.strategies import completion_texts, item_columns, sample_groups
 
 __all__ = ["eval_progress", "evaluate"]
@@ -61,17 +61,16 @@ def evaluate(
         )
         batch = sample_groups(engine, tokenizer, chunk, n, sampling)
         texts = completion_texts(tokenizer, batch)
-        rows = [it for it in chunk for _ in range(n)]
-        cols = item_columns(rows)
-        prompts = [r["prompt"] for r in rows]
-        if rewards is not None:
-            scored = rewards(prompts, texts, group=[start + i for i in range(len(chunk)) for _ in range(n)], **cols)
-            for k, name in enumerate(scored.names):
-                sums[f"reward/{name}"] = sums.get(f"reward/{name}", 0.0) + float(scored.rewards[:, k].sum())
-            sums["reward"] = sums.get("reward", 0.0) + float(scored.total.sum())
-            scores = scored.rewards[:, scored.names.index("accuracy")].tolist() if verified else []
+        if rewards is not None:  # scored as in training (the same columns reach the reward functions)
+            Scorer(rewards, lambda b: texts, [])(batch)
+            for k, name in enumerate(batch.reward_names):
+                sums[f"reward/{name}"] = sums.get(f"reward/{name}", 0.0) + float(batch.rewards[:, k].sum())
+            sums["reward"] = sums.get("reward", 0.0) + float(batch.scalar_rewards().sum())
+            scores = batch.reward("accuracy").tolist() if verified else []
         else:
-            scores = [float(s) if s is not None else 0.0 for s in task.reward(prompts, texts, **cols)]
+            rows = [it for it in chunk for _ in range(n)]
+            scores = task.reward([r["prompt"] for r in rows], texts, **item_columns(rows))
+            scores = [float(s) if s is not None else 0.0 for s in scores]
         extract = getattr(task, "extract_answer", None)
         for i in range(len(chunk)):
             if verified:
@@ -100,7 +99,7 @@ def evaluate(
 @contextmanager
 def eval_progress(total: int, *, console=None, label: str = "eval", live: bool = True) -> Iterator[Callable[[int], None]]:
     """A `progress(done)` callback for `evaluate`: a rich bar when `console` (default: a rich Console
-    on stderr) is a terminal and `live`, else one plain line per call on stdout:
+    on stderr) is a terminal and `live`, else one plain line per call on the console's file:
     ``<label>: 64/200 problems | elapsed 0:12 | ETA 0:26``."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -120,6 +119,6 @@ def eval_progress(total: int, *, console=None, label: str = "eval", live: bool =
     def line(done: int) -> None:
         elapsed = time.perf_counter() - started
         eta = clock(elapsed / done * (total - done) if done else float("nan"))
-        print(f"{label}: {done}/{total} problems | elapsed {clock(elapsed)} | ETA {eta}", file=sys.stdout, flush=True)
+        print(f"{label}: {done}/{total} problems | elapsed {clock(elapsed)} | ETA {eta}", file=console.file, flush=True)
 
     yield line
