@@ -1,4 +1,4 @@
-"""The training loop: DESIGN.md's step, one call per stage.
+"""The training loop: the step of docs/architecture.md, one call per stage.
 
     sample prompts -> rollout (engine) -> rewards -> group filter -> advantages -> learn -> sync -> log
 
