@@ -210,6 +210,7 @@ def eval_cmd(
     also the mean of each of the run's reward columns)."""
     from covey.devices import resolve_device
     from covey.engine import TorchEngine
+    from covey.engine.support import check_model_support
     from covey.eval.runner import eval_progress, evaluate
     from covey.tasks import get_task
     from covey.train.config import load_config, parse_overrides
@@ -243,6 +244,8 @@ def eval_cmd(
         items = list(t.examples(split))
     except (ValueError, FileNotFoundError) as e:
         _fail(str(e))
+    if model is not None:
+        check_model_support(model, "torch")  # from its config.json, before anything loads
     rewards = build_rewards(run_cfg, t, workers=run_cfg.reward_workers) if same_task else None  # the run's columns
     if rewards is None and getattr(t, "reward", None) is None:
         _fail(f"task {name!r} has no verifier to score with (for `dataset`: give rows an answer column, see answer_key)")

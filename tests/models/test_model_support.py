@@ -49,6 +49,12 @@ def test_gpt2_is_refused_in_one_line_with_exit_2(gpt2_folder, tmp_path, command)
     assert not (tmp_path / "runs").exists()  # refused before a run folder is made
 
 
+def test_covey_eval_refuses_it_too(gpt2_folder):
+    res = runner.invoke(app, ["eval", "--model", str(gpt2_folder), "--task", "arithmetic"])
+    assert res.exit_code == 2, res.output
+    assert res.output.splitlines()[0].startswith(f"error: model '{gpt2_folder}' (model_type gpt2) is not supported")
+
+
 def test_supported_models_and_engines_without_a_list_pass(gpt2_folder, tmp_path):
     check_model_support("tiny-llama", "torch")
     check_model_support(str(tmp_path / "not-there"), "torch")  # unreadable: check_name reports it
