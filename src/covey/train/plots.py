@@ -89,6 +89,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir / "metrics.jsonl")
@@ -108,6 +109,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         axes[-1, 0].set_xlabel("step")
+        axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         fig.suptitle(title)
         fig.tight_layout()
         fig.savefig(out_dir / fname, dpi=100)
