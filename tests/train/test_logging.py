@@ -103,9 +103,11 @@ def test_samples_go_to_wandb_as_a_table(tmp_path):
 
     log = MetricsLogger(tmp_path, report_to=["jsonl", "wandb"], wandb_mode="offline")
     log.log_samples(2, [{"group": 1, "prompt": "p", "completion": "c", "rewards": {"accuracy": 1.0}, "advantage": 0.0}])
-    table = log._wandb.summary["samples"]
     log.close()
-    assert table["_type"] == "table-file" and table["nrows"] == 1
+    (table,) = (tmp_path / "wandb").glob("offline-run-*/files/media/table/samples_*.table.json")
+    table = json.loads(table.read_text())
+    assert table["columns"] == ["step", "group", "prompt", "completion", "advantage", "accuracy"]
+    assert table["data"] == [[2, 1, "p", "c", 0.0, 1.0]]
 
 
 def _trainer(tmp_path, overrides):
