@@ -101,3 +101,18 @@ def test_eval_progress_plain_lines(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split(" | ")[0] for ln in lines] == ["eval: 2/4 problems", "eval: 4/4 problems"]
     assert lines[1].endswith("ETA 0:00")
+
+
+def test_eval_progress_bar_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from covey.eval.runner import eval_progress
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=100)
+    with eval_progress(4, console=console, label="eval") as advance:
+        advance(4)
+    text = buf.getvalue()
+    assert "4/4" in text and "\x1b[" in text and "problems |" not in text  # a rich bar, not the plain line
