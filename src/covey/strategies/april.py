@@ -3,7 +3,7 @@ unfinished completions (tokens, behaviour log-probs, per-token policy versions) 
 
 Paper / code: APRIL, "Active Partial Rollouts in Reinforcement Learning to Tame Long-tail Generation"
 (arXiv 2509.18521); RLsys-Foundation/APRIL on slime (`slime/rollout/sglang_example.py::
-generate_rollout_async, abort`, `slime/ray/buffer.py`). Spec: shared/specs/rollouts-data-agents.md §11.
+generate_rollout_async, abort`, `slime/ray/buffer.py`). Notes: docs/rollouts.md.
 
 Per step, with B = the step's prompts:
 

@@ -1,7 +1,7 @@
 """`cog_rethinker`: decompose, then refine, for prompts the policy never solves.
 
 Paper: "Cog-Rethinker: Hierarchical Metacognitive Reinforcement Learning for LLM Reasoning"
-(arXiv 2510.15979). Spec (ABSTRACT; stage details UNVERIFIED): shared/specs/rollouts-data-agents.md §17.
+(arXiv 2510.15979). Status ABSTRACT (stage details UNVERIFIED); notes: docs/rollouts.md.
 
     direct rollout: G completions per prompt
     stage 1 (decomposition): prompts with zero accuracy (every reward <= `zero_reward`) get G new

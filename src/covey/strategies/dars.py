@@ -3,7 +3,7 @@
 Paper: "Depth-Breadth Synergy in RLVR: Unlocking LLM Reasoning Gains with Adaptive Exploration"
 (DARS, Difficulty-Adaptive Rollout Sampling; DARS-B with breadth), arXiv 2508.13755. Behaviour
 follows the authors' code (yangzhch6/DARS `ray_dars_trainer.py`: `schedule_ET`, `schedule_HW`,
-second-sampling block; specs/rollouts-data-agents.md §A.3, status CODE):
+second-sampling block; status CODE, notes: docs/sampling.md):
 
     1. N rollouts per prompt (the sampler's group size); acc_q = mean success of the N
     2. dN_q = schedule(acc_q) more rollouts of q (second engine call, same sampling settings)

@@ -1,7 +1,7 @@
 """`igrpo`: two-stage self-conditioned rollouts (draft, then refine the best draft).
 
-Paper: "iGRPO: Self-Feedback-Driven LLM Reasoning" (arXiv 2602.09000). Spec (ABSTRACT + SECONDARY):
-shared/specs/rollouts-data-agents.md §18.
+Paper: "iGRPO: Self-Feedback-Driven LLM Reasoning" (arXiv 2602.09000). Status ABSTRACT + SECONDARY;
+notes: docs/rollouts.md.
 
     stage 1 (no gradient): `drafts` completions per prompt q, scored with the run's rewards;
             d* = the best-scored draft (ties: the first)

@@ -2,7 +2,7 @@
 
 Paper: "Lookahead Tree-Based Rollouts for Enhanced Trajectory-Level Exploration in Reinforcement
 Learning with Verifiable Rewards" (arXiv 2510.24302); code starreeze/latr (`model/generation.py`,
-`model/sample_filter.py`, `model/metrics.py`). Spec: shared/specs/rollouts-data-agents.md §10.
+`model/sample_filter.py`, `model/metrics.py`). Notes: docs/rollouts.md.
 
 Per prompt, n = the group size branches are grown token by token (mix_ratio 1: all n by LATR):
 

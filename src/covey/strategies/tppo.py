@@ -1,8 +1,7 @@
 """`tppo`: truncated rollouts in fixed windows with Extended GAE (T-PPO).
 
-Paper: "Truncated Proximal Policy Optimization" (arXiv 2506.15050). Spec (ABSTRACT + SECONDARY;
-EGAE as standard GAE with a bootstrap at the cut, window sizes UNVERIFIED):
-shared/specs/rollouts-data-agents.md §13.
+Paper: "Truncated Proximal Policy Optimization" (arXiv 2506.15050). Status ABSTRACT + SECONDARY
+(EGAE as standard GAE with a bootstrap at the cut, window sizes UNVERIFIED); notes: docs/rollouts.md.
 
 Per step (successive batching: the batch of in-flight responses stays full):
 
@@ -12,7 +11,7 @@ Per step (successive batching: the batch of in-flight responses stays full):
     finished responses are scored; per token of THIS window, EGAE (`covey.algos.advantages.egae`)
         with V from a value head, bootstrapped with V(s_L) for unfinished responses
     the batch: every response of this window, its earlier tokens kept as completion tokens but
-        masked out (the policy loss covers this window's tokens only, the spec's "filtering of prompt
+        masked out (the policy loss covers this window's tokens only, the paper's "filtering of prompt
         and truncated tokens"); unfinished responses go back in flight
     value head: trained only on COMPLETED responses, Monte-Carlo targets gamma^(L-1-t) R
 

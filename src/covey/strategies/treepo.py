@@ -3,7 +3,7 @@
 Paper: "TreePO: Bridging the Gap of Policy Optimization and Efficacy and Inference Efficiency with
 Heuristic Tree-based Modeling" (arXiv 2508.17445); code multimodal-art-projection/TreePO
 (`vllm_rollout_spmd.py::generate_sequences_tree_deepth_first_vanilla_mode`,
-`create_fallback_sample_by_policy`). Spec: shared/specs/rollouts-data-agents.md §9.
+`create_fallback_sample_by_policy`). Notes: docs/rollouts.md.
 
 Per prompt (width n = the group size): the root is replicated into `first_width` paths; every path
 decodes `segment_tokens` tokens; then per root (budget "by_fixed_div", policy "fixed_avg"):
