@@ -39,6 +39,8 @@ class BranchStrategy:
     branch_depths:  segment indices before which paths split (None: before every segment, 0 = the root).
     """
 
+    provides = ("tree_path", "segment_tokens")  # covey.compat
+
     def __init__(self, *, segment_tokens: int = 16, branch_factor: int = 2, branch_depths: list[int] | None = None):
         if segment_tokens < 1 or branch_factor < 2:
             raise ValueError(f"segment_tokens must be >= 1 and branch_factor >= 2, got {segment_tokens}, {branch_factor}")

@@ -33,6 +33,11 @@ class DynamicSampling:
     max_rounds:   generation rounds per step before falling back (DAPO's max_num_gen_batches).
     """
 
+    # covey.compat: a group of one row is never informative, so with single rows every round is dropped;
+    # with an estimator that is not group-relative the dropped groups had signal
+    requires = ("!single_rows",)
+    prefers = ("group_relative",)
+
     def __init__(self, *, inner: str = "group", inner_params: dict[str, Any] | None = None, max_rounds: int = 10):
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")

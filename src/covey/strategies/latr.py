@@ -115,6 +115,8 @@ class LATR:
     mix_ratio: {training step: LATR share of each group} (the code's mix_ratio_schedule), or one number.
     """
 
+    provides = ("tree_path",)  # covey.compat
+
     def __init__(self, *, tau_abs: float = 0.25, tau_rel: float = 0.15, tau_ed: float = 0.4,
                  filter_steps: tuple[int, ...] = (20, 30, 50), force_return_step: int | None = None,
                  mix_ratio: float | dict[int, float] | None = None, thres_init: float = 0.98,

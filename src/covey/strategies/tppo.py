@@ -50,6 +50,8 @@ class TPPO:
                    completed responses' states; `decay` per step weights older steps down.
     """
 
+    provides = ("tppo_advantages", "single_rows")  # covey.compat: each row is its own group
+
     def __init__(self, *, window_tokens: int = 16, gamma: float = 1.0, lam: float = 0.95, ridge: float = 1.0,
                  decay: float = 0.9):  # fmt: skip
         if window_tokens < 1 or ridge <= 0 or not (0 <= decay <= 1 and 0 < gamma <= 1 and 0 <= lam <= 1):

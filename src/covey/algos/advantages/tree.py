@@ -74,7 +74,7 @@ def tree_depth_deviations(r: list[float], groups: list[int], paths: list[tuple[i
 
 
 @register_advantage(
-    "treepo", group_relative=True,
+    "treepo", group_relative=True, requires=("tree_path",),
     paper="TreePO: Bridging the Gap of Policy Optimization and Efficacy and Inference Efficiency with Heuristic Tree-based Modeling",
     arxiv="2508.17445",
 )
@@ -139,7 +139,7 @@ def branch_node_values(paths: list[tuple[int, ...]], groups: list[int], rewards:
 
 
 @register_advantage(
-    "branch_grpo", group_relative=True,
+    "branch_grpo", group_relative=True, requires=("tree_path", "segment_tokens"),
     paper="BranchGRPO: Stable and Efficient GRPO with Structured Branching in Diffusion Models",
     arxiv="2509.06040",
 )
