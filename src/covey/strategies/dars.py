@@ -11,7 +11,9 @@ filter and skip block of `fit`; specs/rollouts-data-agents.md §A.3):
     3. q's group = its N + dN_q rows
     4. filter (always on in the code): keep q iff 0 < acc_combined(q) < upper (default 1.0); when no
        prompt is left the code skips the step ("No valid samples left after filtering"): the strategy
-       returns an empty batch and the trainer skips the update (`train/skipped_step`)
+       returns an empty batch and the trainer skips the update (`train/skipped_step`). One difference:
+       the skipped step counts toward covey's `steps`, where the code draws the next batch under the
+       same global step
     5. advantage A = r - mean over the combined group (std off: use `dr_grpo`)
 
 covey's variants, as named options: `filter: false` keeps every prompt; `on_empty: keep` trains on
