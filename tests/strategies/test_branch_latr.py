@@ -2,7 +2,6 @@
 (LATR's rules: test_latr.py)."""
 
 import pytest
-import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import build_tiny
