@@ -57,6 +57,8 @@ class APRIL:
     old_logprobs:   "recompute" (code: pi_old of the current weights) or "behaviour" (covey's variant).
     """
 
+    engine_protocols = (ForkingEngine,)
+
     def __init__(self, *, over_provision: float = 2.0, chunk_tokens: int = 16, keep_surplus: bool = False,
                  old_logprobs: Literal["recompute", "behaviour"] = "recompute"):  # fmt: skip
         if not over_provision >= 1.0:
