@@ -235,3 +235,30 @@ def test_none_means_not_applicable_as_in_trl_multi_task_rewards(caplog):
     assert caplog.text.count("every reward returned None for 1 sample(s) (first: #3)") == 1
     only_none = runner(["p"], ["z"], task=["other"])  # no reward applies anywhere: NaN means, like TRL's nanmean
     assert only_none.metrics["reward/math_reward/mean"] != only_none.metrics["reward/math_reward/mean"]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_async_rewards_are_awaited_in_process_and_in_workers(workers):
+    async def closure(completions, **_):  # a closure: always in-process
+        return [1.0 for _ in completions]
+
+    with RewardRunner([rr.async_length, closure], workers=workers) as runner:
+        batch = runner(["p"] * 3, ["ab", "skip", "abcd"])
+        assert runner.entries[0].in_process == (workers == 0) and runner.entries[1].in_process
+    assert batch.rewards.tolist() == [[2.0, 1.0], [0.0, 1.0], [4.0, 1.0]]
+    assert batch.missing[:, 0].tolist() == [False, True, False] and not batch.failed.any()
+
+
+def test_async_reward_past_its_timeout_fails_with_kind_timeout():
+    runner = RewardRunner([{"name": "_runner_rewards:async_hang", "timeout_s": 0.3}], workers=0)
+    batch = runner(["p"], ["a"])
+    assert batch.failed.all() and batch.metrics["reward/async_hang/failures/timeout"] == 1.0
+
+
+def test_async_reward_inside_a_running_event_loop():
+    import asyncio
+
+    async def main():  # e.g. a notebook: asyncio.run cannot nest, the reward runs on a helper thread's loop
+        return RewardRunner([rr.async_length], workers=0)(["p"], ["abc"]).rewards.tolist()
+
+    assert asyncio.run(main()) == [[3.0]]

@@ -1,6 +1,7 @@
 """Call one reward on one chunk and turn whatever happens into per-sample values and failure kinds.
 
-Shared by the in-process path and the worker processes of `runner.py`. A call that raises or times
+Shared by the in-process path and the worker processes of `runner.py`. An async reward (``async def``,
+as TRL allows) is awaited here on its own event loop, within the same timeout. A call that raises or times
 out is retried on smaller pieces so one bad completion does not fail its neighbours: on single
 samples, or on whole groups for rewards marked ``group_aware = True``. With a timeout, no retry starts
 after RETRY_BUDGET x timeout_s: a reward that hangs on everything must not cost one timeout per
@@ -14,7 +15,10 @@ runner raises.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import inspect
 import math
 import time
 import traceback
@@ -108,12 +112,30 @@ def _validate(out, n: int):
     return values, kinds, notes, metrics
 
 
+def _await(out):
+    """The result of an async reward (``async def``, or a callable returning an awaitable), run to the end
+    on a fresh event loop; plain results pass through. Inside a running loop (a notebook) the coroutine
+    runs on a loop in a helper thread, since asyncio.run cannot nest."""
+    if not inspect.isawaitable(out):
+        return out
+
+    async def wait():
+        return await out
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, wait()).result()
+
+
 def _call(fn, kwargs: dict, idx: list[int] | None, timeout_s: float | None, isolated: bool):
     """Call `fn` on the samples `idx` (None = all); returns its raw output or a failure kind."""
     sub = kwargs if idx is None else {k: [v[i] for i in idx] for k, v in kwargs.items()}
     try:
         with time_limit(timeout_s) if timeout_s else contextlib.nullcontext():
-            return fn(**sub), None
+            return _await(fn(**sub)), None
     except CallTimeout:
         return None, "timeout"
     except Exception:  # noqa: BLE001 - a failing reward must not stop training
