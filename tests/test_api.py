@@ -41,6 +41,19 @@ def test_runnable_example_script_trains_once_without_a_main_guard(tmp_path):
     assert len(runs) == 1 and (runs[0] / "metrics.jsonl").is_file()
 
 
+def test_trl_example_script_runs(tmp_path):
+    import json
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(EXAMPLES / "trl_script.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads((tmp_path / "runs" / "trl-script" / "metrics.jsonl").read_text())
+    # 8 rows / 4 generations = 2 prompts: 8 samples, each scored by exactly one of the two task rewards
+    assert row["reward/math_reward/none"] + row["reward/echo_reward/none"] == 8.0 and row["reward/unscorable"] == 0.0
+    assert row["reward/brevity/none"] == 0.0 and row["reward/brevity/failures"] == 0.0
+
+
 def test_chat_dataset_trl_style_reward_and_model_object(tmp_path):
     from datasets import Dataset
 
