@@ -246,7 +246,7 @@ def test_epochs_count_the_dataset_when_max_steps_is_unset():
     # 8 rows x 1 / 4 generations = 2 prompts per step; 3 epochs over 10 rows (5 full batches) = 15 steps
     cfg, _ = covey_config({"per_device_train_batch_size": 8, "num_generations": 4}, n_rows=10)
     assert cfg["steps"] == 15 and cfg["checkpoint"] == {"every": 500, "keep": 15}
-    with pytest.raises(ValueError, match="max_steps=-1 needs a train_dataset"):
+    with pytest.raises(ValueError, match="max_steps=-1 counts num_train_epochs over the train_dataset"):
         covey_config({})
 
 
@@ -263,7 +263,10 @@ def test_datasetdict_and_peft_and_unsupported_arguments(tmp_path):
                     peft_config=LoraConfig(target_modules="all-linear", use_dora=True), run_dir=tmp_path / "b")
     with pytest.raises(ValueError, match="callbacks .*TrainerCallback"):
         GRPOTrainer(model="tiny-llama", reward_funcs=reward, callbacks=[object()], train_dataset=_rows(False))
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    with pytest.raises(ValueError, match="unknown reward 'fromat'"):  # no '/', no folder: a covey name, not a model id
+        GRPOTrainer(model="tiny-llama", reward_funcs=["fromat"], args={"max_steps": 1}, train_dataset=_rows(False),
+                    run_dir=tmp_path / "c")
+    assert not any((tmp_path / d).exists() for d in "abc")
 
 
 def test_resume_from_checkpoint_continues_the_run(tmp_path):

@@ -283,7 +283,8 @@ def _rewards(funcs: list, weights, processing_classes) -> list:
         raise ValueError(f"{len(classes)} reward_processing_classes for {n} reward functions (as in TRL, one per function)")
     out = []
     for i, fn in enumerate(funcs):
-        if is_reward_model(fn) or (isinstance(fn, (str, os.PathLike)) and ":" not in str(fn) and str(fn) not in REWARDS):
+        if is_reward_model(fn) or (isinstance(fn, (str, os.PathLike)) and ":" not in str(fn) and str(fn) not in REWARDS
+                                   and ("/" in str(fn) or Path(fn).exists())):  # an id or folder; else a covey name
             fn = ModelReward(fn, tokenizer=classes[i])
         elif classes[i] is not None:
             raise ValueError(f"reward_processing_classes[{i}] is given but reward {i} is not a reward model")

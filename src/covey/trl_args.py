@@ -241,7 +241,8 @@ def covey_config(args, *, n_rows: int | None = None, n_rewards: int = 0) -> tupl
     elif n_rows:
         steps = max(1, math.ceil(float(a["num_train_epochs"]) * max(1, n_rows // prompts)))
     else:
-        raise ValueError("GRPOConfig: max_steps=-1 needs a train_dataset to count num_train_epochs over; set max_steps")
+        raise ValueError("GRPOConfig: max_steps=-1 counts num_train_epochs over the train_dataset, whose size is not "
+                         "known here (none, or a path): set max_steps")
     warm = a["warmup_steps"] or 0
     total = a["max_steps"] if a["max_steps"] and a["max_steps"] > 0 else steps * updates_per_step
     warm_updates = math.ceil(warm * total) if 0 < warm < 1 else int(warm)  # TRL: < 1 is a ratio of the updates

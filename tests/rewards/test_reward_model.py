@@ -80,3 +80,13 @@ def test_bad_reward_model_arguments_are_named(tmp_path):
         ModelReward(str(tmp_path), batch_size=0)
     with pytest.raises(ValueError, match="model must be"):
         ModelReward(3.5)
+    with pytest.raises(ValueError, match="neither a model folder nor a hub id"):
+        ModelReward("fromat")
+
+
+def test_offline_hub_id_must_be_cached(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="not in the local Hugging Face cache"):
+        ModelReward("nobody-here/no-such-reward-model")

@@ -37,6 +37,16 @@ def is_reward_model(obj) -> bool:
     return isinstance(obj, torch.nn.Module) and hasattr(obj, "config")
 
 
+def _check_hub_id(name: str) -> None:
+    """A hub id is ``owner/name``; offline (HF_HUB_OFFLINE=1) it must already be in the local cache."""
+    if name.count("/") != 1 or not all(name.split("/")):
+        raise ValueError(f"reward_model: {name!r} is neither a model folder nor a hub id 'owner/name'")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+        raise ValueError(f"reward_model: {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+
+
 @register_reward("reward_model")
 class ModelReward:
     """Reward = logit 0 of a sequence-classification model on prompt + completion (see the module doc).
@@ -45,11 +55,14 @@ class ModelReward:
     tokenizer:  its tokenizer (a loaded one, or a folder/id); default: the model's own.
     batch_size: rows per forward pass.
     max_length: truncate longer texts to this many tokens (None: no truncation, as TRL).
+    device:     where a model loaded from an id/folder runs (default: CUDA when present, else CPU);
+                a model object stays where it is.
     """
 
     in_process = True  # the runner never ships the weights to a worker
 
-    def __init__(self, model: Any, tokenizer: Any = None, batch_size: int = 16, max_length: int | None = None):
+    def __init__(self, model: Any, tokenizer: Any = None, batch_size: int = 16, max_length: int | None = None,
+                 device: str | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"reward_model: batch_size must be a positive int, got {batch_size!r}")
         if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
@@ -59,6 +72,8 @@ class ModelReward:
             looks_local = p.exists() or str(model).startswith((".", "/", "~")) or str(model).count("/") > 1
             if looks_local and not (p / "config.json").is_file():
                 raise ValueError(f"reward_model: {str(model)!r} is not a model folder (no config.json there)")
+            if not looks_local:
+                _check_hub_id(str(model))
             self.name = p.name if p.exists() else str(model).rstrip("/").rpartition("/")[2]
             model = str(p.resolve()) if p.exists() else str(model)
         elif is_reward_model(model):
@@ -68,6 +83,7 @@ class ModelReward:
             raise ValueError(f"reward_model: model must be a model id, a folder or a loaded model, got {type(model).__name__}")
         self.__name__ = self.name  # the reward's column name
         self._model, self._tokenizer, self.batch_size, self.max_length = model, tokenizer, batch_size, max_length
+        self.device = device
         self._ready = False
 
     def _load(self) -> None:
@@ -75,7 +91,10 @@ class ModelReward:
 
         source = self._model if isinstance(self._model, str) else getattr(self._model.config, "_name_or_path", "")
         if isinstance(self._model, str):
-            self._model = AutoModelForSequenceClassification.from_pretrained(self._model, num_labels=1)
+            import torch
+
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._model = AutoModelForSequenceClassification.from_pretrained(self._model, num_labels=1).to(device).eval()
         if self._tokenizer is None or isinstance(self._tokenizer, (str, os.PathLike)):
             where = self._tokenizer or source
             if not where:
