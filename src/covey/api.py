@@ -130,12 +130,12 @@ class GRPOTrainer:
             dataset_params = {"verifier": "none", **dataset_params}  # TRL adds no reward of its own
             if not extras["eval"]:
                 eval_dataset = None  # TRL evaluates only with eval_strategy != "no"
-        if peft_config is not None:
-            raw = apply_overrides(raw, {"model": {"lora": _lora(peft_config)}})
         if args is not None and config is not None and not isinstance(config, dict):
             raise ValueError("with args, config may only be a dict of covey keys to apply on top (a RunConfig or YAML "
                              "file sets every key and would undo args)")
-        raw = _merged(raw, _raw_config(config))
+        raw = apply_overrides(raw, _raw_config(config))
+        if peft_config is not None:
+            raw = apply_overrides(raw, {"model": {"lora": _lora(peft_config)}})
         if isinstance(model, (str, os.PathLike)):
             raw = apply_overrides(raw, {"model": {"name": _model_name(model)}})
         task = None
@@ -229,14 +229,6 @@ class GRPOTrainer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _merged(base: dict, extra: dict) -> dict:
-    """`extra` over `base`, key by key inside sections (a covey `config` on top of mapped TRL args)."""
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _split(data, what: str, names: tuple[str, ...]):
