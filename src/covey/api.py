@@ -270,7 +270,10 @@ def _rewards(funcs: list, weights, processing_classes) -> list:
     from covey.rewards.model import is_reward_model
 
     n = len(funcs)
-    classes = processing_classes if isinstance(processing_classes, (list, tuple)) else [processing_classes] * n
+    if processing_classes is None:
+        classes = [None] * n
+    else:  # as in TRL: one per reward function (a single one for a single function)
+        classes = list(processing_classes) if isinstance(processing_classes, (list, tuple)) else [processing_classes]
     if len(classes) != n:
         raise ValueError(f"{len(classes)} reward_processing_classes for {n} reward functions (as in TRL, one per function)")
     out = []
