@@ -128,8 +128,7 @@ class GRPOTrainer:
             if run_dir is None and extras["output_dir"]:
                 run_dir = extras["output_dir"]
             dataset_params = {"verifier": "none", **dataset_params}  # TRL adds no reward of its own
-            if not extras["eval"]:
-                eval_dataset = None  # TRL evaluates only with eval_strategy != "no"
+            eval_dataset = None  # TRL's periodic evaluation is not run (covey_config warns when it was asked for)
         if args is not None and config is not None and not isinstance(config, dict):
             raise ValueError("with args, config may only be a dict of covey keys to apply on top (a RunConfig or YAML "
                              "file sets every key and would undo args)")

@@ -200,7 +200,7 @@ def covey_config(args, *, n_rows: int | None = None, n_rewards: int = 0) -> tupl
 
     n_rows: rows in the training dataset (for `num_train_epochs` when max_steps is -1).
     n_rewards: reward functions passed (checks `reward_weights`).
-    extras: {"output_dir", "reward_weights", "ignored": [field names], "eval": bool}.
+    extras: {"output_dir", "reward_weights", "ignored": [field names]}.
     Raises ValueError for refused fields and impossible batch shapes; warns once listing the
     ignored fields.
     """
@@ -290,12 +290,12 @@ def covey_config(args, *, n_rows: int | None = None, n_rewards: int = 0) -> tupl
         ignored.append("use_bias_correction_kl (covey's KL term has no importance-ratio factor; same value, different "
                        "gradient)")
     if "eval_strategy" in given and given["eval_strategy"] != "no":
-        notes.append("TRL's periodic evaluation is not run (covey evaluates held-out accuracy with eval.size)")
+        notes.append("TRL's periodic evaluation is not run and eval_dataset is unused (covey's eval: held-out "
+                     "accuracy before/after training, config eval.size with a dataset task that has a verifier)")
     parts = (["covey ignores these GRPOConfig fields: " + ", ".join(ignored)] if ignored else []) + notes
     if parts:
         warnings.warn("; ".join(parts), stacklevel=3)
-    return cfg, {"output_dir": a["output_dir"], "reward_weights": weights, "ignored": ignored,
-                 "eval": given.get("eval_strategy", "no") != "no"}
+    return cfg, {"output_dir": a["output_dir"], "reward_weights": weights, "ignored": ignored}
 
 
 def _algo(a: dict) -> dict[str, Any]:
