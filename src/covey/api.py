@@ -142,7 +142,11 @@ class GRPOTrainer:
             task, task_cfg = _dataset_task(train_dataset, eval_dataset, dataset_params)
             kept = {k: v for k, v in raw.get("task", {}).items() if k not in ("name", "params")}  # splits
             raw = {**raw, "task": {**kept, **task_cfg}}
-            if eval_dataset is not None and getattr(task, "reward", None) is not None and not raw.get("eval", {}).get("size"):
+            if eval_dataset is not None and getattr(task, "reward", None) is None:
+                raise ValueError(f"eval_dataset is scored with the final-answer check, which needs an "
+                                 f"{dataset_params.get('answer_key', 'answer')!r} column (answer_key) in the rows (and "
+                                 "verifier not none); add one, or leave eval_dataset out")  # fmt: skip
+            if eval_dataset is not None and not raw.get("eval", {}).get("size"):
                 raw = apply_overrides(raw, {"eval": {"size": len(task.examples("test"))}})
         elif eval_dataset is not None or user_params:
             raise ValueError("eval_dataset and dataset parameters need a train_dataset")

@@ -1,6 +1,6 @@
 """The `Rollouts` batch: one object that every stage of a training step reads and extends.
 
-Shapes use DESIGN.md's letters: N samples (rows), T completion tokens (right-padded), K reward columns.
+Shapes (the letters of docs/algorithms.md): N samples (rows), T completion tokens (right-padded), K reward columns.
 Everything here is plain tensors; no model, no tokenizer. `validate()` checks shapes and dtypes and
 fails with a message naming the field, what it got and what it needs.
 """

@@ -15,6 +15,10 @@ NAMES = [
     "a_grae", "ace", "xrpo", "arm", "gtpo", "drpo", "brpo",
 ]
 SPECIAL = {"spo", "tppo", "treepo", "branch_grpo"}  # need a sampler baseline, a value head or tree paths: own test files
+# objectives wave 2: extra inputs (a sampler baseline, reward columns, tree paths) -> edge cases in their own files;
+# a plain scored batch is enough -> the shared edge cases below apply
+SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa", "spo_tree"}
+NAMES += ["disco", "hapo"]
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 

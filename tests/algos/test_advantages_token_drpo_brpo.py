@@ -1,4 +1,4 @@
-"""GTPO (§3.18), DRPO (§3.20) and BRPO (§3.21): spec vectors, loss/gradient equivalences, edge cases."""
+"""GTPO, DRPO and BRPO: hand-computed vectors, loss/gradient equivalences, edge cases."""
 
 import math
 

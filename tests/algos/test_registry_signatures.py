@@ -156,8 +156,9 @@ def test_builtin_components_pass_their_return_checks():
         ran.append(name)
     assert {"grpo", "rloo", "gtpo", "drpo"} <= set(ran)
     inp = _loss_inputs()
-    for name in SURROGATES:
-        SURROGATES[name].bind({})(inp)
+    for name in SURROGATES:  # the learner passes the current-policy entropy to surrogates that require it
+        needs_entropy = "entropies" in SURROGATES[name].requires
+        SURROGATES[name].bind({})(LossInputs(inp.logp, inp.old_logp, inp.advantages, inp.mask, torch.rand_like(inp.logp)) if needs_entropy else inp)
     for name in KL_ESTIMATORS:
         KL_ESTIMATORS[name].bind({})(inp.logp, inp.old_logp - 0.1)
 

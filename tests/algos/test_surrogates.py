@@ -1,4 +1,4 @@
-"""Surrogates: spec vectors (losses-and-advantages.md §2.1, §3.4-3.6, §3.16), gradients and edge cases."""
+"""Surrogates: hand-computed vectors, gradients and edge cases."""
 
 import math
 

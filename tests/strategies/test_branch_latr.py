@@ -46,10 +46,10 @@ def test_latr_branch_rule_and_edit_distance():
 
 
 def test_latr_prunes_children_that_stay_like_their_parent():
-    from covey.engine.tree import Row
+    from covey.engine.base import Row
 
     strat = LATR(filter_steps=(2,), tau_ed=0.4)
-    dec = type("D", (), {"stop_t": torch.tensor([99])})()
+    dec = type("D", (), {"stop_ids": torch.tensor([99])})()
     parent = Row([1], tokens=[1, 2, 3, 4], payload=(0, (1,), 0, -1, 0))
     alike = Row([1], tokens=[1, 9, 3, 4], payload=(0, (2,), 1, 0, 2))  # born at step 2, same last 2 tokens
     other = Row([1], tokens=[1, 9, 5, 6], payload=(0, (3,), 2, 0, 2))

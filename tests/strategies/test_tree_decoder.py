@@ -6,7 +6,8 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.learner import completion_logprobs
-from covey.engine.tree import Row, TreeDecoder
+from covey.engine.base import Row
+from covey.engine.tree import TreeDecoder
 from covey.models import build_tiny
 
 

@@ -1,23 +1,44 @@
 """covey.engine: generation only (token ids in, sampled ids + behaviour log-probs out).
 
-`TorchEngine` implements the `Engine` protocol for Llama-family HF models with a hand-written
-KV-cache decode loop; `filter_logits` / `sample_tokens` are the sampling math. The learner's
-log-prob forward lives in `covey.learner`, the comparison with HF `generate` in `covey.bench`,
-chat templates in `covey.models`.
+The seam is a set of named protocols (`covey.engine.base`): `Engine` (generate, load_weights,
+close, pad_token_id, version), `ForkingEngine` (tree_session -> a `TreeSession` of `Row`s that
+fork and stop independently) and `HiddenStatesEngine` (hidden_states). Rollout strategies declare
+which they need; the config check refuses an engine that lacks one, by name.
+
+`TorchEngine` implements all three for Llama-family HF models with a hand-written KV-cache decode
+loop (`TreeDecoder` is its tree session); `filter_logits` / `sample_tokens` are the sampling math.
+The learner's log-prob forward lives in `covey.learner`, the comparison with HF `generate` in
+`covey.bench`, chat templates in `covey.models`.
 """
 
-from covey.engine.base import ENGINES, Engine, Generation, SamplingParams, register_engine
+from covey.engine.base import (
+    ENGINES,
+    Engine,
+    ForkingEngine,
+    Generation,
+    HiddenStatesEngine,
+    Row,
+    SamplingParams,
+    TreeSession,
+    register_engine,
+)
 from covey.engine.forward import KVCache
 from covey.engine.sampling import filter_logits, inverse_cdf, sample_tokens
 from covey.engine.torch_engine import TorchEngine
+from covey.engine.tree import TreeDecoder
 
 __all__ = [
     "ENGINES",
     "Engine",
+    "ForkingEngine",
     "Generation",
+    "HiddenStatesEngine",
     "KVCache",
+    "Row",
     "SamplingParams",
     "TorchEngine",
+    "TreeDecoder",
+    "TreeSession",
     "filter_logits",
     "inverse_cdf",
     "register_engine",

@@ -1,20 +1,35 @@
 """The Engine seam: token ids in, sampled token ids and their log-probs out.
 
 The engine knows nothing about chat templates, datasets, groups or rewards; it speaks tokens and
-tensors, so a vLLM-backed engine or a remote engine pool can implement the same few methods:
+tensors. Everything a rollout strategy may ask of an engine is a named protocol here, so an engine
+in another process (a Ray actor, vLLM) either provides a protocol or is refused by name when the
+config is read (`missing_protocols`), never at the first tree step:
 
-    generate(prompts, n, sampling) -> Generation     n completions per prompt
-    load_weights(source, version)                      the learner's weights, tagged with a version
-    close()                                            free memory, workers, devices
+    Engine              every engine: generate(prompts, n, sampling) -> Generation,
+                        load_weights(source, version), close(); facts pad_token_id, version
+    ForkingEngine       + tree_session(sampling) -> TreeSession: rows that continue, fork (copy a
+                        row's prefix state instead of recomputing it) and stop independently
+                        (treepo, branch, latr, april, arrol, tppo)
+    HiddenStatesEngine  + hidden_states(sequences) -> per sequence [L, H] final hidden states of the
+                        weights the engine holds (arrol's quality head, tppo's value head)
 
 Engines are built as ``factory(model, tokenizer, **params)`` from config ``engine: {name, ...}``
-(registered in `ENGINES`, or an import path). The rollout strategy turns a `Generation` into a
-`Rollouts` batch (it alone assigns groups and prompt ids).
+(registered in `ENGINES`, or an import path). The check works on the factory's class (or its
+return annotation) without building it: a method must be defined on the class, a fact (a data
+member) must be a class attribute, a property or a class-level annotation (``pad_token_id: int``).
+A rollout strategy declares what it needs as ``engine_protocols = (ForkingEngine,)``
+(`covey.strategies.base.check_engine_protocols`). The strategy turns a `Generation` (or finished
+`Row`s) into a `Rollouts` batch (it alone assigns groups and prompt ids).
+
+A new capability (e.g. the async design's pause/resume) is added the same way: a protocol here, an
+entry in `ENGINE_PROTOCOLS`, and the strategies that need it declare it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import inspect
+import typing
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -22,7 +37,21 @@ from torch import Tensor
 
 from covey.plugins import PluginRegistry
 
-__all__ = ["ENGINES", "Engine", "Generation", "SamplingParams", "register_engine"]
+__all__ = [
+    "ENGINES",
+    "ENGINE_PROTOCOLS",
+    "Engine",
+    "ForkingEngine",
+    "Generation",
+    "HiddenStatesEngine",
+    "Row",
+    "SamplingParams",
+    "TreeSession",
+    "engine_class",
+    "missing_protocols",
+    "protocol_members",
+    "register_engine",
+]
 
 
 @dataclass
@@ -112,8 +141,35 @@ class Generation:
         return self.completion_mask.sum(-1).round().long()
 
 
+@dataclass
+class Row:
+    """One sequence of a `TreeSession`: `prompt` ids, completion `tokens` so far with their
+    log-probs, entropies and policy versions, and an opaque `payload` owned by the caller (a tree
+    path, a group index)."""
+
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    payload: Any = None
+    finish_reason: str | None = None  # "stop" / "length" once finished
+
+    def copy(self, payload: Any = None) -> "Row":
+        return replace(self, tokens=list(self.tokens), logprobs=list(self.logprobs), entropies=list(self.entropies),
+                       versions=list(self.versions), payload=self.payload if payload is None else payload)  # fmt: skip
+
+
 @runtime_checkable
 class Engine(Protocol):
+    """What every engine provides (the `group`, `dynamic`, `dars`, `igrpo` and `cog_rethinker`
+    strategies need nothing more)."""
+
+    pad_token_id: int
+    """The id that right-pads `Generation.completion_ids` (and the batches strategies build)."""
+    version: int
+    """The policy version of the weights loaded now (the last `load_weights` version; 0 at start)."""
+
     def generate(self, prompts: list[list[int]] | list[Tensor], n: int, sampling: SamplingParams) -> Generation:
         """Sample `n` completions for each prompt (rows of prompt p at [p*n, (p+1)*n))."""
         ...
@@ -126,6 +182,130 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release what the engine holds (caches, workers, device memory)."""
         ...
+
+
+@runtime_checkable
+class TreeSession(Protocol):
+    """An open tree / fork decode over the engine's weights: a batch of `rows` that continue, fork
+    and stop independently (the torch engine's is `covey.engine.tree.TreeDecoder`).
+
+    Sampling follows the session's `SamplingParams` (tempered full-distribution log-probs; a
+    seeded session is reproducible); each row's completion is capped at `max_new_tokens`.
+    """
+
+    rows: list[Row]
+    """The running rows, in order (finished rows leave; `decode`/`step` return them)."""
+    logits: Tensor | None
+    """[len(rows), V] next-token logits of each running row (latr branches on them)."""
+    stop_ids: Tensor
+    """1-D long: the token ids that finish a row (EOS unless ignore_eos, plus `stop_token_ids`)."""
+    decoded: int
+    """Tokens sampled or forced so far (a metric: the tree's decode cost)."""
+    prefilled: int
+    """Prompt + prefix tokens prefilled by `add` so far."""
+
+    def __len__(self) -> int:
+        """Running rows."""
+        ...
+
+    def add(self, rows: list[Row]) -> None:
+        """Append rows that start from prompt + their `tokens` so far (a prefill)."""
+        ...
+
+    def fork(self, index: list[int], payloads: list[Any] | None = None) -> None:
+        """Keep running rows `index` (any order; a repeat forks a row with its prefix state);
+        `payloads` replace the kept rows' payloads."""
+        ...
+
+    def step(self, tokens: Tensor | None = None) -> list[Row]:
+        """One token per row, sampled, or `tokens` [R] forced (their log-probs recorded); returns
+        (and removes) the rows that finished (stop token, stop string, max_new_tokens)."""
+        ...
+
+    def decode(self, steps: int) -> list[Row]:
+        """Up to `steps` sampled tokens per row; returns (and removes) the rows that finished."""
+        ...
+
+    def take(self) -> list[Row]:
+        """Remove and return every running row (unfinished rows a strategy carries)."""
+        ...
+
+
+@runtime_checkable
+class ForkingEngine(Engine, Protocol):
+    """An engine that decodes trees: rows fork without recomputing their shared prefix."""
+
+    def tree_session(self, sampling: SamplingParams) -> TreeSession:
+        """Open a tree decode (empty: `add` the prompts) sampling with `sampling`."""
+        ...
+
+
+@runtime_checkable
+class HiddenStatesEngine(Engine, Protocol):
+    """An engine that exposes the policy's hidden states (features for heads trained on the fly)."""
+
+    def hidden_states(self, sequences: list[list[int]]) -> list[Tensor]:
+        """Per token sequence, [len, H] float32 on the CPU: the final (normed) hidden state at each
+        position, under the weights the engine holds now (the `version` it generates with)."""
+        ...
+
+
+ENGINE_PROTOCOLS: dict[type, str] = {
+    Engine: "generate, load_weights, close",
+    ForkingEngine: "tree forking",
+    HiddenStatesEngine: "the policy's hidden states",
+}
+"""Each engine protocol a strategy may declare, with the words that name it in errors."""
+
+
+def protocol_members(protocol: type) -> dict[str, bool]:
+    """The public members of an engine protocol (with its bases): name -> True for a method, False
+    for a fact (a data member)."""
+    out: dict[str, bool] = {}
+    for base in reversed(protocol.__mro__):
+        if base in (Protocol, typing.Generic, object) or not getattr(base, "_is_protocol", False):
+            continue
+        for name in getattr(base, "__annotations__", {}):
+            out[name] = False
+        for name, value in vars(base).items():
+            if callable(value) and not name.startswith("_"):
+                out[name] = True
+    return out
+
+
+def engine_class(factory: Any) -> type | None:
+    """The class an engine factory builds: the factory itself when it is a class, else its return
+    annotation when that is a class; None when that cannot be known without building it."""
+    if inspect.isclass(factory):
+        return factory
+    try:
+        ret = typing.get_type_hints(factory).get("return")
+    except Exception:  # forward references the factory's module cannot resolve
+        return None
+    return ret if inspect.isclass(ret) else None
+
+
+def _has(cls: type, name: str, method: bool) -> bool:
+    if method:
+        return callable(getattr(cls, name, None))
+    return hasattr(cls, name) or any(name in vars(k).get("__annotations__", {}) for k in cls.__mro__)
+
+
+def missing_protocols(factory: Any, protocols: tuple[type, ...]) -> dict[type, list[str]]:
+    """{protocol: the members the engine lacks} for each of `protocols` that an engine built by
+    `factory` (a class, or a function whose return annotation is one) does not provide; checked on
+    the class, nothing is built. A factory whose class is unknown passes `Engine` (`ENGINES.build`
+    checks the built object) and provides no other protocol (its members are listed as ["?"])."""
+    cls = engine_class(factory)
+    out: dict[type, list[str]] = {}
+    for proto in protocols:
+        if cls is None:
+            lack = [] if proto is Engine else ["?"]
+        else:
+            lack = [m for m, is_method in protocol_members(proto).items() if not _has(cls, m, is_method)]
+        if lack:
+            out[proto] = lack
+    return out
 
 
 def version_tensor(mask: Tensor, version: int) -> Tensor:

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["DecoderWeights", "KVCache", "decode_step", "new_cache", "pack_weights", "prefill", "step_tables"]
+__all__ = ["DecoderWeights", "KVCache", "decode_step", "hidden_states", "new_cache", "pack_weights", "prefill", "step_tables"]
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
 
@@ -312,6 +312,20 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache) -> Tenso
 
     valid [B, P] bool marks real tokens. Returns the last position's logits [B, V] (fp32).
     """
+    x = _trunk(w, ids, valid, kv)
+    last = _rms(x[:, -1], w.norm, w.eps)
+    return _linear(last, w.lm_head, None, w.packed_head).float()
+
+
+def hidden_states(w: DecoderWeights, ids: Tensor, valid: Tensor) -> Tensor:
+    """[B, P, H] final hidden states (after the final RMSNorm, HF's `last_hidden_state`) of
+    left-padded ids [B, P]; `valid` marks real tokens (padded positions hold junk). No cache."""
+    return _rms(_trunk(w, ids, valid, None), w.norm, w.eps)
+
+
+def _trunk(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache | None) -> Tensor:
+    """The decoder layers over left-padded ids [B, P]: the residual stream [B, P, H] before the
+    final norm; keys and values go to columns [0, P) of kv's rows (when given)."""
     b, p = ids.shape
     pos = (valid.long().cumsum(-1) - 1).clamp_min(0)  # [B, P]: position of each real token
     cos, sin = w.rope_cos[pos][:, None], w.rope_sin[pos][:, None]  # [B, 1, P, D]
@@ -325,15 +339,15 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache) -> Tenso
     for li, lw in enumerate(w.layers):
         h = _rms(x, lw.ln1, w.eps)
         q, k, v = _qkv(h, lw, w, cos, sin)
-        kv.k[li, :, :, :, :p] = k.transpose(-1, -2)
-        kv.v[li, :, :, :p] = v
+        if kv is not None:
+            kv.k[li, :, :, :, :p] = k.transpose(-1, -2)
+            kv.v[li, :, :, :p] = v
         att = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=mask is None, scale=w.scaling, enable_gqa=True
         )
         x = x + _linear(att.transpose(1, 2).reshape(b, p, -1), lw.wo, None, lw.packed.get("o"))
         x = x + _mlp(_rms(x, lw.ln2, w.eps), lw, w.act)
-    last = _rms(x[:, -1], w.norm, w.eps)
-    return _linear(last, w.lm_head, None, w.packed_head).float()
+    return x
 
 
 def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tuple[Tensor, Tensor, Tensor | None]:

@@ -32,10 +32,13 @@ reaching the global limit, and leaves the active batch at the next compaction. T
 still drawn for `max_new_tokens` steps, so a limited row's tokens equal the unlimited run's up to
 its limit.
 
-Continuing a partial completion (APRIL partial rollouts) = generating from prompt + partial tokens.
-Tree rollouts can fork rows with `KVCache.gather_rows`. The chat template is the caller's business
-(`covey.models.apply_chat`). Not covered: sliding-window attention, PEFT-wrapped models (pass the
-merged weights to `load_weights`), architectures outside `forward.SUPPORTED`.
+Protocols (`covey.engine.base`): `Engine`, `ForkingEngine` (`tree_session` opens a
+`covey.engine.tree.TreeDecoder` on this engine's weights: tree, partial and pruned rollouts) and
+`HiddenStatesEngine` (`hidden_states`: final hidden states from the same weights, for arrol and
+tppo). Continuing a partial completion (APRIL) = a tree session row started from prompt + partial.
+The chat template is the caller's business (`covey.models.apply_chat`). Not covered:
+sliding-window attention, PEFT-wrapped models (pass the merged weights to `load_weights`),
+architectures outside `forward.SUPPORTED`.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ from torch import Tensor
 
 from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
 from covey.dtypes import model_device, resolve_dtype_name
-from covey.engine.forward import decode_step, new_cache, pack_weights, prefill
+from covey.engine.forward import SUPPORTED, decode_step, hidden_states, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings
+from covey.engine.tree import TreeDecoder
 
 __all__ = ["TorchEngine"]
 
@@ -68,7 +72,16 @@ class TorchEngine:
     max_cache_bytes:  fewer rows per wave when the KV cache of max_rows would exceed this (2 GiB).
     max_positions:    longest prompt + completion (default: the model's max_position_embeddings).
     sync_every:       decode steps between host checks for finished rows (default 1 on CPU, 8 on CUDA).
+
+    Public facts (the tree decoder reads them): `weights` (the packed `DecoderWeights`), `dtype`,
+    `device`, `eos_ids`, `max_positions`, `model`, `tokenizer`.
     """
+
+    pad_token_id: int
+    """Right-pads completions (the tokenizer's pad id, else 0)."""
+    version: int
+    """Policy version of the loaded weights (0 at start; set by `load_weights`)."""
+    model_types = SUPPORTED  # config.json model_type values it implements (`covey.engine.support`)
 
     def __init__(
         self,
@@ -158,7 +171,7 @@ class TorchEngine:
         if not plist:
             raise ValueError("prompts is empty: pass at least one prompt")
         stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
-        stops = self._stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
+        stops = self.stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
         longest = max(len(p) for p in plist)
         limits = sp.prompt_max_new_tokens
         if limits is not None and len(limits) != len(plist):
@@ -190,7 +203,32 @@ class TorchEngine:
             parts.append(self._generation(plist[a:b], n, a, *raw))
         return parts[0] if len(parts) == 1 else _concat(parts, self.pad_token_id)
 
-    def _stop_strings(self, strings: tuple[str, ...]) -> StopStrings:
+    def tree_session(self, sampling: SamplingParams) -> TreeDecoder:
+        """A tree decode on this engine's weights and KV-cache layout (`ForkingEngine`)."""
+        return TreeDecoder(self, sampling)
+
+    @torch.inference_mode()
+    def hidden_states(self, sequences: list[list[int]]) -> list[Tensor]:
+        """Per sequence, [len, H] float32 CPU final hidden states (after the final norm) under the
+        weights this engine holds, in its dtype (`HiddenStatesEngine`); `prefill_rows` per forward."""
+        seqs = [_as_ids(s, i, "sequences") for i, s in enumerate(sequences)]
+        if seqs and max(len(s) for s in seqs) > self.max_positions:
+            raise ValueError(f"hidden_states: a sequence is longer than max_positions={self.max_positions}")
+        out: list[Tensor] = []
+        for a in range(0, len(seqs), self.prefill_rows):
+            part = seqs[a : a + self.prefill_rows]
+            width = max(len(s) for s in part)
+            ids = torch.full((len(part), width), self.pad_token_id, dtype=torch.long)
+            valid = torch.zeros(len(part), width, dtype=torch.bool)
+            for i, s in enumerate(part):
+                ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+                valid[i, width - len(s) :] = True
+            h = hidden_states(self.weights, ids.to(self.device), valid.to(self.device)).float().cpu()
+            out += [h[i, width - len(s) :] for i, s in enumerate(part)]
+        return out
+
+    def stop_strings(self, strings: tuple[str, ...]) -> StopStrings:
+        """The (cached) stop-string matcher for `strings` (needs the tokenizer)."""
         if self.tokenizer is None:
             raise ValueError("stop_strings need a tokenizer: pass tokenizer= to TorchEngine")
         if strings not in self._stops:
@@ -322,14 +360,14 @@ def _shares(w, model) -> bool:
     return all(t.data_ptr() in own for _, t in w.sources())
 
 
-def _as_ids(p, i: int) -> list[int]:
+def _as_ids(p, i: int, what: str = "prompts") -> list[int]:
     if isinstance(p, Tensor):
         if p.dim() != 1:
-            raise ValueError(f"prompts[{i}] must be a 1-D tensor of token ids, got shape {tuple(p.shape)}")
+            raise ValueError(f"{what}[{i}] must be a 1-D tensor of token ids, got shape {tuple(p.shape)}")
         p = p.tolist()
     p = [int(x) for x in p]
     if not p:
-        raise ValueError(f"prompts[{i}] is empty: a prompt needs at least one token")
+        raise ValueError(f"{what}[{i}] is empty: it needs at least one token")
     return p
 
 

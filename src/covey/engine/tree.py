@@ -17,47 +17,34 @@ passes equal the tokens decoded (`decoded`), plus `prefilled` tokens for added r
 
 Sampling is the engine's (`covey.engine.sampling.sample_tokens`: tempered full-distribution
 log-probs); uniforms come from one `torch.Generator` seeded by `SamplingParams.seed`, one per
-(row, step) in row order, so a run is reproducible. Used by the `treepo`, `latr`, `branch` and
-`april` rollout strategies (`covey.strategies`).
+(row, step) in row order, so a run is reproducible.
+
+This is the torch engine's `TreeSession` (`covey.engine.base`): strategies open one with
+`engine.tree_session(sampling)` (`ForkingEngine`) and use only that protocol's members (`rows`,
+`logits`, `stop_ids`, `decoded`, `prefilled`, `add`, `fork`, `step`, `decode`, `take`). Used by the
+`treepo`, `branch`, `latr`, `april`, `arrol` and `tppo` rollout strategies (`covey.strategies`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from covey.engine.base import SamplingParams
+from covey.engine.base import Row, SamplingParams
 from covey.engine.forward import KVCache, decode_step, new_cache, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 
-__all__ = ["Row", "TreeDecoder"]
-
-
-@dataclass
-class Row:
-    """One sequence: `prompt` ids, completion `tokens` so far with their log-probs, entropies and
-    policy versions, and an opaque `payload` owned by the caller (a tree path, a group index)."""
-
-    prompt: list[int]
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    payload: Any = None
-    finish_reason: str | None = None  # "stop" / "length" once finished
-
-    def copy(self, payload: Any = None) -> "Row":
-        return replace(self, tokens=list(self.tokens), logprobs=list(self.logprobs), entropies=list(self.entropies),
-                       versions=list(self.versions), payload=self.payload if payload is None else payload)  # fmt: skip
+__all__ = ["TreeDecoder"]
 
 
 class TreeDecoder:
-    """Incremental decoding over a `TorchEngine`'s weights (see the module docstring).
+    """Incremental decoding over a `TorchEngine`'s weights (see the module docstring); the
+    `covey.engine.base.TreeSession` that `TorchEngine.tree_session` opens.
 
-    engine:    a `TorchEngine` (its weights, dtype, pad id, EOS ids and stop strings are used).
+    engine:    a `TorchEngine`; its public `weights`, `dtype`, `version`, `pad_token_id`, `eos_ids`,
+               `max_positions` and `stop_strings(...)` are used.
     sampling:  temperature / truncation / stops; `max_new_tokens` caps each row's completion.
     """
 
@@ -66,10 +53,10 @@ class TreeDecoder:
         validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
         self.engine, self.sp, self.w, self.dtype = engine, sp, engine.weights, engine.dtype
         self.device = self.w.embed.device
-        self.version = int(getattr(engine, "version", 0))
+        self.version = int(engine.version)
         stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(engine.eos_ids)))
-        self.stop_t = torch.tensor(stop_ids, dtype=torch.long, device=self.device)
-        self.stops = engine._stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
+        self.stop_ids = torch.tensor(stop_ids, dtype=torch.long, device=self.device)
+        self.stops = engine.stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
         self.gen = torch.Generator().manual_seed(sp.seed if sp.seed is not None else int(torch.randint(0, 2**62, (1,))))
         self.rows: list[Row] = []
         self.kv: KVCache | None = None
@@ -113,9 +100,9 @@ class TreeDecoder:
         if any(not c for c in ctx):
             raise ValueError("TreeDecoder.add: a row has an empty prompt; every row needs at least one token")
         longest = max(len(c) for c in ctx)
-        limit = getattr(self.engine, "max_positions", None)
+        limit = self.engine.max_positions
         for r, c in zip(rows, ctx):
-            if limit is not None and len(c) + self.sp.max_new_tokens - len(r.tokens) > limit:
+            if len(c) + self.sp.max_new_tokens - len(r.tokens) > limit:
                 raise ValueError(f"TreeDecoder.add: a row of {len(c)} tokens with max_new_tokens={self.sp.max_new_tokens} "
                                  f"exceeds the engine's max_positions={limit}")  # fmt: skip
         shift = max(0, longest - self.col) if self.rows else 0
@@ -193,7 +180,7 @@ class TreeDecoder:
             lp = z.gather(-1, tok[:, None]).squeeze(-1) - lse
             ent = (lse - (z.softmax(-1) * z).sum(-1)) if want_ent else None
         self.decoded += n
-        finished = torch.isin(tok, self.stop_t) if self.stop_t.numel() else torch.zeros(n, dtype=torch.bool)
+        finished = torch.isin(tok, self.stop_ids) if self.stop_ids.numel() else torch.zeros(n, dtype=torch.bool)
         tl, ll, el = tok.tolist(), lp.tolist(), ent.tolist() if ent is not None else None
         for i, r in enumerate(self.rows):
             r.tokens.append(tl[i])

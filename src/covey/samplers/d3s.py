@@ -1,9 +1,9 @@
 """`d3s`: Dynamic Dual-Level Down-Sampling -- max-variance sample subset, |A|*H token selection, annealed.
 
 Paper: "Learning More with Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy
-Optimization", arXiv 2509.22115. Spec: specs/rollouts-data-agents.md §A.4. The three ideas are
+Optimization", arXiv 2509.22115 (notes: docs/sampling.md). The three ideas are
 confirmed by the abstract; ratios, schedule and ranking scope are UNVERIFIED (covey's defaults are
-the spec's suggestions).
+suggestions, not the paper's).
 
 In `observe` (after scoring, before the advantage estimator), with GRPO advantages
 A_i = (r_i - mean_g) / (std_g + eps) computed here from the scalar rewards:

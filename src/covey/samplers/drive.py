@@ -1,11 +1,11 @@
 """`drive`: DRIVE's two-stage RL data schedule -- uniform entropy expansion, then a hard-focus curriculum.
 
 Paper: "DRIVE: Data Curation Best Practices for Reinforcement Learning with Verifiable Reward in
-Competitive Code Generation", arXiv 2511.06307 (Tencent Hunyuan). Spec: specs/rollouts-data-agents.md
-§A.6 (SECONDARY: the tencent/DRIVE-RL model card). Stage 1 trains on the whole, uniformly distributed
+Competitive Code Generation", arXiv 2511.06307 (Tencent Hunyuan). Status SECONDARY (the
+tencent/DRIVE-RL model card); notes: docs/sampling.md. Stage 1 trains on the whole, uniformly distributed
 set with 8 rollouts per prompt; stage 2 ("Pre-GRPO") trains on a small set of challenging problems with
 64 rollouts per prompt under a curriculum that "continuously retains the most difficult instances".
-The re-estimation rule and its thresholds are UNVERIFIED; covey implements the spec's reading:
+The re-estimation rule and its thresholds are UNVERIFIED; covey implements this reading:
 
     stage 1 (the first `stage1_steps` observed steps): the uniform permutation of every item
     stage 2: a pool of hard prompts, walked in a seeded permutation; at the end of each pass over

@@ -1,7 +1,7 @@
 """`masa`: MASA-efficient's predictive gating (skip zero-variance prompts) and early cut-off, sampler side.
 
 Paper: "Meta-Awareness Enhances Reasoning Models: Self-Alignment Reinforcement Learning",
-arXiv 2510.03259 (repo akatigre/MASA-RL, renamed "MAPR"). Spec: specs/rollouts-data-agents.md §A.7.
+arXiv 2510.03259 (repo akatigre/MASA-RL, renamed "MAPR"). Notes: docs/sampling.md.
 In MASA the policy itself predicts, in a meta rollout, each prompt's pass rate and solution length;
 MASA-efficient skips prompts predicted all-fail / all-pass and stops solution rollouts that run past
 the predicted length (reward 0). Gating and cut-off are confirmed by the abstract; their thresholds

@@ -1,7 +1,7 @@
 """`self`: low-likelihood data curation -- train only on prompts the policy's mode does not already solve.
 
 Paper: "The Reasoning Boundary Paradox: How Reinforcement Learning Constrains Language Models",
-arXiv 2510.02230. Spec: specs/rollouts-data-agents.md §A.8 (CODE: mail-research/SELF-llm-interference,
+arXiv 2510.02230. Status CODE (mail-research/SELF-llm-interference,
 `RayMaxPPOTrainer.fit`): each step the released trainer greedy-decodes one response per prompt, keeps
 only prompts whose greedy answer is not correct (reward != 1.0) and runs GRPO (n = 8) on those.
 

@@ -1,7 +1,7 @@
 """`spo`: per-prompt value tracker, prioritised sampling, one completion per prompt.
 
 Paper: "Single-stream Policy Optimization", arXiv 2509.13232. Behaviour follows the authors' code
-(verl-recipe `spo/spo_ray_trainer.py`, specs/rollouts-data-agents.md §A.5, status CODE):
+(verl-recipe `spo/spo_ray_trainer.py`, status CODE; notes: docs/sampling.md):
 
     per prompt: alpha, beta   (p_hat = alpha / (alpha + beta))
     init (offline scores s_1..s_Neff in {0,1} from the base model, optional):

@@ -3,7 +3,7 @@
 Paper: "VADE: Variance-Aware Dynamic Sampling via Online Sample-Level Difficulty Estimation for
 Multimodal RL", arXiv 2511.18902. The three components (Beta difficulty estimate, Thompson sampler
 maximising information gain, two-scale prior decay) are confirmed by the abstract; the update
-equations and defaults below are the reconstruction in specs/rollouts-data-agents.md §A.1 and are
+equations and defaults below are covey's reconstruction (notes: docs/sampling.md) and are
 UNVERIFIED against the paper ("VADE-style"):
 
     per prompt i: alpha_i, beta_i (init a0), last_seen_i

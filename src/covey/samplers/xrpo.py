@@ -1,7 +1,7 @@
 """`xrpo`: rollout allocation by uncertainty reduction, and in-context seeding of all-fail prompts.
 
 Paper: "XRPO: Pushing the limits of GRPO with Targeted Exploration and Exploitation", arXiv 2510.06672.
-Spec: specs/rollouts-data-agents.md §A.2. The novelty sharpening (exploitation) half is the `xrpo`
+Notes: docs/sampling.md. The novelty sharpening (exploitation) half is the `xrpo`
 advantage estimator (covey.algos.advantages.confidence); this sampler is the exploration half.
 
 Allocation (SECONDARY for h; the rest UNVERIFIED reconstruction). The step's budget of B*G rollouts
@@ -14,7 +14,7 @@ the prompt with the largest priority, never past `max_rollouts` (cap):
 
 s_q comes from the prompt's previous visit (the paper's phase-0 statistics come from the same step;
 the sampler seam fixes sizes before generation, so covey uses the last visit: UNVERIFIED). Covey's
-choice for the spec's "s_q = 0 -> use a prior s": shrink toward `prior_std` with `prior_weight`
+choice for "s_q = 0 -> use a prior s": shrink toward `prior_std` with `prior_weight`
 pseudo-rollouts, s_q^2 = (SS_q + w s0^2) / (n_q - 1 + w); an unseen prompt has s_q = s0.
 
 In-context seeding (UNVERIFIED details). A prompt whose last group was all-fail (success 0 on every

@@ -1,10 +1,10 @@
-"""Shared by the tree and partial-rollout strategies: `TreeDecoder` rows in, a `Rollouts` batch out."""
+"""Shared by the tree and partial-rollout strategies: `TreeSession` rows in, a `Rollouts` batch out."""
 
 from __future__ import annotations
 
 import torch
 
-from covey.engine.tree import Row
+from covey.engine.base import Row
 from covey.models import apply_chat
 from covey.rollouts import Rollouts
 

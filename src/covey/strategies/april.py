@@ -3,7 +3,7 @@ unfinished completions (tokens, behaviour log-probs, per-token policy versions) 
 
 Paper / code: APRIL, "Active Partial Rollouts in Reinforcement Learning to Tame Long-tail Generation"
 (arXiv 2509.18521); RLsys-Foundation/APRIL on slime (`slime/rollout/sglang_example.py::
-generate_rollout_async, abort`, `slime/ray/buffer.py`). Spec: shared/specs/rollouts-data-agents.md §11.
+generate_rollout_async, abort`, `slime/ray/buffer.py`). Notes: docs/rollouts.md.
 
 Per step, with B = the step's prompts:
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from covey.engine.tree import Row, TreeDecoder
+from covey.engine.base import ForkingEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
@@ -45,6 +45,8 @@ class APRIL:
     over_provision: groups in flight per step / prompts per step (APRIL's scripts: 64 / 32 = 2).
     chunk_tokens:   tokens decoded per tick between checks for finished groups.
     """
+
+    engine_protocols = (ForkingEngine,)
 
     def __init__(self, *, over_provision: float = 2.0, chunk_tokens: int = 16):
         if not over_provision >= 1.0:
@@ -64,7 +66,7 @@ class APRIL:
             groups += [{"item": it, "rows": [None] * n} for it, n in zip(more, ctx.group_sizes(more))]
         sp = ctx.sampling(0)
         prompts = prompt_ids(ctx.tokenizer, [g["item"] for g in groups])
-        dec = TreeDecoder(ctx.engine, sp)
+        dec = ctx.engine.tree_session(sp)
         carried, fresh = [], []
         for gi, g in enumerate(groups):
             for si, row in enumerate(g["rows"]):
@@ -105,7 +107,7 @@ class APRIL:
                 its.append(groups[gi]["item"])
                 gids.append(k)
         batch = rows_to_batch(rows, its, gids, ctx.engine.pad_token_id)
-        version = int(getattr(ctx.engine, "version", ctx.policy_version))
+        version = int(ctx.engine.version)
         real = batch.completion_mask > 0
         stale = (batch.policy_version < version) & real
         partial = sum(1 for g in self.buffer for r in g["rows"] if r is not None and r.tokens and not r.finish_reason)

@@ -1,15 +1,15 @@
 """`arrol`: prune partial rollouts with an online quality head, keeping groups correctness-balanced.
 
 Paper: "Prune as You Generate: Online Rollout Pruning for Faster and Better RLVR" (arrol,
-arXiv 2603.24840; code Hsu1023/ARRoL, not read: the spec saw no code there). Spec: shared/specs/rollouts-data-agents.md
-§12. Only the abstract is confirmed: a lightweight quality head trained on the fly predicts the
+arXiv 2603.24840; code Hsu1023/ARRoL, not read: no code was found there). Notes: docs/rollouts.md.
+Only the abstract is confirmed: a lightweight quality head trained on the fly predicts the
 success of partial rollouts, rollouts are pruned during generation while steering the survivors to
-be correctness-balanced, survivors are re-batched for the update. Everything below is the spec's
+be correctness-balanced, survivors are re-batched for the update. Everything below is covey's
 UNVERIFIED sketch, exposed as options:
 
     each group is over-provisioned to ceil(oversample * G) completions (forked from one prefill)
     at `check_tokens` generated tokens: features h = the policy's last hidden state at the row's
-        last token (prompt + partial completion, one forward of the learner's model); p = sigmoid(w.h + b)
+        last token (prompt + partial completion, one `engine.hidden_states` forward); p = sigmoid(w.h + b)
     per group, while more than G rows remain: if the mean p of the remaining rows >= 0.5 drop the
         row with the highest p (a redundant predicted success), else the lowest (balance)
     survivors decode to the end; the strategy scores the batch and trains the head with a few
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from covey.engine.tree import Row, TreeDecoder
+from covey.engine.base import ForkingEngine, HiddenStatesEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
@@ -68,6 +68,8 @@ def train_head(w: Tensor, b: Tensor, x: Tensor, y: Tensor, *, lr: float, steps: 
 class ARRoL:
     """Online rollout pruning with a quality head (see the module docstring)."""
 
+    engine_protocols = (ForkingEngine, HiddenStatesEngine)
+
     def __init__(self, *, oversample: float = 2.0, check_tokens: int = 16, success_threshold: float = 0.5,
                  head_lr: float = 0.5, head_steps: int = 50, warmup_rows: int = 32):  # fmt: skip
         if oversample < 1.0 or check_tokens < 1 or head_steps < 1 or warmup_rows < 0 or head_lr <= 0:
@@ -82,16 +84,13 @@ class ARRoL:
         sp = ctx.sampling(0)
         sizes = ctx.group_sizes(items)
         over = [math.ceil(self.oversample * g) for g in sizes]
-        dec = TreeDecoder(ctx.engine, sp)
+        dec = ctx.engine.tree_session(sp)
         dec.add([Row(p, payload=(i, ())) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])
         index = [i for i, k in enumerate(over) for _ in range(k)]
         dec.fork(index, [(i, (j,)) for i, k in enumerate(over) for j in range(k)])
         done = dec.decode(self.check)
         rows = done + list(dec.rows)
-        model = getattr(ctx.engine, "model", None)
-        if model is None or not hasattr(model, "get_decoder"):
-            raise ValueError("arrol needs an engine with the HF policy model as .model (the torch engine) for its head features")
-        feats = _features(model, rows, self.check)
+        feats = _features(ctx.engine, rows, self.check)
         if self.w is None:
             self.w = torch.zeros(feats.shape[1])
         p = torch.sigmoid(feats @ self.w + self.b).tolist()
@@ -130,17 +129,8 @@ class ARRoL:
         self.w, self.b, self.seen = state.get("w"), state.get("b", torch.zeros(())), int(state.get("seen", 0))
 
 
-@torch.no_grad()
-def _features(model, rows: list[Row], upto: int) -> Tensor:
-    """[R, H] float32: the model's last hidden state (after the final norm) at each row's last token
-    of prompt + the first `upto` completion tokens, scaled to unit norm."""
-    seqs = [r.prompt + r.tokens[:upto] for r in rows]
-    n = max(len(s) for s in seqs)
-    dev = next(model.parameters()).device
-    ids = torch.zeros(len(seqs), n, dtype=torch.long, device=dev)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # right padding: causal mask suffices
-    last = torch.tensor([len(s) - 1 for s in seqs], device=dev)
-    h = hidden[torch.arange(len(seqs), device=dev), last].float().cpu()
+def _features(engine: HiddenStatesEngine, rows: list[Row], upto: int) -> Tensor:
+    """[R, H] float32: the policy's last hidden state (after the final norm; `engine.hidden_states`)
+    at each row's last token of prompt + the first `upto` completion tokens, scaled to unit norm."""
+    h = torch.stack([x[-1] for x in engine.hidden_states([r.prompt + r.tokens[:upto] for r in rows])]).float()
     return h / h.norm(dim=-1, keepdim=True).clamp_min(1e-6)  # unit rows: the head's step size is scale-free

@@ -10,19 +10,32 @@ rollouts, filtered refills). It must return a batch whose `group` ids are unique
 `items` hold the dataset item of every row and whose `prompt_id` is that item's id. It may score
 the batch itself through `ctx.score` (a filter needs the rewards); otherwise the trainer scores it.
 State that must survive a restart (a carried buffer) goes through `state_dict()` into the checkpoint.
+
+A strategy reaches the engine only through the engine protocols it declares as a class attribute,
+``engine_protocols = (ForkingEngine,)`` (default ``(Engine,)``; `covey.engine.base`); a strategy
+that runs another one names it with a static ``inner_strategy(params) -> (name, params)`` and needs
+what that one needs too. `check_engine_protocols` refuses, when the config is read, an engine class
+that lacks one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from covey.engine.base import Engine, SamplingParams
-from covey.plugins import PluginRegistry
+from covey.engine.base import ENGINE_PROTOCOLS, ENGINES, Engine, SamplingParams, missing_protocols
+from covey.plugins import PluginError, PluginRegistry
 from covey.rollouts import Rollouts
 
-__all__ = ["STRATEGIES", "RolloutContext", "RolloutStrategy", "register_strategy"]
+__all__ = [
+    "STRATEGIES",
+    "RolloutContext",
+    "RolloutStrategy",
+    "check_engine_protocols",
+    "engine_protocols",
+    "register_strategy",
+]
 
 
 @dataclass
@@ -61,3 +74,32 @@ class RolloutStrategy(Protocol):
 
 STRATEGIES = PluginRegistry("rollout strategy", RolloutStrategy, context=())
 register_strategy = STRATEGIES.register
+
+
+def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:
+    """The engine protocols strategy `name` needs with `params`: its `engine_protocols` (default
+    `(Engine,)`) and those of the strategy it wraps (`inner_strategy(params)`), in order."""
+    factory = STRATEGIES.get(name)
+    need = tuple(getattr(factory, "engine_protocols", (Engine,)))
+    inner = getattr(factory, "inner_strategy", None)
+    if inner is not None:
+        need += engine_protocols(*inner(params))
+    return tuple(dict.fromkeys(need))
+
+
+def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str) -> None:
+    """Raise a one-line `PluginError` when the engine `engine` (a registered name or import path;
+    its class is checked, nothing is built) lacks a protocol that rollout strategy `strategy` needs."""
+    need = engine_protocols(strategy, params)
+    missing = missing_protocols(ENGINES.get(engine), need)
+    if not missing:
+        return
+    label, name, ps = repr(strategy), strategy, params
+    while (inner := getattr(STRATEGIES.get(name), "inner_strategy", None)) is not None:
+        name, ps = inner(ps)
+        label += f" (wrapping {name!r})"
+    shown = [p for p in need if p is not Engine or p in missing]  # Engine itself only when it is lacking
+    wanted = " and ".join(f"{p.__name__} ({ENGINE_PROTOCOLS.get(p, p.__name__)})" for p in shown)
+    unknown = "its factory does not annotate the engine class it returns"
+    lacks = "; ".join(f"{p.__name__} ({unknown if m == ['?'] else 'no ' + ', '.join(m)})" for p, m in missing.items())
+    raise PluginError(f"rollout.strategy {label} needs an engine with {wanted}; engine {engine!r} does not provide {lacks}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from covey.engine.tree import Row, TreeDecoder
+from covey.engine.base import ForkingEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
@@ -37,6 +37,8 @@ class BranchStrategy:
     branch_depths:  segment indices before which paths split (None: before every segment, 0 = the root).
     """
 
+    engine_protocols = (ForkingEngine,)
+
     def __init__(self, *, segment_tokens: int = 16, branch_factor: int = 2, branch_depths: list[int] | None = None):
         if segment_tokens < 1 or branch_factor < 2:
             raise ValueError(f"segment_tokens must be >= 1 and branch_factor >= 2, got {segment_tokens}, {branch_factor}")
@@ -48,7 +50,7 @@ class BranchStrategy:
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
         widths = ctx.group_sizes(items)
-        dec = TreeDecoder(ctx.engine, sp)
+        dec = ctx.engine.tree_session(sp)
         dec.add([Row(p, payload=(i, ())) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])
         leaves: list[Row] = []
         next_id = [0] * len(items)

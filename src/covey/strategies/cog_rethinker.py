@@ -1,7 +1,7 @@
 """`cog_rethinker`: decompose, then refine, for prompts the policy never solves.
 
 Paper: "Cog-Rethinker: Hierarchical Metacognitive Reinforcement Learning for LLM Reasoning"
-(arXiv 2510.15979). Spec (ABSTRACT; stage details UNVERIFIED): shared/specs/rollouts-data-agents.md §17.
+(arXiv 2510.15979). Status ABSTRACT (stage details UNVERIFIED); notes: docs/rollouts.md.
 
     direct rollout: G completions per prompt
     stage 1 (decomposition): prompts with zero accuracy (every reward <= `zero_reward`) get G new
@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from covey.engine.base import Engine
 from covey.strategies._stages import follow_up, regroup, texts_of
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
@@ -41,6 +42,8 @@ class CogRethinker:
     zero_reward: a prompt is unsolved when every reward of its group is <= this.
     show_wrong:  wrong answers shown in the refinement prompt.
     """
+
+    engine_protocols = (Engine,)
 
     def __init__(self, *, zero_reward: float = 0.0, show_wrong: int = 2, decompose: str = DECOMPOSE, refine: str = REFINE):
         if show_wrong < 1:

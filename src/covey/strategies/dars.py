@@ -3,7 +3,7 @@
 Paper: "Depth-Breadth Synergy in RLVR: Unlocking LLM Reasoning Gains with Adaptive Exploration"
 (DARS, Difficulty-Adaptive Rollout Sampling; DARS-B with breadth), arXiv 2508.13755. Behaviour
 follows the authors' code (yangzhch6/DARS `ray_dars_trainer.py`: `schedule_ET`, `schedule_HW`,
-second-sampling block; specs/rollouts-data-agents.md §A.3, status CODE):
+second-sampling block; status CODE, notes: docs/sampling.md):
 
     1. N rollouts per prompt (the sampler's group size); acc_q = mean success of the N
     2. dN_q = schedule(acc_q) more rollouts of q (second engine call, same sampling settings)
@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import torch
 
+from covey.engine.base import Engine
 from covey.samplers.feedback import row_success
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
@@ -57,6 +58,8 @@ class DarsRollout:
     filter:    drop prompts whose combined accuracy is 0 or >= upper (if none are left, keep all).
     upper:     the filter's upper accuracy threshold.
     """
+
+    engine_protocols = (Engine,)
 
     def __init__(self, *, schedule: Literal["et", "hw"] = "et", n_max: int = 32, use_std: bool = False,
                  filter: bool = False, upper: float = 1.0):  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from covey.engine.base import Engine
 from covey.samplers.filters import informative_groups
 from covey.strategies.base import STRATEGIES, RolloutContext, register_strategy
 from covey.rollouts import Rollouts
@@ -32,6 +33,13 @@ class DynamicSampling:
     inner_params: its parameters.
     max_rounds:   generation rounds per step before falling back (DAPO's max_num_gen_batches).
     """
+
+    engine_protocols = (Engine,)  # and what its inner strategy needs
+
+    @staticmethod
+    def inner_strategy(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The strategy this one runs each round (its engine needs are checked too)."""
+        return params.get("inner", "group"), params.get("inner_params") or {}
 
     def __init__(self, *, inner: str = "group", inner_params: dict[str, Any] | None = None, max_rounds: int = 10):
         if max_rounds < 1:

@@ -62,6 +62,8 @@ def item_columns(rows: list[dict]) -> dict[str, list]:
 class GroupStrategy:
     """GRPO's rollout: `group_sizes` i.i.d. completions per item in one sampling round."""
 
+    engine_protocols = (Engine,)
+
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         return sample_groups(ctx.engine, ctx.tokenizer, items, ctx.group_sizes(items), ctx.sampling(0)), {}
 

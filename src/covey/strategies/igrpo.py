@@ -1,7 +1,7 @@
 """`igrpo`: two-stage self-conditioned rollouts (draft, then refine the best draft).
 
-Paper: "iGRPO: Self-Feedback-Driven LLM Reasoning" (arXiv 2602.09000). Spec (ABSTRACT + SECONDARY):
-shared/specs/rollouts-data-agents.md §18.
+Paper: "iGRPO: Self-Feedback-Driven LLM Reasoning" (arXiv 2602.09000). Status ABSTRACT + SECONDARY;
+notes: docs/rollouts.md.
 
     stage 1 (no gradient): `drafts` completions per prompt q, scored with the run's rewards;
             d* = the best-scored draft (ties: the first)
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from covey.engine.base import Engine
 from covey.strategies._stages import follow_up, regroup, texts_of
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
@@ -36,6 +37,8 @@ class IGRPO:
     drafts:      stage-1 drafts per prompt (default: group size // 2, at least 1).
     instruction: the text asking for a refinement.
     """
+
+    engine_protocols = (Engine,)
 
     def __init__(self, *, drafts: int | None = None, instruction: str = INSTRUCTION):
         if drafts is not None and drafts < 1:

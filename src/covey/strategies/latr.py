@@ -2,7 +2,7 @@
 
 Paper: "Lookahead Tree-Based Rollouts for Enhanced Trajectory-Level Exploration in Reinforcement
 Learning with Verifiable Rewards" (arXiv 2510.24302); code starreeze/latr (`model/generation.py`,
-`model/sample_filter.py`, `model/metrics.py`). Spec: shared/specs/rollouts-data-agents.md §10.
+`model/sample_filter.py`, `model/metrics.py`). Notes: docs/rollouts.md.
 
 Per prompt, n = the group size branches are grown token by token (mix_ratio 1: all n by LATR):
 
@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from covey.engine.tree import Row, TreeDecoder
+from covey.engine.base import ForkingEngine, Row, TreeSession
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
@@ -69,6 +69,8 @@ def branch_candidates(probs: torch.Tensor, tau_abs: float, tau_rel: float) -> tu
 class LATR:
     """LATR rollouts (see the module docstring)."""
 
+    engine_protocols = (ForkingEngine,)
+
     def __init__(self, *, tau_abs: float = 0.25, tau_rel: float = 0.15, tau_ed: float = 0.4,
                  filter_steps: tuple[int, ...] = (20, 30, 50), force_return_step: int | None = None,
                  mix_ratio: float = 1.0):  # fmt: skip
@@ -87,7 +89,7 @@ class LATR:
         sizes = ctx.group_sizes(items)
         n = [max(1, round(self.mix * g)) for g in sizes]  # LATR branches per root; the rest are sampled
         force = self.force if self.force is not None else max(1, sp.max_new_tokens // 2)
-        dec = TreeDecoder(ctx.engine, sp)
+        dec = ctx.engine.tree_session(sp)
         prompts = prompt_ids(ctx.tokenizer, items)
         # payload: (root, path, uid, parent uid, birth step)
         dec.add([Row(p, payload=(i, (0,), i, -1, 0)) for i, p in enumerate(prompts)])
@@ -148,17 +150,17 @@ class LATR:
             "latr/distinct_ratio": distinct / len(leaves), "tree/decoded_tokens": float(dec.decoded),
         }  # fmt: skip
 
-    def _too_close(self, r: Row, by_uid: dict[int, Row], t: int, dec: TreeDecoder) -> bool:
+    def _too_close(self, r: Row, by_uid: dict[int, Row], t: int, dec: TreeSession) -> bool:
         _, _, _, parent, born = r.payload
         if parent < 0 or parent not in by_uid or (t - born) not in self.filter_steps:
             return False
         k = t - born
         a, b = r.tokens[-k:], by_uid[parent].tokens[len(r.tokens) - k : len(r.tokens)]
-        if len(b) < k or dec.stop_t.numel() and (torch.isin(torch.tensor(a + b), dec.stop_t.cpu()).any()):
+        if len(b) < k or dec.stop_ids.numel() and (torch.isin(torch.tensor(a + b), dec.stop_ids.cpu()).any()):
             return False
         return edit_distance(a, b) / k < self.tau_ed
 
-    def _all_full(self, dec: TreeDecoder, done: list[Row], n: list[int], t: int) -> bool:
+    def _all_full(self, dec: TreeSession, done: list[Row], n: list[int], t: int) -> bool:
         for i, want in enumerate(n):
             if sum(1 for r in dec.rows + done if r.payload[0] == i) < want:
                 return False

@@ -1,8 +1,7 @@
 """`tppo`: truncated rollouts in fixed windows with Extended GAE (T-PPO).
 
-Paper: "Truncated Proximal Policy Optimization" (arXiv 2506.15050). Spec (ABSTRACT + SECONDARY;
-EGAE as standard GAE with a bootstrap at the cut, window sizes UNVERIFIED):
-shared/specs/rollouts-data-agents.md §13.
+Paper: "Truncated Proximal Policy Optimization" (arXiv 2506.15050). Status ABSTRACT + SECONDARY
+(EGAE as standard GAE with a bootstrap at the cut, window sizes UNVERIFIED); notes: docs/rollouts.md.
 
 Per step (successive batching: the batch of in-flight responses stays full):
 
@@ -12,14 +11,14 @@ Per step (successive batching: the batch of in-flight responses stays full):
     finished responses are scored; per token of THIS window, EGAE (`covey.algos.advantages.egae`)
         with V from a value head, bootstrapped with V(s_L) for unfinished responses
     the batch: every response of this window, its earlier tokens kept as completion tokens but
-        masked out (the policy loss covers this window's tokens only, the spec's "filtering of prompt
+        masked out (the policy loss covers this window's tokens only, the paper's "filtering of prompt
         and truncated tokens"); unfinished responses go back in flight
     value head: trained only on COMPLETED responses, Monte-Carlo targets gamma^(L-1-t) R
 
-The value model is a linear head on the policy's hidden states (one forward of the learner's model
-per response per step), fitted by ridge regression on running statistics, not a critic network: a
-CPU-scale stand-in for T-PPO's value model (documented choice). Pick `algo.advantage: tppo`.
-Rewards of unfinished rows are 0 in the batch (they have none yet); `tppo/finished_reward` is the
+The value model is a linear head on the policy's hidden states (`engine.hidden_states`: one forward
+per response per step, of the weights the engine holds), fitted by ridge regression on running
+statistics, not a critic network: a CPU-scale stand-in for T-PPO's value model (documented
+choice). Pick `algo.advantage: tppo`. Rewards of unfinished rows are 0 in the batch (they have none yet); `tppo/finished_reward` is the
 mean over finished responses. State (in-flight rows, queue, value head) is in `state_dict()`.
 """
 
@@ -31,7 +30,7 @@ import torch
 from torch import Tensor
 
 from covey.algos.advantages.egae import egae
-from covey.engine.tree import Row, TreeDecoder
+from covey.engine.base import ForkingEngine, HiddenStatesEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.april import _row_from, _row_state
 from covey.strategies.base import RolloutContext, register_strategy
@@ -50,6 +49,8 @@ class TPPO:
                    completed responses' states; `decay` per step weights older steps down.
     """
 
+    engine_protocols = (ForkingEngine, HiddenStatesEngine)
+
     def __init__(self, *, window_tokens: int = 16, gamma: float = 1.0, lam: float = 0.95, ridge: float = 1.0,
                  decay: float = 0.9):  # fmt: skip
         if window_tokens < 1 or ridge <= 0 or not (0 <= decay <= 1 and 0 < gamma <= 1 and 0 <= lam <= 1):
@@ -64,9 +65,6 @@ class TPPO:
         self.b = torch.zeros(())
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
-        model = getattr(ctx.engine, "model", None)
-        if model is None or not hasattr(model, "get_decoder"):
-            raise ValueError("tppo needs an engine with the HF policy model as .model (the torch engine) for its value head")
         sizes = ctx.group_sizes(items)
         self.capacity = self.capacity or sum(sizes)
         self.queue += [{"item": it, "n": n} for it, n in zip(items, sizes)]
@@ -74,7 +72,7 @@ class TPPO:
         while self.queue and len(self.inflight) + len(slots) + self.queue[0]["n"] <= self.capacity:
             slots.append(self.queue.pop(0))
         sp = ctx.sampling(0)
-        dec = TreeDecoder(ctx.engine, sp)
+        dec = ctx.engine.tree_session(sp)
         carried = [x["row"] for x in self.inflight]
         for k, x in enumerate(self.inflight):
             x["row"].payload = k
@@ -107,7 +105,7 @@ class TPPO:
             reward[fin] = sub.rewards
         full.reward_names, full.reward_weights = sub.reward_names, sub.reward_weights
         scalar = reward @ (full.reward_weights if full.reward_weights is not None else torch.ones(reward.shape[1]))
-        hidden = _hidden(model, rows)
+        hidden = ctx.engine.hidden_states([r.prompt + r.tokens for r in rows])  # per row [P + L, H]
         if self.w is None:
             self.w = torch.zeros(hidden[0].shape[1])
         adv = torch.zeros_like(full.completion_mask)
@@ -161,17 +159,4 @@ class TPPO:
         self.queue, self.capacity = list(state.get("queue", [])), int(state.get("capacity", 0))
         self.w, self.b = state.get("w"), state.get("b", torch.zeros(()))
         self.xtx, self.xty = state.get("xtx"), state.get("xty")
-
-
-@torch.no_grad()
-def _hidden(model, rows: list[Row]) -> list[Tensor]:
-    """Per row, [P + L, H] float32 last hidden states (after the final norm) over prompt + completion."""
-    seqs = [r.prompt + r.tokens for r in rows]
-    n = max(len(s) for s in seqs)
-    dev = next(model.parameters()).device
-    ids = torch.zeros(len(seqs), n, dtype=torch.long, device=dev)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    h = model.get_decoder()(input_ids=ids).last_hidden_state.float().cpu()  # right padding: causal
-    return [h[i, : len(s)] for i, s in enumerate(seqs)]
 

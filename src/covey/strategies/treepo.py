@@ -3,7 +3,7 @@
 Paper: "TreePO: Bridging the Gap of Policy Optimization and Efficacy and Inference Efficiency with
 Heuristic Tree-based Modeling" (arXiv 2508.17445); code multimodal-art-projection/TreePO
 (`vllm_rollout_spmd.py::generate_sequences_tree_deepth_first_vanilla_mode`,
-`create_fallback_sample_by_policy`). Spec: shared/specs/rollouts-data-agents.md §9.
+`create_fallback_sample_by_policy`). Notes: docs/rollouts.md.
 
 Per prompt (width n = the group size): the root is replicated into `first_width` paths; every path
 decodes `segment_tokens` tokens; then per root (budget "by_fixed_div", policy "fixed_avg"):
@@ -32,7 +32,7 @@ import math
 import random
 from typing import Any
 
-from covey.engine.tree import Row, TreeDecoder
+from covey.engine.base import ForkingEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
@@ -61,6 +61,8 @@ class TreePO:
     fallback:       re-grow roots that ended with fewer than n leaves.
     """
 
+    engine_protocols = (ForkingEngine,)
+
     def __init__(self, *, segment_tokens: int = 16, step_width: int = 2, first_width: tuple[int, int] = (2, 2),
                  max_depth: int | None = None, fallback: bool = True):  # fmt: skip
         lo, hi = (list(first_width) + [None])[:2]
@@ -88,13 +90,13 @@ class TreePO:
         pass
 
 
-def grow_trees(engine, sp, prompts: list[list[int]], widths: list[int], L: int, W: int, first: tuple[int, int],
+def grow_trees(engine: ForkingEngine, sp, prompts: list[list[int]], widths: list[int], L: int, W: int, first: tuple[int, int],
                max_depth: int | None, fallback: bool) -> tuple[list[Row], dict[str, float]]:  # fmt: skip
     """Grow one TreePO tree per prompt; returns the leaves (payload = (prompt index, path)) sorted by
     (prompt, path) and metrics. `widths[i]` leaves for prompt i (fewer only with fallback off)."""
     depth = max_depth or math.ceil(sp.max_new_tokens / L)
     rng = random.Random(sp.seed)
-    dec = TreeDecoder(engine, sp)
+    dec = engine.tree_session(sp)
     n_roots = len(prompts)
     next_id = [0] * n_roots
     leaves: list[list[Row]] = [[] for _ in range(n_roots)]

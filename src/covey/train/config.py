@@ -44,6 +44,7 @@ class ModelConfig(_Strict):
     """A built-in alias (smollm2-135m-instruct, tiny-llama, tiny-qwen2), a local folder or a hub id."""
     dtype: Literal["bf16", "fp32", "auto"] = "bf16"
     """Learner compute dtype: bf16 autocast (fast on AMX CPUs and GPUs) or full fp32. Weights stay fp32.
+    The engine generates in the same dtype unless `engine.dtype` names another (bf16 or fp32).
     auto: bf16 on CUDA; on CPU bf16 only where a quick matmul measurement finds it faster (a resumed run
     keeps the dtype its checkpoint was written with)."""
     lora: LoraConfig | None = None
@@ -244,7 +245,8 @@ class RunConfig(_Strict):
     """Which prompts each step rolls out (`covey.samplers.SAMPLERS`)."""
     rollout: RolloutConfig = RolloutConfig()
     engine: EngineSpec = EngineSpec()
-    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 | auto."""
+    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 |
+    auto; unset or auto, it follows the learner (model.dtype)."""
     device: str = "auto"
     """Where the model, engine and every per-step tensor live: auto (CUDA when present), cpu, cuda, cuda:N."""
     threads: int = Field(0, ge=0)
@@ -325,6 +327,7 @@ class RunConfig(_Strict):
         from covey.engine import ENGINES
         from covey.plugins import PluginError
         from covey.strategies import STRATEGIES
+        from covey.strategies.base import check_engine_protocols
 
         for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
                                     ("engine", ENGINES, self.engine)):  # fmt: skip
@@ -335,6 +338,7 @@ class RunConfig(_Strict):
                     STRATEGIES.check_params(inner, spec.params.get("inner_params") or {})
             except PluginError as e:
                 raise ValueError(f"{key}: {e}") from None
+        check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
         return self
 
     @model_validator(mode="after")
@@ -479,10 +483,16 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def validate_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    from covey.engine.support import UnsupportedModel, check_model_support
+
     try:
-        return RunConfig.model_validate(raw)
+        cfg = RunConfig.model_validate(raw)
+        check_model_support(cfg.model.name, cfg.engine.name)  # from config.json, before anything loads
     except pydantic.ValidationError as e:
         raise ConfigError(_explain(e, source)) from None
+    except UnsupportedModel as e:
+        raise ConfigError(str(e)) from None
+    return cfg
 
 
 def _explain(e: pydantic.ValidationError, source: str) -> str:

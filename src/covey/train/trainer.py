@@ -1,4 +1,4 @@
-"""The training loop: DESIGN.md's step, one call per stage.
+"""The training loop: the step of docs/architecture.md, one call per stage.
 
     sample prompts -> rollout (engine) -> rewards -> group filter -> advantages -> learn -> sync -> log
 
@@ -21,6 +21,7 @@ from covey.samplers import SAMPLERS
 from covey.samplers.lengths import check_prompt_lengths, prompt_token_limit
 from covey.samplers.stats import prompt_stats
 from covey.engine import ENGINES, SamplingParams
+from covey.engine.support import engine_takes_dtype
 from covey.rewards.scoring import Scorer, shaping_terms
 from covey.strategies import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
@@ -85,11 +86,7 @@ class Trainer:
         self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
         # dtype auto is measured per process; a resumed run keeps what its first process chose
         chosen = _chosen_dtypes(self.run_dir) if resume else {}
-        engine_params = dict(cfg.engine.params)
-        if engine_params.get("dtype") == "auto" and chosen.get("engine"):
-            engine_params["dtype"] = chosen["engine"]
         learner_dtype = chosen.get("learner", cfg.model.dtype) if cfg.model.dtype == "auto" else cfg.model.dtype
-        self.engine = ENGINES.build(cfg.engine.name, engine_params, engine_model(self.model), self.tokenizer)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.steps)
         o = cfg.optim
         self.learner = Learner(
@@ -98,6 +95,10 @@ class Trainer:
             epochs=o.epochs, mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
             grad_clip=o.grad_clip, dtype=learner_dtype,
         )  # fmt: skip
+        engine_params = dict(cfg.engine.params)
+        if engine_params.get("dtype", "auto") == "auto" and engine_takes_dtype(cfg.engine.name):
+            engine_params["dtype"] = chosen.get("engine") or self.learner.dtype  # follows model.dtype
+        self.engine = ENGINES.build(cfg.engine.name, engine_params, engine_model(self.model), self.tokenizer)
         self.step_num = 0
         self._limits: dict[int, int] | None = None  # this step's per-item generation limits (sampler hook)
         self.last_metrics: dict[str, Any] = {}

@@ -87,7 +87,7 @@ def treepo(
     """TreePO tree advantage: A_i = mean over ancestor subgroups S of (r_i - mean_S r), then batch-whitened.
 
     Code: `compute_tree_reinforce_plus_plus_baseline_outcome_advantage` (TreePO core_algos.py), recipe
-    settings adv_weight_strategy "average", tree_subgroup_opt 14 (spec §9). root_group=True (default)
+    settings adv_weight_strategy "average", tree_subgroup_opt 14. root_group=True (default)
     includes the whole prompt group as the coarsest subgroup (paper reading, UNVERIFIED); False is the
     code's version (coarsest = first-level subtree). whiten_batch: RF++-baseline masked whitening over
     the batch's tokens (the code's final step). Needs `tree_path` (rollout.strategy treepo/branch/latr).
