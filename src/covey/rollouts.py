@@ -38,7 +38,8 @@ class Rollouts:
         rewards:             [N, K] float32, one column per reward function, named by reward_names.
         reward_weights:      [K] float32, weights of the scalar reward (default: all ones).
         advantages:          [N] or [N, T] float32, written by the advantage estimator.
-        sample_mask:         [N] float32, 0 for rows an estimator excluded (e.g. MC-GRPO's pivot).
+        sample_mask:         [N] float32, 0 for rows an estimator excluded (e.g. MC-GRPO's pivot), or
+                             [N, T] for single tokens (BranchGRPO trains a shared tree edge once).
         entropies:           [N, T] float32, per-token entropy of the sampling distribution.
         ref_logprobs:        [N, T] float32, log pi_ref of each token (KL terms, ACE).
         old_logprobs:        [N, T] float32, log pi_old recomputed by the learner (proximal policy).
@@ -116,10 +117,11 @@ class Rollouts:
         return self.rewards[:, self.reward_names.index(name)]
 
     def loss_mask(self) -> Tensor:
-        """[N, T] float32: completion_mask with rows excluded by `sample_mask` zeroed."""
+        """[N, T] float32: completion_mask with rows (or tokens) excluded by `sample_mask` zeroed."""
         if self.sample_mask is None:
             return self.completion_mask
-        return self.completion_mask * self.sample_mask[:, None].to(self.completion_mask.dtype)
+        m = self.sample_mask if self.sample_mask.dim() == 2 else self.sample_mask[:, None]
+        return self.completion_mask * m.to(self.completion_mask.dtype)
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> "Rollouts":
@@ -168,7 +170,7 @@ class Rollouts:
             if val is not None:
                 _check(val, name, (n, t), (torch.float32,))
         if self.sample_mask is not None:
-            _check(self.sample_mask, "sample_mask", (n,), (torch.float32,))
+            _check(self.sample_mask, "sample_mask", (n, t) if self.sample_mask.dim() == 2 else (n,), (torch.float32,))
         if self.policy_version is not None:
             _check(self.policy_version, "policy_version", (n, t), (torch.long,))
         for name in ("trajectory", "step"):

@@ -16,7 +16,11 @@ from covey.train.trainer import Trainer
 ITEMS = [{"id": 3, "prompt": "2+2=", "answer": "4"}, {"id": 8, "prompt": "5-1=", "answer": "4"}]
 
 
+scored: list[tuple[list[str], list[float]]] = []  # (texts, rewards) of every ctx.score call
+
+
 def _ctx(reward, seen):
+    scored.clear()
     model, tok = build_tiny("tiny-llama", seed=4)
     engine = TorchEngine(model, tok, dtype="fp32")
 
@@ -24,6 +28,7 @@ def _ctx(reward, seen):
         texts = completion_texts(tok, batch)
         seen.append([it["prompt"] for it in batch.items])
         batch.rewards = torch.tensor([[reward(t)] for t in texts], dtype=torch.float32)
+        scored.append((texts, [reward(t) for t in texts]))
         batch.reward_names = ("r",)
         return {}
 
@@ -42,7 +47,12 @@ def test_igrpo_refines_the_best_draft():
         ids = batch.prompt_ids[4 * g].tolist()
         base = tok.encode(it["prompt"])
         assert ids[: len(base)] == base and len(ids) > len(base) + 6  # q + draft + instruction
-    assert m["igrpo/draft_reward"] >= 0
+    texts, r = scored[0]  # the 3 drafts of each prompt, in order
+    best = [max(range(3 * g, 3 * g + 3), key=lambda k: (r[k], -k)) for g in range(2)]  # ties: the first
+    assert m["igrpo/draft_reward"] == pytest.approx((r[best[0]] + r[best[1]]) / 2)
+    assert m["igrpo/refine_gain"] == pytest.approx(sum(scored[1][1]) / 8 - m["igrpo/draft_reward"], abs=1e-6)
+    for g in range(2):  # the refinement prompt holds the best draft's text
+        assert texts[best[g]] in tok.decode(batch.prompt_ids[4 * g].tolist())
 
 
 def test_cog_rethinker_replaces_unsolved_groups_stage_by_stage():

@@ -9,7 +9,7 @@ Uniform signatures, one per axis (shapes: N rows, T tokens, K rewards):
 
   ADVANTAGES      fn(batch: Rollouts, *, **params) -> AdvantageResult
                   reads batch.rewards / group / masks (and whatever else the method needs);
-                  returns advantages [N] or [N, T], metrics, optional sample_mask [N].
+                  returns advantages [N] or [N, T], metrics, optional sample_mask [N] or [N, T].
   SURROGATES      fn(inp: LossInputs, *, **params) -> (loss_tok [N, T], metrics)
                   per-token loss to *minimise*, before masking and reduction.
   AGGREGATIONS    fn(loss_tok [N, T], mask [N, T], totals: BatchTotals, *, **params) -> scalar
@@ -55,7 +55,7 @@ class ComponentError(ValueError):
 class AdvantageResult(NamedTuple):
     advantages: Tensor  # [N] or [N, T] float32
     metrics: dict[str, float]
-    sample_mask: Tensor | None = None  # [N] float32, 0 = row excluded from the loss
+    sample_mask: Tensor | None = None  # [N] or [N, T] float32, 0 = row (token) excluded from the loss
 
 
 @dataclass
@@ -270,7 +270,8 @@ def _advantage(x, args) -> str | None:
         n, t = _shape(ids)
         if _shape(x.advantages) not in ((n,), (n, t)):
             return f"advantages of shape {_shape(x.advantages)} for a batch of {n} rows x {t} tokens"
-        problem = None if x.sample_mask is None else _tensor_like("sample_mask", x.sample_mask, (n,))
+        mask = x.sample_mask
+        problem = None if mask is None else _tensor_like("sample_mask", mask, (n, t) if getattr(mask, "dim", lambda: 1)() == 2 else (n,))
         if problem:
             return f"{problem} (a batch of {n} rows)"
     return None if isinstance(x.metrics, dict) else f"metrics of type {type(x.metrics).__name__}"

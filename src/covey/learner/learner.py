@@ -143,7 +143,8 @@ class Learner:
         """Run `epochs` x `mini_batches` optimizer steps on a batch with advantages; return metrics."""
         if batch.advantages is None:
             raise ValueError("learner.update needs batch.advantages: run an advantage estimator first")
-        if self.recompute_old and batch.old_logprobs is None:
+        # a strategy may ask for it (APRIL: pi_old of the current weights over carried tokens too)
+        if (self.recompute_old or batch.extras.get("recompute_old_logprobs")) and batch.old_logprobs is None:
             self.fill_logprobs(batch)
         self.model.train()
         sums: dict[str, float] = defaultdict(float)

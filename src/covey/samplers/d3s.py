@@ -23,6 +23,9 @@ The chosen advantage estimator still computes its advantages from every reward (
 include dropped rows, as in the paper, where selection follows advantage computation). The sampler
 declares `requires = ("entropies",)`, so the trainer asks the engine for token entropies.
 Prompt order: a uniform seeded permutation (D3S selects after the rollout).
+
+Fidelity (re-read 2026-11-24): reconstructed. No released code was found for arXiv 2509.22115;
+the ratios, schedule and ranking scope stay UNVERIFIED.
 """
 
 from __future__ import annotations

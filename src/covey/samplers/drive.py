@@ -17,6 +17,10 @@ The re-estimation rule and its thresholds are UNVERIFIED; covey implements this 
                (p <- ema p + (1 - ema) p_visit; 0 keeps the latest visit)
 
 Stage 1's shorter generation window is a run setting (`sampling.max_new_tokens`), not the sampler's.
+
+Fidelity (re-read 2026-11-24): reconstructed. The authors' training code is not released (the
+tencent/DRIVE-RL model card only); zheself/DRIVE-RLVR is a third-party two-stage GRPO project, not
+the paper's code, and was not used.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ controller are UNVERIFIED: covey uses the standard group-DRO update of Sagawa et
     rollouts "sqrt" (Rollout-GDRO, UNVERIFIED form): n_i = clip(lambda sigma_i, n_min, n_max) with
               sigma_i = sqrt(pbar_b (1 - pbar_b)) of the prompt's bin (unseen: 0.5) and lambda (1/shadow
               price) set by bisection so sum n_i = B*G; integers by largest remainder. "fixed": G each.
+
+Fidelity (re-read 2026-11-24): reconstructed. No released code was found for arXiv 2601.19280;
+everything beyond the abstract is the Sagawa et al. update named above.
 """
 
 from __future__ import annotations

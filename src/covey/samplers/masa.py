@@ -25,6 +25,12 @@ Covey's sampler-side version predicts from the prompt's own history instead of a
                masked. Strategies that call the engine without `sample_groups` (tree and partial
                rollouts) ignore the limits: the cut-off then still zeroes rewards and masks tokens,
                but saves no generation (logged once).
+
+Fidelity (re-read 2026-11-24): checked against the released code akatigre/MASA-RL @
+fad5726e5570e6eefdecc35dc7be5db42c909e93 (`masa_train/masa_ray_trainer.py`,
+`verl/utils/reward_score/meta_cog.py`, `train_masagrpo.sh`): it has the meta rollouts and meta reward
+but no gating and no cut-off (the meta predictions only go back into the prompt), so the gating and
+cut-off here are reconstructed from the paper's description, with covey's thresholds.
 """
 
 from __future__ import annotations

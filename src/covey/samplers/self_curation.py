@@ -29,6 +29,15 @@ Two ways to find the prompts the policy's mode already solves (`greedy_check`):
 
 Prompts that a rollout strategy draws itself for refills (`ctx.draw`, e.g. `dynamic`) do not pass
 through `before_rollout`, so they are not greedy-checked. The forward-KL variant is not implemented.
+
+Fidelity (re-read 2026-11-24): checked against the released code
+mail-research/SELF-llm-interference @ d17634bc058634549b2b5652fa1ca52099b7f4ae
+(`verl/verl/trainer/ppo/ray_trainer.py::RayMaxPPOTrainer.fit`, the "gen_max" block): one greedy
+(do_sample False) response per prompt, prompts whose summed reward != 1.0 are kept, none left ->
+the step is skipped; `greedy_check: decode` does this. Differences: `skip_epochs` defaults to 1
+(covey's gating; 0 re-checks every prompt every step, as the code), and "correct" is
+`row_success >= correct_threshold` (the accuracy column when present) instead of the summed reward
+being exactly 1.0.
 """
 
 from __future__ import annotations

@@ -96,6 +96,10 @@ class SPOSampler(BaseSampler):
     clip_lower:  lower clip of the KL rho, and the prior's strength N_init = 1 / (1 - clip_lower) (0.875 -> 8).
     """
 
+    @staticmethod
+    def provides(params: dict) -> set[str]:  # covey.compat: n = 1 is a single stream (groups of one row)
+        return {"spo_baseline"} | ({"single_rows"} if params.get("n", 1) < 2 else set())
+
     def __init__(self, items: Sequence[dict], seed: int = 0, *, n: int = 1, rho_type: Literal["kl", "constant"] | None = None,
                  rho: float | None = None, eps: float = 0.05, candidates: int | None = None,
                  offline_key: str | None = None, clip_lower: float = 0.875):  # fmt: skip

@@ -15,6 +15,10 @@ UNVERIFIED against the paper ("VADE-style"):
 
 k_i / n_i are the prompt's successes / rollouts this step (`covey.samplers.feedback.row_success`).
 Items drawn since the last `observe` are not drawn again before it (refills get new prompts).
+
+Fidelity (re-read 2026-11-24): reconstructed. No released code was found: the paper points to
+its project page (VADE-RL.github.io); no repository of the authors is in the searchable index. The
+update rules above stay UNVERIFIED.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ so rewards are unchanged. One success releases the prompt. Without exemplars it 
 The sampler has no tokenizer, so a seeded prompt is kept within `max_prompt_chars` characters
 (default: the longest prompt among the items, which all passed the run's token-length check) by
 dropping the least similar exemplars; if none fits the prompt is drawn unseeded (counted).
+
+Fidelity (re-read 2026-11-24): reconstructed. No released code of the authors was found (only
+unnamed third-party reimplementations, not used); the allocation and seeding details stay as
+marked above.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ same tree is grown over token segments (the diffusion part is out of scope):
 
 Each leaf's `tree_path` holds one node id per segment and `extras["segment_tokens"]` the segment
 length, which the `branch_grpo` advantage estimator (`covey.algos.advantages.tree`) needs for its
-reward fusion and depth-wise normalisation (a token of segment d gets its depth-d node's advantage).
+reward fusion and depth-wise normalisation (a token of segment d gets the advantage of the node it
+leads to, and a segment shared by several leaves is trained once, as the released code's
+transitions: Fredreic1849/BranchGRPO @ 19fbb9fc92ad1857212f3b664d6e9ff80c8b3804).
 A root whose paths end before it reaches `width` leaves has fewer leaves (no fallback: groups may
 differ in size; with answers of a few tokens use a short `segment_tokens` so the tree widens in time). The paper's width/depth pruning of the backward pass is not implemented.
 """
@@ -38,6 +40,7 @@ class BranchStrategy:
     """
 
     engine_protocols = (ForkingEngine,)
+    provides = ("tree_path", "segment_tokens")  # covey.compat
 
     def __init__(self, *, segment_tokens: int = 16, branch_factor: int = 2, branch_depths: list[int] | None = None):
         if segment_tokens < 1 or branch_factor < 2:

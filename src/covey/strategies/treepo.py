@@ -56,12 +56,17 @@ class TreePO:
 
     segment_tokens: L, tokens decoded per segment before branching (paper 512; CPU-scale 8-32).
     step_width:     W, children per active path and per fallback (paper 2).
-    first_width:    [min, max] root replication, drawn per prompt (paper recipe [2, 8] at n=16).
+    first_width:    [min, max] root replication, drawn per prompt. The recipe's effective value is
+                    [2, 2]: run_treepo_train.sh sets `actor_rollout_ref.tree_random_first_div_max=8`,
+                    but fsdp_workers.py reads `rollout.tree_random_first_div_max` (default -1), so
+                    the first split is tree_fixed_step_div = 2 (multimodal-art-projection/TreePO @
+                    f05552394e734ea2838cf9e3b8191f5093319dcf).
     max_depth:      segments per path (default ceil(max_new_tokens / segment_tokens)).
     fallback:       re-grow roots that ended with fewer than n leaves.
     """
 
     engine_protocols = (ForkingEngine,)
+    provides = ("tree_path",)  # covey.compat
 
     def __init__(self, *, segment_tokens: int = 16, step_width: int = 2, first_width: tuple[int, int] = (2, 2),
                  max_depth: int | None = None, fallback: bool = True):  # fmt: skip

@@ -15,6 +15,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from covey.compat import check_combination
 from covey.algos.presets import AlgoConfig, resolve_algo
 from covey.rewards import RewardSpec
 
@@ -339,6 +340,7 @@ class RunConfig(_Strict):
             except PluginError as e:
                 raise ValueError(f"{key}: {e}") from None
         check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
+        check_combination(self)  # sampler x strategy x advantage: covey.compat
         return self
 
     @model_validator(mode="after")
@@ -348,11 +350,6 @@ class RunConfig(_Strict):
             raise ValueError(
                 f"optim.mini_batches={self.optim.mini_batches} must divide the batch of "
                 f"rollout.prompts_per_step*rollout.group_size = {n} rows"
-            )
-        mb = self.optim.micro_batch_size
-        if mb is not None and mb > n // self.optim.mini_batches:
-            raise ValueError(
-                f"optim.micro_batch_size={mb} is larger than a mini-batch ({n // self.optim.mini_batches} rows)"
             )
         if self.eval.every and not self.eval.size:
             raise ValueError(f"eval.every={self.eval.every} evaluates nothing because eval.size is 0: "

@@ -173,6 +173,9 @@ class Trainer:
                                     "train/skipped_step": 1.0}  # fmt: skip
         batch, m = self.strategy.rollout(items, ctx)
         metrics.update(m)
+        if len(batch) == 0:  # the strategy skipped the step (DARS: no prompt left after its filter)
+            return batch, {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
+                           "train/skipped_step": 1.0}  # fmt: skip
         if batch.rewards is None:
             metrics.update(score(batch))
         elapsed = time.perf_counter() - t

@@ -214,7 +214,7 @@ def result(
         vals = a[keep > 0]
         row_signal = (a.abs() > ZERO_TOL) & (keep > 0)
     else:
-        m = batch.completion_mask.to(F64) * keep[:, None]
+        m = batch.completion_mask.to(F64) * (keep if keep.dim() == 2 else keep[:, None])
         vals = a[m > 0]
         row_signal = ((a.abs() > ZERO_TOL) & (m > 0)).any(-1)
     out = {

@@ -43,7 +43,7 @@ def egae(values: Tensor, reward: float, finished: bool, *, gamma: float = 1.0, l
     return adv
 
 
-@register_advantage("tppo", paper="Truncated Proximal Policy Optimization", arxiv="2506.15050")
+@register_advantage("tppo", paper="Truncated Proximal Policy Optimization", arxiv="2506.15050", requires=("tppo_advantages",))
 def tppo(batch: Rollouts) -> AdvantageResult:
     """T-PPO's Extended GAE advantages ([N, T]), computed by the `tppo` rollout strategy (its value
     head and per-token values) and stored in `batch.extras["tppo_advantages"]`."""

@@ -20,7 +20,7 @@ from covey.rollouts import Rollouts, RolloutsError
 __all__ = ["spo"]
 
 
-@register_advantage("spo", paper="Single-stream Policy Optimization", arxiv="2509.13232")
+@register_advantage("spo", paper="Single-stream Policy Optimization", arxiv="2509.13232", requires=("spo_baseline",))
 def spo(batch: Rollouts, *, eps: NonNegFloat = 1e-8, normalise: bool = True) -> AdvantageResult:
     """A = r - baseline, then (A - mean) / (std + eps) over the batch (``normalise=False``: skip it).
 
