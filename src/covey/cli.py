@@ -22,14 +22,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "your input is wrong" (a message, exit 2), not "covey has a bug" (traceback)."""
     from pydantic import ValidationError
 
-    from covey.algos.registry import ComponentError
-    from covey.plugins import PluginError
+    from covey.registry import RegistryError
     from covey.rewards.runner import RewardFailure
     from covey.train.checkpoint import WriteError
     from covey.train.config import ConfigError
     from covey.train.runlock import RunLocked
 
-    return (ConfigError, PluginError, ComponentError, ValidationError, FileNotFoundError, FileExistsError,
+    return (ConfigError, RegistryError, ValidationError, FileNotFoundError, FileExistsError,
             NotADirectoryError, PermissionError, WriteError, RunLocked, RewardFailure)  # fmt: skip
 
 
@@ -173,8 +172,7 @@ def algos():
 
     for kind, registry in (("sampler", SAMPLERS), ("rollout strategy", STRATEGIES), ("engine", ENGINES)):
         for name in sorted(registry):
-            doc = (registry[name].__doc__ or "").strip().splitlines()
-            table.add_row(kind, name, doc[0] if doc else "", "", "")
+            table.add_row(kind, name, registry[name].summary, "", "")
     Console(width=200).print(table)
 
 
@@ -184,7 +182,7 @@ def tasks():
     from covey.tasks import TASKS
 
     for name in sorted(TASKS):
-        typer.echo(f"{name}: {getattr(TASKS[name], '__doc__', '') and TASKS[name].__doc__.strip().splitlines()[0]}")
+        typer.echo(f"{name}: {TASKS[name].summary}")
 
 
 @app.command("eval")

@@ -85,8 +85,8 @@ def test_zero_kl_coef_is_inactive():
 def test_values_are_coerced_and_bound_functions_use_them():
     cfg = resolve_algo({"preset": "grpo", "surrogate": {"eps_high": "0.3"}})
     assert cfg.surrogate.params["eps_high"] == 0.3
-    assert cfg.bind("surrogate").component is SURROGATES["ppo_clip"]
-    assert cfg.bind("aggregation").component is AGGREGATIONS["seq-mean-token-mean"]
+    assert cfg.bind("surrogate").entry is SURROGATES["ppo_clip"]
+    assert cfg.bind("aggregation").entry is AGGREGATIONS["seq-mean-token-mean"]
 
 
 def test_dhpo_entropy_requirement_is_reported():
@@ -137,7 +137,7 @@ def test_mc_grpo_samples_one_extra_rollout():
 
 def test_import_path_component_is_accepted():
     cfg = resolve_algo({"aggregation": "covey.algos.aggregation:token_mean"})
-    assert cfg.bind("aggregation").component.name == "covey.algos.aggregation:token_mean"
+    assert cfg.bind("aggregation").entry.name == "covey.algos.aggregation:token_mean"
 
 
 def test_algo_config_passes_through():

@@ -20,9 +20,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES, Registry
+from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
+from covey.registry import Registry, Spec
 
-__all__ = ["PRESETS", "AlgoConfig", "ComponentSpec", "KLSpec", "OverlongSpec", "resolve_algo"]
+__all__ = ["PRESETS", "AlgoConfig", "KLSpec", "OverlongSpec", "resolve_algo"]
 
 DEFAULT_PRESET = "grpo"
 
@@ -116,33 +117,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 # ---------------------------------------------------------------------------- typed config
-class ComponentSpec(BaseModel):
-    """One component: `name` (registered name or ``package.module:function``) plus its parameters.
-
-    Every key other than the declared fields is a parameter of the component and is validated
-    against its function's keyword-only arguments. A bare string is accepted as ``{"name": ...}``.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The component's parameters (the extra keys)."""
-        return dict(self.model_extra or {})
-
-    def bind(self, registry: Registry) -> Callable[..., Any]:
-        """The registered function with these parameters bound."""
-        return registry.get(self.name).bind(self.params)
-
-
-class KLSpec(ComponentSpec):
+class KLSpec(Spec):
     """KL to the reference policy: estimator `name`, weight `coef`, and where it acts.
 
     mode="loss":   loss += coef * aggregation(kl_tok) (verl use_kl_loss; GRPO paper).
@@ -151,6 +126,8 @@ class KLSpec(ComponentSpec):
     """
 
     name: str = "low_var_kl"
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Parameters of the estimator (flat keys other than coef and mode are read as these)."""
     coef: float = Field(0.0, ge=0.0)
     mode: Literal["loss", "reward"] = "loss"
 
@@ -206,12 +183,12 @@ class AlgoConfig(_Strict):
 
     preset: str | None = None
     """Name of the preset this config started from (informational once resolved)."""
-    advantage: ComponentSpec
-    surrogate: ComponentSpec
-    aggregation: ComponentSpec
+    advantage: Spec
+    surrogate: Spec
+    aggregation: Spec
     kl: KLSpec | None = None
     """KL to a reference policy; None (or coef 0) = no reference model."""
-    correction: ComponentSpec | None = None
+    correction: Spec | None = None
     """Importance correction (tis, mis, decoupled) multiplying the surrogate's per-token loss."""
     entropy_coef: float = 0.0
     """loss += -entropy_coef * aggregation(H); > 0 rewards entropy."""
@@ -234,10 +211,10 @@ class AlgoConfig(_Strict):
                 validated = registry.get(spec.name).validate_params(spec.params)
             except ValueError as e:
                 raise ValueError(f"algo.{axis}: {e}") from None
-            spec.__pydantic_extra__.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
+            spec.params.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
         return self
 
-    def active(self) -> dict[str, ComponentSpec]:
+    def active(self) -> dict[str, Spec]:
         """The axes in use: always advantage/surrogate/aggregation; kl when coef > 0; correction when set."""
         out = {axis: getattr(self, axis) for axis in _AXES if getattr(self, axis) is not None}
         if self.kl is not None and self.kl.coef == 0.0:
@@ -249,7 +226,7 @@ class AlgoConfig(_Strict):
         if axis not in _AXES:
             raise ValueError(f"unknown axis {axis!r}; axes are {', '.join(_AXES)}")
         spec = self.active().get(axis)
-        return None if spec is None else spec.bind(_AXES[axis])
+        return None if spec is None else _AXES[axis].get(spec.name).bind(spec.params)
 
     def requires(self) -> set[str]:
         """Optional Rollouts fields the active components read (e.g. "ref_logprobs", "entropies")."""
@@ -257,12 +234,12 @@ class AlgoConfig(_Strict):
 
 
 # ---------------------------------------------------------------------------- resolution
-_SPEC_TYPES: dict[str, type[ComponentSpec]] = {
-    "advantage": ComponentSpec,
-    "surrogate": ComponentSpec,
-    "aggregation": ComponentSpec,
+_SPEC_TYPES: dict[str, type[Spec]] = {
+    "advantage": Spec,
+    "surrogate": Spec,
+    "aggregation": Spec,
     "kl": KLSpec,
-    "correction": ComponentSpec,
+    "correction": Spec,
 }
 
 
@@ -270,12 +247,27 @@ def _merge_component(axis: str, base: Any, user: Any) -> Any:
     """User settings over the preset's for one component; a new `name` drops the old component's params."""
     if user is None or not isinstance(user, (str, Mapping)):
         return user  # None removes the component; anything else is left for validation to report
-    user = {"name": user} if isinstance(user, str) else dict(user)
-    base = dict(base or {})
+    user, base = _flat(user), _flat(base or {})
     if "name" in user and user["name"] != base.get("name"):
-        own_fields = set(_SPEC_TYPES[axis].model_fields) - {"name"}  # e.g. KL's coef/mode survive
+        own_fields = set(_SPEC_TYPES[axis].model_fields) - {"name", "params"}  # e.g. KL's coef/mode survive
         base = {k: v for k, v in base.items() if k in own_fields}
     return {**base, **user}
+
+
+def _flat(spec: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A component in the flat form `{name, key: value}` (a bare name, or nested `params:` lifted)."""
+    if isinstance(spec, str):
+        return {"name": spec}
+    out = dict(spec)
+    nested = out.pop("params", None)
+    if isinstance(nested, Mapping):
+        clash = sorted(set(nested) & set(out))
+        if clash:
+            raise ValueError(f"parameter(s) {clash} given both as keys and under params")
+        return {**out, **nested}
+    if nested is not None:
+        out["params"] = nested  # not a mapping: validation reports it
+    return out
 
 
 def _merge(base: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from covey.engine.base import Engine, SamplingParams
-from covey.plugins import PluginRegistry
+from covey.registry import Registry
 from covey.rollouts import Rollouts
 
 __all__ = ["STRATEGIES", "RolloutContext", "RolloutStrategy", "register_strategy"]
@@ -59,5 +59,5 @@ class RolloutStrategy(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-STRATEGIES = PluginRegistry("rollout strategy", RolloutStrategy, context=())
+STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy)
 register_strategy = STRATEGIES.register

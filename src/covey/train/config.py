@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from covey.algos.presets import AlgoConfig, resolve_algo
+from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
 
 __all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
@@ -58,9 +59,12 @@ class ModelConfig(_Strict):
         return str(p.resolve()) if p.is_dir() else v
 
 
-class TaskConfig(_Strict):
+class TaskConfig(Spec):
+    """The task (`covey.tasks.TASKS`): a registered name or ``package.module:Task``, its parameters
+    (flat keys or under ``params:``; a parameter named like a field below goes under ``params:``)."""
+
     name: str = "arithmetic"
-    """A registered task (`covey tasks`): arithmetic, countdown, gsm8k, math500, mbpp, humaneval."""
+    """A registered task (`covey list`): arithmetic, countdown, gsm8k, math500, mbpp, humaneval, dataset."""
     params: dict[str, Any] = {}
     """Keyword arguments of the task (e.g. digits, operands, path)."""
     split: str = "train"
@@ -92,36 +96,19 @@ class SamplingConfig(_Strict):
     """Never stop at EOS: every completion is max_new_tokens long (benchmarks; stop_strings still apply)."""
 
 
-class PluginSpec(BaseModel):
-    """A runtime plugin: `name` (registered, or ``package.module:Name``) plus its parameters as the
-    other keys. A bare string is accepted as ``{name: ...}``."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
-class SamplerSpec(PluginSpec):
+class SamplerSpec(Spec):
     """`covey.samplers.SAMPLERS`: uniform (default), or your own ``package.module:Class``."""
 
     name: str = "uniform"
 
 
-class StrategySpec(PluginSpec):
+class StrategySpec(Spec):
     """`covey.strategies.STRATEGIES`: group (default), dynamic, or your own ``package.module:Class``."""
 
     name: str = "group"
 
 
-class EngineSpec(PluginSpec):
+class EngineSpec(Spec):
     """`covey.engine.ENGINES`: torch (default; params dtype, max_rows, ...), or ``package.module:Class``."""
 
     name: str = "torch"
@@ -321,9 +308,8 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
-        from covey.samplers import SAMPLERS
         from covey.engine import ENGINES
-        from covey.plugins import PluginError
+        from covey.samplers import SAMPLERS
         from covey.strategies import STRATEGIES
 
         for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
@@ -333,7 +319,7 @@ class RunConfig(_Strict):
                 if key == "rollout.strategy" and spec.name == "dynamic":
                     inner = spec.params.get("inner", "group")
                     STRATEGIES.check_params(inner, spec.params.get("inner_params") or {})
-            except PluginError as e:
+            except RegistryError as e:
                 raise ValueError(f"{key}: {e}") from None
         return self
 
