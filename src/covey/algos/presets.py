@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
 from covey.registry import Registry, Spec
 
-__all__ = ["PRESETS", "AlgoConfig", "KLSpec", "OverlongSpec", "resolve_algo"]
+__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "OverlongSpec", "apply_sampler_preset", "resolve_algo",
+           "sampler_spec", "strategy_spec"]
 
 DEFAULT_PRESET = "grpo"
 
@@ -114,6 +115,123 @@ PRESETS: dict[str, dict[str, Any]] = {
         "aggregation": {"name": "token-mean"},
     },
 }
+
+
+PRESET_NOTES: dict[str, str] = {
+    "grpo": "DeepSeekMath (arXiv 2402.03300): group-normalised advantages, PPO clip, per-token k3 KL (beta 0.04)",
+    "dr_grpo": "Dr. GRPO (arXiv 2503.20783): mean-centred advantages, constant-normalised token sums, no KL (oat code)",
+    "dapo": "DAPO (arXiv 2503.14476): clip-higher 0.28, token mean, soft overlong punishment, dynamic sampling (verl recipe)",
+    "gspo": "GSPO (arXiv 2507.18071): sequence-level ratio clipped at 3e-4 / 4e-4",
+    "cispo": "CISPO (MiniMax-M1, arXiv 2506.13585): clipped IS weight, token mean (verl example)",
+    "sapo": "SAPO (arXiv 2511.20347): soft gate instead of the clip, tau 1.0 / 1.05",
+    "mc_grpo": "MC-GRPO: median baseline from G + 1 samples, the pivot masked; k3 KL 0.04",
+    "gdpo": "GDPO: per-reward group normalisation, then the weighted sum; token mean",
+    "ngrpo": "NGRPO: virtual max-reward sample in all-wrong groups, asymmetric clip 0.16 / 0.24",
+    "dgpo": "DGPO (MathForge): difficulty-weighted group advantages, token mean",
+    "riskpo": "RiskPO: bundle-level risk-seeking advantages, token mean (verl defaults)",
+    "gtpo": "GTPO: entropy-shaped token credit, on-policy REINFORCE",
+    "drpo": "DRPO: the discriminative loss expressed as an advantage, REINFORCE",
+    "luspo": "LUSPO: length-unbiased sequence ratio, clip 2e-3 / 2.5e-3 (TRL)",
+    "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
+}
+"""One line per preset for `covey list` (sources and choices in docs/algorithms.md, "Presets")."""
+
+# ---------------------------------------------------------------------------- sampler presets
+SAMPLER_PRESETS: dict[str, dict[str, Any]] = {
+    "dynamic": {
+        "about": "DAPO dynamic sampling (arXiv 2503.14476) by a sampler name: the dynamic strategy, uniform prompts",
+        "strategy": "dynamic",
+    },
+    "dars": {
+        "about": "DARS (arXiv 2508.13755) by a sampler name: the dars strategy (extra rollouts for hard prompts)",
+        "strategy": "dars",
+    },
+    "dars_b": {
+        # the paper: 3072 prompts, one full-batch update per epoch, 2 epochs (code yangzhch6/DARS); 64
+        # prompts here, a CPU-scale choice
+        "about": "DARS-B (arXiv 2508.13755): dars with breadth, a large prompt batch and full-batch updates",
+        "strategy": "dars",
+        "fill": {"rollout": {"prompts_per_step": 64}, "optim": {"mini_batches": 1, "epochs": 2}},
+    },
+    "brorl": {
+        # BroRL (arXiv 2510.01180, ABSTRACT): the paper's N ~ 512 is UNVERIFIED; 128 here
+        "about": "BroRL (arXiv 2510.01180): many rollouts per prompt with dynamic sampling, micro-batched learner",
+        "fill": {"rollout": {"group_size": 128}, "algo": {"dynamic_sampling": True}, "optim": {"micro_batch_size": 32}},
+    },
+}
+"""Sampling recipes named like samplers but made of other settings (data, applied by
+`apply_sampler_preset`). `strategy`: the rollout strategy the name selects (the sampler's parameters
+become its parameters; prompts are drawn uniformly). `fill`: config keys set wherever the config
+does not set them itself (the user's values win). A preset without a strategy takes no parameters."""
+
+
+def apply_sampler_preset(raw: dict[str, Any]) -> dict[str, Any]:
+    """The raw run config with its sampler preset (if `sampler` names one) written out: the strategy
+    it selects under `rollout.strategy`, its `fill` keys where the config is silent. The sampler keeps
+    the preset's name (it draws uniformly, `sampler_spec`). Applying it twice changes nothing, so a
+    run's saved config.yaml reads back the same."""
+    spec = raw.get("sampler")
+    if not isinstance(spec, (str, Mapping)):
+        return raw
+    sampler = Spec.model_validate(spec)
+    preset = SAMPLER_PRESETS.get(sampler.name)
+    if preset is None:
+        return raw
+    out = dict(raw)
+    out["sampler"] = {"name": sampler.name}
+    if "strategy" in preset:
+        rollout = dict(out.get("rollout") or {})
+        mine = Spec.model_validate(rollout["strategy"]) if rollout.get("strategy") is not None else None
+        if mine is not None and mine.name not in ("group", preset["strategy"]):
+            raise ValueError(f"sampler {sampler.name!r} runs as the rollout strategy {preset['strategy']!r}; it cannot be "
+                             f"combined with rollout.strategy={mine.name!r} (choose one)")  # fmt: skip
+        own = mine.params if mine is not None and mine.name == preset["strategy"] else {}
+        rollout["strategy"] = {"name": preset["strategy"], "params": {**own, **sampler.params}}
+        out["rollout"] = rollout
+    elif sampler.params:
+        keys = ", ".join(_dotted(preset.get("fill", {})))
+        raise ValueError(f"sampler {sampler.name} is a preset and takes no parameters (got {sorted(sampler.params)}); "
+                         f"set the keys it fills instead: {keys}")  # fmt: skip
+    return _fill_defaults(out, preset.get("fill", {}))
+
+
+def sampler_spec(sampler: Spec) -> Spec:
+    """The sampler to build: `sampler`, or `uniform` when it names a sampler preset."""
+    return Spec(name="uniform") if sampler.name in SAMPLER_PRESETS else sampler
+
+
+DYNAMIC_SAMPLING_STRATEGY = "dynamic"
+"""The rollout strategy that implements `algo.dynamic_sampling` (DAPO's group filter and refill)."""
+
+
+def strategy_spec(strategy: Spec, algo: AlgoConfig) -> Spec:
+    """The rollout strategy to build: `strategy`, wrapped in the dynamic-sampling strategy when the
+    algorithm asks for it (`algo.dynamic_sampling`, with `algo.max_gen_batches` rounds)."""
+    if not algo.dynamic_sampling or strategy.name == DYNAMIC_SAMPLING_STRATEGY:
+        return strategy
+    params = {"inner": strategy.name, "inner_params": strategy.params, "max_rounds": algo.max_gen_batches}
+    return Spec(name=DYNAMIC_SAMPLING_STRATEGY, params=params)
+
+
+def _dotted(d: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for k, v in d.items():
+        out += _dotted(v, f"{prefix}{k}.") if isinstance(v, Mapping) else [f"{prefix}{k}"]
+    return out
+
+
+def _fill_defaults(raw: dict[str, Any], preset: Mapping[str, Any]) -> dict[str, Any]:
+    """`raw` with `preset`'s keys added where `raw` has none (nested sections merged)."""
+    out = dict(raw)
+    for key, value in preset.items():
+        mine = out.get(key)
+        if key == "algo" and isinstance(mine, str):  # `algo: dapo` is `algo: {preset: dapo}`
+            mine = {"preset": mine}
+        if mine is None and key not in out:
+            out[key] = copy.deepcopy(value)
+        elif isinstance(value, Mapping) and isinstance(mine, Mapping):
+            out[key] = _fill_defaults(dict(mine), value)
+    return out
 
 
 # ---------------------------------------------------------------------------- typed config

@@ -15,7 +15,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from covey.algos.presets import AlgoConfig, resolve_algo
+from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
 from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
 
@@ -112,42 +112,6 @@ class EngineSpec(Spec):
     """`covey.engine.ENGINES`: torch (default; params dtype, max_rows, ...), or ``package.module:Class``."""
 
     name: str = "torch"
-
-
-SAMPLER_AS_STRATEGY: dict[str, tuple[str, dict[str, Any]]] = {
-    "dynamic": ("dynamic", {}),
-    "dars": ("dars", {}),
-    "dars_b": ("dars", {}),
-}
-"""Sampling methods that must generate again inside a step (refill, extra rollouts for hard prompts)
-live as rollout strategies; `sampler: {name: dars, ...}` selects that strategy with the given
-parameters and draws prompts uniformly. dars_b is DARS with breadth (its preset below)."""
-
-SAMPLER_PRESETS: dict[str, dict[str, Any]] = {
-    # DARS-B (arXiv 2508.13755, code yangzhch6/DARS): a large prompt batch, one full-batch update per
-    # epoch, 2 epochs (the paper: 3072 prompts; 64 here, a CPU-scale choice)
-    "dars_b": {"rollout": {"prompts_per_step": 64}, "optim": {"mini_batches": 1, "epochs": 2}},
-    # BroRL (arXiv 2510.01180, ABSTRACT): hundreds of rollouts per prompt with DAPO-style dynamic
-    # sampling (the paper's N ~ 512 is UNVERIFIED; 128 here), learner memory bounded by micro-batches
-    "brorl": {"rollout": {"group_size": 128}, "algo": {"dynamic_sampling": True}, "optim": {"micro_batch_size": 32}},
-}
-"""Sampling recipes that are settings of other sections: `sampler: {name: brorl}` fills these keys
-wherever the config does not set them itself (the user's values win; `covey config show` shows the
-result). Their samplers draw uniformly (dars_b: through the dars strategy)."""
-
-
-def _fill_defaults(raw: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
-    """`raw` with `preset`'s keys added where `raw` has none (nested sections merged)."""
-    out = dict(raw)
-    for key, value in preset.items():
-        mine = out.get(key)
-        if key == "algo" and isinstance(mine, str):  # `algo: dapo` is `algo: {preset: dapo}`
-            mine = {"preset": mine}
-        if mine is None and key not in out:
-            out[key] = value
-        elif isinstance(value, dict) and isinstance(mine, dict):
-            out[key] = _fill_defaults(mine, value)
-    return out
 
 
 class RolloutConfig(_Strict):
@@ -248,16 +212,7 @@ class RunConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _sampler_preset(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        spec = raw.get("sampler")
-        name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
-        if name not in SAMPLER_PRESETS:
-            return raw
-        if name == "brorl" and isinstance(spec, dict) and set(spec) - {"name"}:
-            raise ValueError(f"sampler brorl is a preset and takes no parameters (got {sorted(set(spec) - {'name'})}); "
-                             f"set the keys it fills instead: rollout.group_size, algo.dynamic_sampling, optim.micro_batch_size")  # fmt: skip
-        return _fill_defaults(raw, SAMPLER_PRESETS[name])
+        return apply_sampler_preset(raw) if isinstance(raw, dict) else raw
 
     @field_validator("algo", mode="before")
     @classmethod
@@ -273,25 +228,13 @@ class RunConfig(_Strict):
 
         return check_device(v)
 
-    def sampler_spec(self) -> SamplerSpec:
-        """The sampler to build: `sampler`, or `uniform` when the named method is a rollout strategy."""
-        plain = self.sampler.name in SAMPLER_AS_STRATEGY or self.sampler.name in SAMPLER_PRESETS
-        return SamplerSpec(name="uniform") if plain else self.sampler
+    def sampler_spec(self) -> Spec:
+        """The sampler to build: `sampler`, or `uniform` when it names a sampler preset."""
+        return sampler_spec(self.sampler)
 
-    def strategy_spec(self) -> StrategySpec:
-        """The rollout strategy to build: `rollout.strategy` (or the strategy a sampler name stands for,
-        `SAMPLER_AS_STRATEGY`), wrapped in `dynamic` when the algorithm asks for DAPO dynamic sampling
-        (`algo.dynamic_sampling`)."""
-        s = self.rollout.strategy
-        if self.sampler.name in SAMPLER_AS_STRATEGY:
-            name, defaults = SAMPLER_AS_STRATEGY[self.sampler.name]
-            if s.name != "group":
-                raise ValueError(f"sampler {self.sampler.name!r} runs as the rollout strategy {name!r}; it cannot be combined "
-                                 f"with rollout.strategy={s.name!r} (choose one)")  # fmt: skip
-            s = StrategySpec(name=name, **{**defaults, **self.sampler.params})
-        if not self.algo.dynamic_sampling or s.name == "dynamic":
-            return s
-        return StrategySpec(name="dynamic", inner=s.name, inner_params=s.params, max_rounds=self.algo.max_gen_batches)
+    def strategy_spec(self) -> Spec:
+        """The rollout strategy to build: `rollout.strategy`, wrapped for `algo.dynamic_sampling`."""
+        return strategy_spec(self.rollout.strategy, self.algo)
 
     def resolved_device(self) -> str:
         from covey.devices import resolve_device
@@ -312,15 +255,16 @@ class RunConfig(_Strict):
         from covey.samplers import SAMPLERS
         from covey.strategies import STRATEGIES
 
-        for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
-                                    ("engine", ENGINES, self.engine)):  # fmt: skip
+        for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("engine", ENGINES, self.engine)):
             try:
                 registry.check_params(spec.name, spec.params)
-                if key == "rollout.strategy" and spec.name == "dynamic":
-                    inner = spec.params.get("inner", "group")
-                    STRATEGIES.check_params(inner, spec.params.get("inner_params") or {})
             except RegistryError as e:
                 raise ValueError(f"{key}: {e}") from None
+        spec = self.strategy_spec()
+        try:  # built now (cheap, no context): a strategy that wraps another (dynamic) checks its inner one
+            STRATEGIES.build(spec.name, spec.params)
+        except ValueError as e:  # a RegistryError, or the strategy's own check of its parameters
+            raise ValueError(f"rollout.strategy: {e}") from None
         return self
 
     @model_validator(mode="after")
