@@ -73,7 +73,7 @@ class BranchStrategy:
         leaves.sort(key=lambda r: r.payload)
         groups = [r.payload[0] for r in leaves]
         batch = rows_to_batch(leaves, [items[g] for g in groups], groups, ctx.engine.pad_token_id, paths=True)
-        batch.extras["segment_tokens"] = self.L
+        batch.segment_tokens = self.L
         return batch, {
             "tree/leaves": float(len(leaves)),
             "tree/decoded_tokens": float(dec.decoded),

@@ -121,13 +121,13 @@ def branch_grpo(
     fusion "uniform": plain mean over the node's leaves; "path_prob": leaves weighted by the probability
     of their path below the node, exp(sum of behaviour log-probs after the node) normalised (the
     project page's "path-probability weighting"; exact form UNVERIFIED). Segment length from
-    `batch.extras["segment_tokens"]` (set by the `branch` strategy). Nodes are counted once per
+    `batch.segment_tokens` (set by the `branch` strategy). Nodes are counted once per
     depth (not once per leaf). A depth with a single node gets A = 0 there.
     """
     paths = _paths(batch, "branch_grpo")
-    seg = batch.extras.get("segment_tokens")
-    if not isinstance(seg, int) or seg < 1:
-        raise RolloutsError("branch_grpo needs batch.extras['segment_tokens'] (set by rollout.strategy branch)")
+    seg = batch.segment_tokens
+    if seg is None:
+        raise RolloutsError("branch_grpo needs batch.segment_tokens (set by rollout.strategy branch)")
     g = groups_of(batch)
     r = scalar_rewards(batch).tolist()
     gi = g.index.tolist()
