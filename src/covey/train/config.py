@@ -268,6 +268,17 @@ class RunConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _check_reward_columns(self) -> "RunConfig":
+        """One name per reward column, one column per penalty (`covey.rewards.scoring.check_reward_columns`)."""
+        from covey.rewards.scoring import check_reward_columns
+
+        try:
+            check_reward_columns(self.rewards, self.algo, self.sampling.max_new_tokens)
+        except RegistryError as e:  # an unknown reward name: say where
+            raise ValueError(f"rewards: {e}") from None
+        return self
+
+    @model_validator(mode="after")
     def _check_combinations(self) -> "RunConfig":
         n = self.rollout.prompts_per_step * self.rollout.group_size
         if n % self.optim.mini_batches:
