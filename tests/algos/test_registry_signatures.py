@@ -12,7 +12,7 @@ import torch
 from _make import rollouts
 from covey.algos import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
 from covey.registry import RegistryError
-from covey.algos.registry import AdvantageResult, CorrectionInputs, LossInputs
+from covey.algos.registry import AdvantageResult, BatchTotals, CorrectionInputs, LossInputs
 from covey.rollouts import RolloutsError
 
 USER_MODULE = '''
@@ -54,11 +54,15 @@ def sur_wrong_shape(inp):
 def sur_ok(inp, *, scale: float = 1.0):
     return (-(scale * inp.logp * inp.advantages), {})
 def agg_vector(loss_tok, mask, totals):
-    return (loss_tok * mask).sum(-1)
-def kl_one_input(logp):
-    return logp
-def kl_row(logp, ref_logp):
-    return (logp - ref_logp).sum(-1)
+    return (loss_tok * mask).sum(-1), {}
+def kl_two_inputs(logp, ref_logp):
+    return logp - ref_logp, {}
+def kl_row(logp, ref_logp, mask):
+    return (logp - ref_logp).sum(-1), {}
+def kl_tensor_only(logp, ref_logp, mask):
+    return logp - ref_logp
+def agg_no_metrics(loss_tok, mask, totals):
+    return (loss_tok * mask).sum()
 def corr_bad(inp):
     return (inp.mask[:, :1], {})
 '''
@@ -81,7 +85,7 @@ def um(tmp_path_factory):
         (ADVANTAGES, "adv_two_inputs", r"takes 1 positional input"),
         (ADVANTAGES, "adv_param_without_default", r"parameter 'scale' needs a default"),
         (SURROGATES, "sur_three", r"surrogate 'user_components:sur_three' has signature \(logp, old_logp, advantages\)"),
-        (KL_ESTIMATORS, "kl_one_input", r"takes 2 positional input"),
+        (KL_ESTIMATORS, "kl_two_inputs", r"takes 3 positional input\(s\) \(logp, ref_logp, mask\)"),
     ],
 )
 def test_wrong_signature_is_a_component_error_at_lookup(um, registry, fn, message):
@@ -129,8 +133,13 @@ def _loss_inputs(n=3, t=5) -> LossInputs:
     [
         (SURROGATES, "sur_tensor_only", lambda: (_loss_inputs(),), r"returned a Tensor; it must return \(loss_tok \[N,T\]"),
         (SURROGATES, "sur_wrong_shape", lambda: (_loss_inputs(),), r"returned loss_tok of shape \(3,\) \(expected \(3, 5\)\)"),
-        (AGGREGATIONS, "agg_vector", lambda: (torch.ones(3, 5), torch.ones(3, 5), None), r"returned a Tensor of shape \(3,\)"),
-        (KL_ESTIMATORS, "kl_row", lambda: (torch.zeros(3, 5), torch.zeros(3, 5)), r"returned kl_tok of shape \(3,\) \(expected \(3, 5\)\)"),
+        (AGGREGATIONS, "agg_vector", lambda: (torch.ones(3, 5), torch.ones(3, 5), None), r"returned a loss of shape \(3,\)"),
+        (AGGREGATIONS, "agg_no_metrics", lambda: (torch.ones(3, 5), torch.ones(3, 5), None),
+         r"returned a Tensor of shape \(\); it must return \(a scalar \(0-dim\) tensor, metrics dict\)"),
+        (KL_ESTIMATORS, "kl_row", lambda: (torch.zeros(3, 5), torch.zeros(3, 5), torch.ones(3, 5)),
+         r"returned kl_tok of shape \(3,\) \(expected \(3, 5\)\)"),
+        (KL_ESTIMATORS, "kl_tensor_only", lambda: (torch.zeros(3, 5), torch.zeros(3, 5), torch.ones(3, 5)),
+         r"returned a Tensor; it must return \(kl_tok \[N,T\] tensor, metrics dict\)"),
         (CORRECTIONS, "corr_bad", lambda: (CorrectionInputs(torch.zeros(3, 5), torch.zeros(3, 5), torch.ones(3, 5)),),
          r"returned weight_tok of shape \(3, 1\) \(expected \(3, 5\)\)"),
     ],
@@ -160,7 +169,10 @@ def test_builtin_components_pass_their_return_checks():
     for name in SURROGATES:
         SURROGATES[name].bind({})(inp)
     for name in KL_ESTIMATORS:
-        KL_ESTIMATORS[name].bind({})(inp.logp, inp.old_logp - 0.1)
+        _, metrics = KL_ESTIMATORS[name].bind({})(inp.logp, inp.old_logp - 0.1, inp.mask)
+        assert metrics["kl/mean"] > 0, name
+    for name in AGGREGATIONS:
+        AGGREGATIONS[name].bind({})(inp.logp, inp.mask, BatchTotals(15.0, 3.0, 5))
 
 
 def _singleton_groups():

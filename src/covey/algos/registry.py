@@ -1,20 +1,21 @@
-"""Registries: one read-only mapping per algorithm axis, filled by decorators.
+"""Registries: one read-only mapping per algorithm axis (a `covey.registry.Registry`), filled by decorators.
 
 A component is a plain function. Its tunable parameters are its keyword-only arguments (after `*`);
 their defaults are the documented defaults, and a pydantic model built from the signature validates
 configuration values before any model is loaded. Configuration names a component by its registered
 name or by an import path ``package.module:function`` (user code, no covey edit needed).
 
-Uniform signatures, one per axis (shapes: N rows, T tokens, K rewards):
+Uniform signatures, one per axis (shapes: N rows, T tokens, K rewards); every axis returns its value
+and its metrics (a dict of floats the learner or trainer only gathers into the step's metrics):
 
   ADVANTAGES      fn(batch: Rollouts, *, **params) -> AdvantageResult
                   reads batch.rewards / group / masks (and whatever else the method needs);
                   returns advantages [N] or [N, T], metrics, optional sample_mask [N].
   SURROGATES      fn(inp: LossInputs, *, **params) -> (loss_tok [N, T], metrics)
                   per-token loss to *minimise*, before masking and reduction.
-  AGGREGATIONS    fn(loss_tok [N, T], mask [N, T], totals: BatchTotals, *, **params) -> scalar
+  AGGREGATIONS    fn(loss_tok [N, T], mask [N, T], totals: BatchTotals, *, **params) -> (scalar, metrics)
                   reduces with counts of the *whole* batch so micro-batches add up to it.
-  KL_ESTIMATORS   fn(logp [N, T], ref_logp [N, T], *, **params) -> kl_tok [N, T]
+  KL_ESTIMATORS   fn(logp [N, T], ref_logp [N, T], mask [N, T], *, **params) -> (kl_tok [N, T], metrics)
   CORRECTIONS     fn(inp: CorrectionInputs, *, **params) -> (weight_tok [N, T], metrics)
                   detached per-token multipliers of the surrogate loss (0 masks a token).
 """
@@ -92,7 +93,7 @@ def _tensor_like(what: str, x, want: tuple[int, ...] | None) -> str | None:
 
 
 def _pair(name: str, like: Callable[[tuple], Any]) -> Callable[[Any, tuple], str | None]:
-    """(tensor shaped like `like(args)`, metrics dict): surrogates and corrections."""
+    """(tensor shaped like `like(args)`, metrics dict): surrogates, corrections, KL estimators."""
 
     def check(x, args) -> str | None:
         if not (isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], Tensor)):
@@ -121,14 +122,11 @@ def _advantage(x, args) -> str | None:
 
 
 def _scalar(x, args) -> str | None:
-    if isinstance(x, Tensor) and x.dim() == 0:
-        return None
-    return f"a {type(x).__name__}" + (f" of shape {_shape(x)}" if isinstance(x, Tensor) else "")
-
-
-def _kl(x, args) -> str | None:
-    ref = args[0] if args and isinstance(args[0], Tensor) else None
-    return _tensor_like("kl_tok", x, None if ref is None else _shape(ref)) if isinstance(x, Tensor) else f"a {type(x).__name__}"
+    if not (isinstance(x, tuple) and len(x) == 2):
+        return f"a {type(x).__name__}" + (f" of shape {_shape(x)}" if isinstance(x, Tensor) else "")
+    if not (isinstance(x[0], Tensor) and x[0].dim() == 0):
+        return "a loss " + (f"of shape {_shape(x[0])}" if isinstance(x[0], Tensor) else f"of type {type(x[0]).__name__}")
+    return None if isinstance(x[1], dict) else f"metrics of type {type(x[1]).__name__}"
 
 
 _RETURNS: dict[str, Callable[[Any, tuple], str | None]] = {
@@ -136,14 +134,14 @@ _RETURNS: dict[str, Callable[[Any, tuple], str | None]] = {
     "surrogate": _pair("loss_tok", lambda args: getattr(args[0], "logp", None) if args else None),
     "correction": _pair("weight_tok", lambda args: getattr(args[0], "mask", None) if args else None),
     "aggregation": _scalar,
-    "kl": _kl,
+    "kl": _pair("kl_tok", lambda args: args[0] if args else None),
 }
 _RETURN_DOC = {
     "advantage": "AdvantageResult(advantages [N] or [N,T] tensor, metrics dict, sample_mask or None)",
     "surrogate": "(loss_tok [N,T] tensor, metrics dict)",
     "correction": "(weight_tok [N,T] tensor, metrics dict)",
-    "aggregation": "a scalar (0-dim) tensor",
-    "kl": "a [N,T] tensor",
+    "aggregation": "(a scalar (0-dim) tensor, metrics dict)",
+    "kl": "(kl_tok [N,T] tensor, metrics dict)",
 }
 
 
@@ -155,8 +153,9 @@ def _axis(kind: str, context: tuple[str, ...], signature: str) -> Registry:
 ADVANTAGES = _axis("advantage", ("batch",), "fn(batch: Rollouts, *, **params) -> AdvantageResult")
 SURROGATES = _axis("surrogate", ("inp",), "fn(inp: LossInputs, *, **params) -> (loss_tok[N,T], metrics)")
 AGGREGATIONS = _axis("aggregation", ("loss_tok", "mask", "totals"),
-                     "fn(loss_tok[N,T], mask[N,T], totals: BatchTotals, *, **params) -> scalar")  # fmt: skip
-KL_ESTIMATORS = _axis("kl", ("logp", "ref_logp"), "fn(logp[N,T], ref_logp[N,T], *, **params) -> kl_tok[N,T]")
+                     "fn(loss_tok[N,T], mask[N,T], totals: BatchTotals, *, **params) -> (scalar, metrics)")  # fmt: skip
+KL_ESTIMATORS = _axis("kl", ("logp", "ref_logp", "mask"),
+                      "fn(logp[N,T], ref_logp[N,T], mask[N,T], *, **params) -> (kl_tok[N,T], metrics)")  # fmt: skip
 CORRECTIONS = _axis("correction", ("inp",), "fn(inp: CorrectionInputs, *, **params) -> (weight_tok[N,T], metrics)")
 
 register_advantage = ADVANTAGES.register

@@ -61,7 +61,7 @@ class KLRewardPenalty:
 
     def __call__(self, batch: Rollouts) -> Tensor:
         self.fill_ref(batch)
-        kl_tok = self.estimator(batch.behaviour_logprobs, batch.ref_logprobs)
+        kl_tok, _ = self.estimator(batch.behaviour_logprobs, batch.ref_logprobs, batch.completion_mask)
         return -kl_reward_penalty(kl_tok, batch.completion_mask, self.coef).float()
 
 
