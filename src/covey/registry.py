@@ -25,6 +25,7 @@ a bare string (``"grpo"``), flat keys (``{name: ppo_clip, eps_high: 0.28}``) and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -141,7 +142,7 @@ class Entry:
         positional = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         return [p for p in positional[n:] if p.kind is not p.POSITIONAL_ONLY] + [p for p in ps if p.kind is p.KEYWORD_ONLY]
 
-    @property
+    @functools.cached_property
     def params_model(self) -> type[BaseModel] | None:
         """A pydantic model of the user parameters (None when the entry takes ``**kwargs``)."""
         ps = self._user_params()
