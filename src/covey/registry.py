@@ -9,11 +9,11 @@ advantage estimator's batch, ...); the parameters after them are the user's, che
 signature (names, and values against their annotations with pydantic) when the config is read,
 before any model loads.
 
-    @SAMPLERS.register("uniform")
-    class UniformSampler(BaseSampler):
-        def __init__(self, items, seed=0, *, shuffle=True): ...
+    @SAMPLERS.register("vade")
+    class VADESampler(BaseSampler):
+        def __init__(self, items, seed=0, *, a0: float = 1.0, ...): ...
 
-    SAMPLERS.build("uniform", {"shuffle": False}, items, seed)     # a built object
+    SAMPLERS.build("vade", {"a0": 2.0}, items, seed)               # a built object
     ADVANTAGES.get("grpo").bind({"eps": 1e-6})(batch)              # a bound function
 
 Every mistake is a `RegistryError` (a ValueError; the CLI prints it as ``error: ...``, exit 2).

@@ -171,9 +171,9 @@ def apply_sampler_preset(raw: dict[str, Any]) -> dict[str, Any]:
     the preset's name (it draws uniformly, `sampler_spec`). Applying it twice changes nothing, so a
     run's saved config.yaml reads back the same."""
     spec = raw.get("sampler")
-    if not isinstance(spec, (str, Mapping)):
-        return raw
-    sampler = Spec.model_validate(spec)
+    if not isinstance(spec, (str, Mapping, Spec)):
+        return raw  # nothing to expand (or not a spec: validation reports it)
+    sampler = Spec.model_validate(spec if not isinstance(spec, Spec) else spec.model_dump())
     preset = SAMPLER_PRESETS.get(sampler.name)
     if preset is None:
         return raw
@@ -181,7 +181,8 @@ def apply_sampler_preset(raw: dict[str, Any]) -> dict[str, Any]:
     out["sampler"] = {"name": sampler.name}
     if "strategy" in preset:
         rollout = dict(out.get("rollout") or {})
-        mine = Spec.model_validate(rollout["strategy"]) if rollout.get("strategy") is not None else None
+        mine = rollout.get("strategy")
+        mine = Spec.model_validate(mine.model_dump() if isinstance(mine, Spec) else mine) if mine is not None else None
         if mine is not None and mine.name not in ("group", preset["strategy"]):
             raise ValueError(f"sampler {sampler.name!r} runs as the rollout strategy {preset['strategy']!r}; it cannot be "
                              f"combined with rollout.strategy={mine.name!r} (choose one)")  # fmt: skip
