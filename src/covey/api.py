@@ -140,7 +140,7 @@ class GRPOTrainer:
         task = None
         if train_dataset is not None:
             task, task_cfg = _dataset_task(train_dataset, eval_dataset, dataset_params)
-            kept = {k: v for k, v in raw.get("task", {}).items() if k not in ("name", "params")}  # splits
+            kept = {k: v for k, v in raw.get("task", {}).items() if k in ("split", "eval_split", "on_long_prompt")}  # not the old task's params
             raw = {**raw, "task": {**kept, **task_cfg}}
             if eval_dataset is not None and getattr(task, "reward", None) is None:
                 raise ValueError(f"eval_dataset is scored with the final-answer check, which needs an "

@@ -1,4 +1,4 @@
-"""`covey` command line: train, eval, sft, plot, algos, tasks, config, bench, models."""
+"""`covey` command line: train, eval, sft, plot, list (algos, tasks), config, bench, models."""
 
 from __future__ import annotations
 
@@ -22,14 +22,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "your input is wrong" (a message, exit 2), not "covey has a bug" (traceback)."""
     from pydantic import ValidationError
 
-    from covey.algos.registry import ComponentError
-    from covey.plugins import PluginError
+    from covey.registry import RegistryError
     from covey.rewards.runner import RewardFailure
     from covey.train.checkpoint import WriteError
     from covey.train.config import ConfigError
     from covey.train.runlock import RunLocked
 
-    return (ConfigError, PluginError, ComponentError, ValidationError, FileNotFoundError, FileExistsError,
+    return (ConfigError, RegistryError, ValidationError, FileNotFoundError, FileExistsError,
             NotADirectoryError, PermissionError, WriteError, RunLocked, RewardFailure)  # fmt: skip
 
 
@@ -150,32 +149,67 @@ def config_show(
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
-@app.command()
-def algos():
-    """List every registered component per axis, with its paper and arXiv id."""
+def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
+    """(kind, config key, rows of (name, summary, paper/arXiv, parameters)) for every registry and
+    preset table, in the order a config file reads."""
+    from covey.algos import REGISTRIES
+    from covey.algos.presets import PRESET_NOTES, PRESETS, SAMPLER_PRESETS
+    from covey.engine import ENGINES
+    from covey.rewards import REWARDS
+    from covey.samplers import SAMPLERS
+    from covey.strategies import STRATEGIES
+    from covey.tasks import TASKS
+
+    def rows(registry):
+        out = []
+        for name in sorted(registry):
+            e = registry[name]
+            paper = ", ".join(x for x in (e.paper, f"arXiv {e.arxiv}" if e.arxiv else "") if x)
+            params = ", ".join(f"{k}={_short(v)}" for k, v in e.defaults.items())
+            out.append((name, e.summary, paper, params))
+        return out
+
+    kinds = [("task", "task", rows(TASKS)), ("reward", "rewards", rows(REWARDS)), ("sampler", "sampler", rows(SAMPLERS)),
+             ("sampler preset", "sampler", [(n, p["about"], "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
+             ("strategy", "rollout.strategy", rows(STRATEGIES)), ("engine", "engine", rows(ENGINES))]  # fmt: skip
+    kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
+    kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
+    return kinds
+
+
+def _short(value, width: int = 24) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "preset")
+
+
+@app.command("list")
+def list_cmd(kinds: Annotated[Optional[list[str]], typer.Argument(help="Only these kinds (e.g. sampler advantage preset).")] = None):
+    """Every registry: tasks, rewards, samplers (and sampler presets), rollout strategies, engines, each
+    algorithm axis and the algorithm presets, one line per entry with its summary and paper."""
     from rich.console import Console
     from rich.table import Table
 
-    from covey.algos import REGISTRIES
-    from covey.algos.presets import PRESETS
+    catalogue = _catalogue()
+    known = [k for k, _, _ in catalogue]
+    unknown = sorted(set(kinds or ()) - set(known))
+    if unknown:
+        _fail(f"unknown kind(s) {unknown}; kinds: {', '.join(known)}")
+    table = Table("kind (config key)", "name", "summary", "paper", "parameters (defaults)")
+    for kind, key, entries in catalogue:
+        if kinds and kind not in kinds:
+            continue
+        for name, summary, paper, params in entries:
+            table.add_row(f"{kind} ({key})", name, summary, paper, params)
+    Console(width=220).print(table)
 
-    table = Table("axis", "name", "paper", "arXiv", "parameters (defaults)")
-    for axis, registry in REGISTRIES.items():
-        for name in sorted(registry):
-            c = registry[name]
-            params = ", ".join(f"{k}={v!r}" for k, v in c.defaults.items())
-            table.add_row(axis, name, c.paper, c.arxiv, params)
-    for name in sorted(PRESETS):
-        table.add_row("preset", name, "", "", "")
-    from covey.samplers import SAMPLERS
-    from covey.engine import ENGINES
-    from covey.strategies import STRATEGIES
 
-    for kind, registry in (("sampler", SAMPLERS), ("rollout strategy", STRATEGIES), ("engine", ENGINES)):
-        for name in sorted(registry):
-            doc = (registry[name].__doc__ or "").strip().splitlines()
-            table.add_row(kind, name, doc[0] if doc else "", "", "")
-    Console(width=200).print(table)
+@app.command()
+def algos():
+    """The algorithm part of `covey list`: every component per axis (paper, arXiv id, parameters) and the presets."""
+    list_cmd(list(ALGO_KINDS))
 
 
 @app.command()
@@ -184,7 +218,7 @@ def tasks():
     from covey.tasks import TASKS
 
     for name in sorted(TASKS):
-        typer.echo(f"{name}: {getattr(TASKS[name], '__doc__', '') and TASKS[name].__doc__.strip().splitlines()[0]}")
+        typer.echo(f"{name}: {TASKS[name].summary}")
 
 
 @app.command("eval")

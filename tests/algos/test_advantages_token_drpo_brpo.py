@@ -25,7 +25,7 @@ def covey_grad(logp, mask, advantages):
     a = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(logp)
     inp = LossInputs(logp=logp, old_logp=logp.detach(), advantages=a, mask=mask)
     loss_tok, _ = SURROGATES["reinforce"].bind()(inp)
-    loss = AGGREGATIONS["seq-mean-token-mean"].bind()(loss_tok, mask, batch_totals(mask, logp.shape[1]))
+    loss, _ = AGGREGATIONS["seq-mean-token-mean"].bind()(loss_tok, mask, batch_totals(mask, logp.shape[1]))
     (g,) = torch.autograd.grad(loss, logp)
     return g
 

@@ -155,12 +155,14 @@ def test_unknown_reward_lists_the_known_ones():
 def test_bad_params_and_fields_are_named():
     with pytest.raises(ValueError, match="no parameter"):
         get_reward("math", tol2=1)
-    with pytest.raises(ValueError, match="bad params"):
+    with pytest.raises(ValueError, match=r"reward 'format' has no parameter\(s\) \['colour'\]"):
         get_reward("format", colour="red")
     with pytest.raises(ValueError, match="timeout_s"):
         RewardSpec(name="format", timeout_s=0)
-    with pytest.raises(ValueError, match="extra"):
-        RewardSpec(name="format", wieght=2)
+    spec = RewardSpec(name="format", wieght=2)  # an unknown key is a parameter of the reward, refused there
+    assert spec.params == {"wieght": 2} and spec.weight == 1.0
+    with pytest.raises(ValueError, match=r"has no parameter\(s\) \['wieght'\]"):
+        RewardRunner([spec.model_dump()], workers=0)
 
 
 def test_duplicate_names_need_an_alias():

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from covey.algos.registry import ADVANTAGES
-from covey.samplers.spo import BASELINE_KEY, SPOSampler, offline_prior, prompt_drift, spo_rho, spo_weights
+from covey.samplers.spo import SPOSampler, offline_prior, prompt_drift, spo_rho, spo_weights
 from covey.rollouts import RolloutsError
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
@@ -31,14 +31,14 @@ def test_observe_writes_the_pre_update_baseline_per_row():
     s.alpha[0], s.beta[0] = 3.0, 1.0
     b = scored([100, 101, 100], [1, 0, 0])
     s.observe(b)
-    assert b.extras[BASELINE_KEY].tolist() == [0.75, 0.5, 0.75]
+    assert b.baseline.tolist() == [0.75, 0.5, 0.75]
     # two rows of prompt 100 in one visit: alpha = 0.875*3 + 1, beta = 0.875*1 + 1
     assert s.alpha[0].item() == pytest.approx(3.625) and s.beta[0].item() == pytest.approx(1.875)
 
 
 def test_spo_advantage_by_hand():
     b = scored([1, 2, 3], [1, 0, 1])
-    b.extras[BASELINE_KEY] = torch.tensor([0.5, 0.5, 0.75])
+    b.baseline = torch.tensor([0.5, 0.5, 0.75])
     raw = torch.tensor([0.5, -0.5, 0.25], dtype=torch.float64)
     want = (raw - raw.mean()) / (raw.std() + 1e-8)
     out = ADVANTAGES.get("spo").bind()(b)
@@ -101,7 +101,7 @@ def test_kl_first_visit_uses_rho_096_and_stores_the_response_under_the_updated_p
     s = SPOSampler(items(2))  # rho_type "kl" is the default; prior 0.5, 0.5
     b = _answer(100, [1], [[10, 20]])
     s.observe(b)
-    assert b.extras[BASELINE_KEY].tolist() == [0.5] and s.alpha[0].item() == 0.5  # kl: no update in observe
+    assert b.baseline.tolist() == [0.5] and s.alpha[0].item() == 0.5  # kl: no update in observe
     m = s.after_update(b, ToyPolicy(shift=0.0))
     assert s.alpha[0].item() == pytest.approx(0.96 * 0.5 + 1) and s.beta[0].item() == pytest.approx(0.96 * 0.5)
     assert m["sampler/spo/rho_mean"] == 0.96 and m["sampler/spo/first_visit_frac"] == 1.0

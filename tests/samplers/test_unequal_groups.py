@@ -43,7 +43,7 @@ def test_mc_grpo_by_hand():
 @pytest.mark.parametrize("name", sorted(ADVANTAGES))
 def test_every_estimator_handles_unequal_groups_or_refuses_by_name(name):
     batch = _batch()
-    batch.extras["spo_baseline"] = torch.full((9,), 0.5)
+    batch.baseline = torch.full((9,), 0.5)
     try:
         out = ADVANTAGES.get(name).bind()(batch)
     except RolloutsError as e:  # refusals must name the estimator and what it needs

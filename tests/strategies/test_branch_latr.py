@@ -25,7 +25,7 @@ ITEMS = [{"id": 5, "prompt": "3+4="}, {"id": 9, "prompt": "8-1="}]
 def test_branch_tree_shares_prefixes_and_caps_width():
     batch, m = BranchStrategy(segment_tokens=3, branch_factor=2).rollout(ITEMS, _ctx(6))
     assert batch.group.tolist() == [0] * 6 + [1] * 6 and batch.prompt_id.tolist() == [5] * 6 + [9] * 6
-    assert batch.extras["segment_tokens"] == 3 and len(set(zip(batch.group.tolist(), batch.tree_path))) == 12
+    assert batch.segment_tokens == 3 and len(set(zip(batch.group.tolist(), batch.tree_path))) == 12
     ids = batch.completion_ids
     for a in range(12):
         for b in range(12):

@@ -42,7 +42,7 @@ def test_tppo_windows_carry_and_mask_earlier_tokens():
     b1, m1 = strat.rollout([{"id": 1, "prompt": "1+2="}, {"id": 2, "prompt": "3+4="}], ctx)
     assert len(b1) == 4 and m1["tppo/finished"] == 0 and m1["tppo/inflight"] == 4
     assert b1.lengths.tolist() == [4] * 4 and (b1.rewards == 0).all()
-    assert b1.extras["tppo_advantages"].shape == b1.completion_mask.shape
+    assert b1.token_advantages.shape == b1.completion_mask.shape
     first = [row[:4].tolist() for row in b1.completion_ids]
     saved = strat.state_dict()
     again = TPPO(window_tokens=4)
@@ -51,8 +51,8 @@ def test_tppo_windows_carry_and_mask_earlier_tokens():
     assert m2["tppo/finished"] == 4 and m2["tppo/queued"] == 1 and m2["tppo/value_loss"] > 0 and again.w.abs().sum() > 0
     assert [row[:4].tolist() for row in b2.completion_ids] == first  # resumed from the carried tokens
     assert (b2.completion_mask[:, :4] == 0).all() and (b2.completion_mask[:, 4:6] == 1).all()
-    b2.extras["tppo_advantages"] = b2.extras["tppo_advantages"][:2]
-    with pytest.raises(RolloutsError, match="tppo_advantages"):
+    b2.token_advantages = b2.token_advantages[:2]
+    with pytest.raises(RolloutsError, match="token_advantages"):
         tppo(b2)
 
 

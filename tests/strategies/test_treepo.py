@@ -22,7 +22,7 @@ def _batch(paths=PATHS, rewards=R, t=4):
         prompt_ids=[torch.tensor([1, 2])] * n, completion_ids=torch.ones(n, t, dtype=torch.long),
         completion_mask=torch.ones(n, t), behaviour_logprobs=torch.zeros(n, t), group=torch.zeros(n, dtype=torch.long),
         prompt_id=torch.zeros(n, dtype=torch.long), rewards=torch.tensor(rewards)[:, None], reward_names=("r",),
-        tree_path=list(paths), extras={"segment_tokens": 2},
+        tree_path=list(paths), segment_tokens=2,
     )  # fmt: skip
 
 

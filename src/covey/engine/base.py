@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from covey.plugins import PluginRegistry
+from covey.registry import Registry
 
 __all__ = [
     "ENGINES",
@@ -313,5 +313,5 @@ def version_tensor(mask: Tensor, version: int) -> Tensor:
     return (mask > 0).long() * int(version)
 
 
-ENGINES = PluginRegistry("engine", Engine, context=("model", "tokenizer"))
+ENGINES = Registry("engine", protocol=Engine, context=("model", "tokenizer"))
 register_engine = ENGINES.register

@@ -58,11 +58,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from torch import Tensor
 
 from covey.rewards._entry import Entry, build_entry
 from covey.rewards._pool import Job, WorkerPool
+from covey.registry import Spec
 from covey.rewards._scoring import FAILURE_KINDS, NOT_APPLICABLE, RETRY_BUDGET, ChunkOutcome, score_chunk
 
 __all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError", "RewardRunner", "RewardSpec"]
@@ -70,17 +71,14 @@ __all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError",
 log = logging.getLogger(__name__)
 
 
-class RewardSpec(BaseModel):
-    """One reward in a config: ``{name, weight, params, timeout_s, fallback, alias, in_process}``."""
-
-    model_config = ConfigDict(extra="forbid")
+class RewardSpec(Spec):
+    """One reward in a config: ``{name, params, weight, timeout_s, fallback, alias, in_process}``
+    (`covey.registry.Spec`: parameters as flat keys or under ``params:``)."""
 
     name: str
     """A registered reward (`covey.rewards.REWARDS`) or an import path 'package.module:function'."""
     weight: float = 1.0
     """Weight in the scalar reward (the weighted sum); GDPO-style methods read the columns instead."""
-    params: dict[str, Any] = Field(default_factory=dict)
-    """Keyword parameters of the reward (a class's constructor or a function's keyword args)."""
     timeout_s: float = Field(60.0, gt=0)
     """Limit for one call (a chunk, or one sample when a timed-out chunk is re-scored); a call over it is
     stopped (its worker killed) and its samples get the fallback."""

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from covey.plugins import PluginRegistry
+from covey.registry import Registry
 from covey.rollouts import Rollouts
 
 __all__ = ["SAMPLERS", "BaseSampler", "PromptSampler", "register_sampler"]
@@ -85,5 +85,5 @@ class BaseSampler:
         pass
 
 
-SAMPLERS = PluginRegistry("sampler", PromptSampler, context=("items", "seed"))
+SAMPLERS = Registry("sampler", protocol=PromptSampler, context=("items", "seed"))
 register_sampler = SAMPLERS.register

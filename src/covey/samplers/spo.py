@@ -159,7 +159,7 @@ class SPOSampler(BaseSampler):
         pos = self.index.positions(ids)
         p_hat = self.alpha / (self.alpha + self.beta)
         row_pos = self.index.positions(batch.prompt_id.cpu())
-        batch.extras[BASELINE_KEY] = p_hat[row_pos].to(torch.float32).to(batch.prompt_id.device)
+        batch.baseline = p_hat[row_pos].to(torch.float32).to(batch.prompt_id.device)
         if self.rho_type == "constant":
             self.alpha[pos] = self.rho * self.alpha[pos] + succ
             self.beta[pos] = self.rho * self.beta[pos] + (count - succ)

@@ -124,7 +124,7 @@ class APRIL:
                 gids.append(k)
         batch = rows_to_batch(rows, its, gids, ctx.engine.pad_token_id)
         if self.old_logprobs == "recompute":  # the learner recomputes pi_old with the current weights
-            batch.extras["recompute_old_logprobs"] = True
+            batch.recompute_old_logprobs = True
         version = int(ctx.engine.version)
         real = batch.completion_mask > 0
         stale = (batch.policy_version < version) & real

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from covey.engine.base import ENGINE_PROTOCOLS, ENGINES, Engine, SamplingParams, missing_protocols
-from covey.plugins import PluginError, PluginRegistry
+from covey.registry import Registry
 from covey.rollouts import Rollouts
 
 __all__ = [
@@ -72,7 +72,7 @@ class RolloutStrategy(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-STRATEGIES = PluginRegistry("rollout strategy", RolloutStrategy, context=())
+STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy)
 register_strategy = STRATEGIES.register
 
 
@@ -88,7 +88,7 @@ def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:
 
 
 def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str) -> None:
-    """Raise a one-line `PluginError` when the engine `engine` (a registered name or import path;
+    """Raise a one-line `RegistryError` when the engine `engine` (a registered name or import path;
     its class is checked, nothing is built) lacks a protocol that rollout strategy `strategy` needs."""
     need = engine_protocols(strategy, params)
     missing = missing_protocols(ENGINES.get(engine), need)
@@ -102,4 +102,4 @@ def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str
     wanted = " and ".join(f"{p.__name__} ({ENGINE_PROTOCOLS.get(p, p.__name__)})" for p in shown)
     unknown = "its factory does not annotate the engine class it returns"
     lacks = "; ".join(f"{p.__name__} ({unknown if m == ['?'] else 'no ' + ', '.join(m)})" for p, m in missing.items())
-    raise PluginError(f"rollout.strategy {label} needs an engine with {wanted}; engine {engine!r} does not provide {lacks}")
+    raise RegistryError(f"rollout.strategy {label} needs an engine with {wanted}; engine {engine!r} does not provide {lacks}")

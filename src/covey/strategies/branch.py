@@ -9,7 +9,7 @@ same tree is grown over token segments (the diffusion part is out of scope):
     the prompt's paths (active + finished) stay <= width (the group size); paths end on EOS, a stop
     string or max_new_tokens.
 
-Each leaf's `tree_path` holds one node id per segment and `extras["segment_tokens"]` the segment
+Each leaf's `tree_path` holds one node id per segment and `segment_tokens` the segment
 length, which the `branch_grpo` advantage estimator (`covey.algos.advantages.tree`) needs for its
 reward fusion and depth-wise normalisation (a token of segment d gets the advantage of the node it
 leads to, and a segment shared by several leaves is trained once, as the released code's
@@ -78,7 +78,7 @@ class BranchStrategy:
         leaves.sort(key=lambda r: r.payload)
         groups = [r.payload[0] for r in leaves]
         batch = rows_to_batch(leaves, [items[g] for g in groups], groups, ctx.engine.pad_token_id, paths=True)
-        batch.extras["segment_tokens"] = self.L
+        batch.segment_tokens = self.L
         return batch, {
             "tree/leaves": float(len(leaves)),
             "tree/decoded_tokens": float(dec.decoded),

@@ -117,7 +117,7 @@ class TPPO:
             adv[k, s0:L] = egae(v, float(scalar[k]), done[k], gamma=self.gamma, lam=self.lam).float()
             mask[k, s0:L] = 1.0
         full.completion_mask, full.rewards = mask, reward
-        full.extras["tppo_advantages"] = adv
+        full.token_advantages = adv
         value_loss = self._fit_value([hidden[k] for k in fin], [rows[k] for k in fin], [float(scalar[k]) for k in fin])
         self.inflight = [entries[r.payload] for r, d in zip(rows, done) if not d]
         for x in self.inflight:

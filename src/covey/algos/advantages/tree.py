@@ -165,12 +165,12 @@ def branch_grpo(
     parent->child transition is one training sample): a segment shared by several leaves is trained
     in the first of them only (`sample_mask` [N, T] is 0 on its copies); "per_leaf" (covey's variant)
     trains each leaf's whole path, so a shared token counts once per leaf below it. Segment length
-    from `batch.extras["segment_tokens"]` (set by the `branch` strategy).
+    from `batch.segment_tokens` (set by the `branch` strategy).
     """
     paths = _paths(batch, "branch_grpo")
-    seg = batch.extras.get("segment_tokens")
-    if not isinstance(seg, int) or seg < 1:
-        raise RolloutsError("branch_grpo needs batch.extras['segment_tokens'] (set by rollout.strategy branch)")
+    seg = batch.segment_tokens
+    if seg is None:
+        raise RolloutsError("branch_grpo needs batch.segment_tokens (set by rollout.strategy branch)")
     g = groups_of(batch)
     r = scalar_rewards(batch).tolist()
     gi = g.index.tolist()
