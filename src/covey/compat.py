@@ -52,11 +52,11 @@ def check_combination(cfg) -> list[str]:
 
     sampler = cfg.sampler_spec()
     strategy = cfg.strategy_spec()
-    parts: list[tuple[str, str, Any, dict[str, Any]]] = [("sampler", sampler.name, SAMPLERS.get(sampler.name), sampler.params)]
-    parts.append(("rollout.strategy", strategy.name, STRATEGIES.get(strategy.name), strategy.params))
+    parts: list[tuple[str, str, Any, dict[str, Any]]] = [("sampler", sampler.name, SAMPLERS.get(sampler.name).fn, sampler.params)]
+    parts.append(("rollout.strategy", strategy.name, STRATEGIES.get(strategy.name).fn, strategy.params))
     if strategy.name == "dynamic":  # dynamic's own needs apply to what it wraps; what it yields is the inner's
         inner = strategy.params.get("inner", "group")
-        parts.append(("rollout.strategy", f"dynamic(inner={inner})", STRATEGIES.get(inner), strategy.params.get("inner_params") or {}))
+        parts.append(("rollout.strategy", f"dynamic(inner={inner})", STRATEGIES.get(inner).fn, strategy.params.get("inner_params") or {}))
     adv = ADVANTAGES.get(cfg.algo.advantage.name)
     adv_params = {**adv.defaults, **cfg.algo.advantage.params}
     adv_requires = set(adv.requires) - TRAINER
@@ -74,7 +74,7 @@ def check_combination(cfg) -> list[str]:
             provided.setdefault(f, []).append(f"{key} {name!r}")
     warnings: list[str] = []
     for key, name, comp, params in parts:
-        needs = adv_requires if comp is None else features_of(comp, "requires", params)
+        needs = adv_requires if comp is None else features_of(comp, "requires", params) - TRAINER
         for need in sorted(needs):
             problem = _missing(need, provided)
             if problem:
@@ -112,8 +112,8 @@ def _fix(key: str, need: str) -> str:
             return (f"every advantage would be 0: choose an estimator that is not group-relative ({', '.join(fixes)}) "
                     "or a sampler/strategy that draws groups")  # fmt: skip
         return "dynamic sampling keeps only groups of two rows or more: turn off algo.dynamic_sampling (or drop dynamic)"
-    names = [f"rollout.strategy {n}" for n in STRATEGIES if need in features_of(STRATEGIES.get(n), "provides", {})]
-    names += [f"sampler {n}" for n in SAMPLERS if need in features_of(SAMPLERS.get(n), "provides", {})]
+    names = [f"rollout.strategy {n}" for n in STRATEGIES if need in features_of(STRATEGIES.get(n).fn, "provides", {})]
+    names += [f"sampler {n}" for n in SAMPLERS if need in features_of(SAMPLERS.get(n).fn, "provides", {})]
     return "provided by " + (", ".join(names) if names else "no registered component")
 
 

@@ -111,7 +111,7 @@ def test_old_logprobs_recompute_with_the_current_weights():
             p.add_(0.05 * torch.randn_like(p))
     engine.load_weights(model, version=1)
     batch, m = strat.rollout(_items(4, 8), _ctx(engine, tok, 1, pool))
-    assert m["april/stale_token_frac"] > 0 and batch.extras["recompute_old_logprobs"] is True
+    assert m["april/stale_token_frac"] > 0 and batch.recompute_old_logprobs is True
     with torch.no_grad():
         want, _ = completion_logprobs(model, batch.prompt_ids, batch.completion_ids, batch.completion_mask)
     algo = validate_config({"model": {"name": "tiny-llama"}, "task": {"name": "arithmetic"}, "algo": {"preset": "grpo", "kl": None}}).algo
@@ -123,7 +123,7 @@ def test_old_logprobs_recompute_with_the_current_weights():
     assert float((batch.old_logprobs - batch.behaviour_logprobs)[stale].abs().mean()) > 1e-2  # not the stale one's
     # covey's variant: no request, one update, no correction: pi_old stays the behaviour log-probs
     b3, _ = APRIL(old_logprobs="behaviour").rollout(_items(8, 10), _ctx(engine, tok, 2, pool))
-    assert "recompute_old_logprobs" not in b3.extras
+    assert b3.recompute_old_logprobs is False
     b3.advantages = torch.zeros(len(b3))
     learner.update(b3, torch.Generator().manual_seed(0))
     assert b3.old_logprobs is None

@@ -156,7 +156,7 @@ def test_branch_grpo_prob_weighted_uses_each_edge_s_own_segment():
     # 3 segments of 1 token; edge log-prob = that segment's token only
     paths = [(0, 2, 6), (0, 2, 7), (0, 3, 8), (1, 4, 9), (5, 10, 11)]
     b = _batch(paths=paths, rewards=[1.0, 0.0, 0.0, 1.0, 0.5], t=3)
-    b.extras["segment_tokens"] = 1
+    b.segment_tokens = 1
     b.behaviour_logprobs = torch.tensor([[-0.1, -0.5, -3.0], [-0.1, -0.5, -0.1], [-0.1, -1.5, -0.1],
                                          [-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])  # fmt: skip
     # node 2 = softmax([-3, -0.1]) . [1, 0] = 0.052154; node 3 = 0; node 0 = softmax([-0.5, -1.5]) . [0.052154, 0]

@@ -26,7 +26,7 @@ def engine_model_types(engine: str) -> tuple[str, ...] | None:
     supports, or None when it does not say (then every model is accepted)."""
     from covey.engine import ENGINES
 
-    types = getattr(ENGINES.get(engine), "model_types", None)
+    types = getattr(ENGINES.get(engine).fn, "model_types", None)
     return tuple(types) if types is not None else None
 
 
@@ -38,7 +38,7 @@ def engine_takes_dtype(engine: str) -> bool:
     from covey.engine import ENGINES
 
     try:
-        return "dtype" in inspect.signature(ENGINES.get(engine)).parameters
+        return "dtype" in inspect.signature(ENGINES.get(engine).fn).parameters
     except (TypeError, ValueError):
         return False
 

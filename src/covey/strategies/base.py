@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from covey.engine.base import ENGINE_PROTOCOLS, ENGINES, Engine, SamplingParams, missing_protocols
-from covey.registry import Registry
+from covey.registry import Registry, RegistryError
 from covey.rollouts import Rollouts
 
 __all__ = [
@@ -79,7 +79,7 @@ register_strategy = STRATEGIES.register
 def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:
     """The engine protocols strategy `name` needs with `params`: its `engine_protocols` (default
     `(Engine,)`) and those of the strategy it wraps (`inner_strategy(params)`), in order."""
-    factory = STRATEGIES.get(name)
+    factory = STRATEGIES.get(name).fn
     need = tuple(getattr(factory, "engine_protocols", (Engine,)))
     inner = getattr(factory, "inner_strategy", None)
     if inner is not None:
@@ -91,11 +91,11 @@ def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str
     """Raise a one-line `RegistryError` when the engine `engine` (a registered name or import path;
     its class is checked, nothing is built) lacks a protocol that rollout strategy `strategy` needs."""
     need = engine_protocols(strategy, params)
-    missing = missing_protocols(ENGINES.get(engine), need)
+    missing = missing_protocols(ENGINES.get(engine).fn, need)
     if not missing:
         return
     label, name, ps = repr(strategy), strategy, params
-    while (inner := getattr(STRATEGIES.get(name), "inner_strategy", None)) is not None:
+    while (inner := getattr(STRATEGIES.get(name).fn, "inner_strategy", None)) is not None:
         name, ps = inner(ps)
         label += f" (wrapping {name!r})"
     shown = [p for p in need if p is not Engine or p in missing]  # Engine itself only when it is lacking
