@@ -42,6 +42,20 @@ class CountingSampler(BaseSampler):
         self.pos, self.seen = state["pos"], dict(state["seen"])
 
 
+class Duck:
+    """Has a sampler's methods but does not subclass BaseSampler."""
+
+    def __init__(self, items, seed):
+        self.items = items
+
+    def next(self, k):
+        return self.items[:k]
+
+
+class NoNext(BaseSampler):
+    """Subclasses BaseSampler but never says which items to draw."""
+
+
 class TwoRounds:
     """Draws each item's group in two halves (two engine calls), then joins them."""
 
@@ -140,6 +154,15 @@ def test_bad_plugin_configs_fail_before_any_model_loads(tmp_path, override, mess
         pytest.skip("CUDA present")
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
         _cfg(tmp_path, override)
+
+
+@pytest.mark.parametrize("cls, message", [
+    ("Duck", "sampler '{p}:Duck': Duck must subclass covey.samplers.BaseSampler"),
+    ("NoNext", "sampler '{p}:NoNext': NoNext does not define next"),
+])  # fmt: skip
+def test_a_sampler_that_is_not_a_complete_base_sampler_is_a_config_error(tmp_path, plugins, cls, message):
+    with pytest.raises(ConfigError, match=message.format(p=plugins)):
+        _cfg(tmp_path, f"sampler={plugins}:{cls}")
 
 
 def test_dapo_preset_wraps_the_strategy_in_dynamic_sampling(tmp_path):

@@ -77,7 +77,7 @@ class Trainer:
         sampler = cfg.sampler_spec()
         self.sampler = SAMPLERS.build(sampler.name, sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
-        needs = cfg.algo.requires() | set(getattr(self.sampler, "requires", ()))  # optional Rollouts fields read
+        needs = cfg.algo.requires() | set(self.sampler.requires)  # optional Rollouts fields read
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
@@ -123,9 +123,7 @@ class Trainer:
             gen = torch.Generator().manual_seed(self._seed("learn"))
             metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
             self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
-            after = getattr(self.sampler, "after_update", None)  # optional hook (covey.samplers.base)
-            if after is not None:
-                metrics.update(after(batch, self.policy_logprobs))
+            metrics.update(self.sampler.after_update(batch, self.policy_logprobs))
         self.step_num += 1
         metrics["time/learn"] = time.perf_counter() - t1
         metrics["time/step"] = time.perf_counter() - t0
@@ -152,21 +150,16 @@ class Trainer:
             timer["reward"] += time.perf_counter() - t
             return out
 
-        sizes = getattr(self.sampler, "group_sizes", None)
         ctx = RolloutContext(
-            engine=self.engine, tokenizer=self.tokenizer,
-            group_sizes=(lambda items: sizes(items, G)) if sizes else (lambda items: [G] * len(items)),
+            engine=self.engine, tokenizer=self.tokenizer, group_sizes=lambda items: self.sampler.group_sizes(items, G),
             sampling=self._sampling, score=score, draw=self.sampler.next,
             step=self.step_num, policy_version=self.step_num,
         )  # fmt: skip
         t = time.perf_counter()
         self._limits = None
         items, metrics = self.sampler.next(cfg.rollout.prompts_per_step), {}
-        before = getattr(self.sampler, "before_rollout", None)  # optional hooks (covey.samplers.base)
-        if before is not None:
-            items, metrics = before(items, ctx)
-        limits = getattr(self.sampler, "generation_limits", None)
-        self._limits = limits(items) if limits is not None and items else None  # read by _sampling
+        items, metrics = self.sampler.before_rollout(items, ctx)  # the sampler hooks: covey.samplers.base
+        self._limits = self.sampler.generation_limits(items) if items else None  # read by _sampling
         if not items:  # nothing left to roll out: the step is skipped
             return _empty_batch(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
                                     "train/skipped_step": 1.0}  # fmt: skip
