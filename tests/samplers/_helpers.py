@@ -47,8 +47,9 @@ def scored(prompt_ids, success, groups=None) -> Rollouts:
     )
 
 
-def ids(batch_items) -> list[int]:
-    return [int(it["id"]) for it in batch_items]
+def ids(draws) -> list[int]:
+    """The item ids of a sampler's draws."""
+    return [int(d.item["id"]) for d in draws]
 
 
 def same_state(a, b) -> bool:

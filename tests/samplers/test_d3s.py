@@ -79,10 +79,10 @@ def test_missing_entropies_is_a_clear_error():
 def test_state_round_trip_is_exact():
     make = lambda: D3SSampler(items(5), seed=2)  # noqa: E731
     s = make()
-    s.next(3)
+    s.next(3, 4)
     s.observe(_batch())
     r = reload(s, make)
-    assert s.next(7) == r.next(7) and s.ratios() == r.ratios()
+    assert s.next(7, 4) == r.next(7, 4) and s.ratios() == r.ratios()
 
 
 def test_one_training_step_asks_for_entropies(tmp_path):

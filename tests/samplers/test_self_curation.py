@@ -36,18 +36,18 @@ def test_prompts_the_mode_solves_never_enter_the_loss():
 
 def test_gated_prompts_are_skipped_for_skip_epochs_then_rechecked():
     s = SelfSampler(items(3), seed=0, skip_epochs=1, greedy_check="proxy")
-    s.next(3)  # epoch 0
+    s.next(3, 4)  # epoch 0
     s.observe(_batch([1, 1], [[-0.1] * 3] * 2, [100, 100]))
-    assert 100 not in ids(s.next(2)) and s.epoch == 1  # epoch 1: the two other prompts
-    rest = ids(s.next(3))  # all of epoch 2: checked again
+    assert 100 not in ids(s.next(2, 4)) and s.epoch == 1  # epoch 1: the two other prompts
+    rest = ids(s.next(3, 4))  # all of epoch 2: checked again
     assert 100 in rest and s.epoch == 2
 
 
 def test_everything_gated_still_fills_the_batch():
     s = SelfSampler(items(2), seed=0, skip_epochs=5, greedy_check="proxy")
-    s.next(2)
+    s.next(2, 4)
     s.observe(_batch([1, 1], [[-0.1] * 3] * 2, [100, 101]))
-    out = s.next(5)
+    out = s.next(5, 4)
     assert len(out) == 5 and s.forced == 5
     b = _batch([1, 1], [[-0.1] * 3] * 2, [100, 101])
     s.observe(b)  # an all-solved batch: an empty loss, no crash
@@ -57,10 +57,10 @@ def test_everything_gated_still_fills_the_batch():
 def test_state_round_trip_is_exact():
     make = lambda: SelfSampler(items(5), seed=4, greedy_check="proxy")  # noqa: E731
     s = make()
-    s.next(5)
+    s.next(5, 4)
     s.observe(_batch([1, 0], [[-0.1] * 3, [-1.0] * 3], [102, 102]))
     r = reload(s, make)
-    assert s.next(9) == r.next(9) and s.gated == r.gated
+    assert s.next(9, 4) == r.next(9, 4) and s.gated == r.gated
 
 
 def test_one_training_step_with_the_proxy(tmp_path):

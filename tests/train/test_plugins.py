@@ -4,13 +4,16 @@ state (tensors, int keys) goes through the checkpoint intact, and bad plugin con
 import pytest
 import torch
 
+from covey.samplers import Draw
 from covey.strategies import sample_groups
 from covey.train.config import ConfigError, load_config
 from covey.train.trainer import Trainer
 
 PLUGINS = '''
+import dataclasses
+
 import torch
-from covey.samplers import BaseSampler
+from covey.samplers import BaseSampler, Draw
 from covey.strategies import sample_groups
 from covey.rollouts import Rollouts
 
@@ -22,13 +25,10 @@ class CountingSampler(BaseSampler):
         super().__init__(items, seed)
         self.pos, self.seen = start, {}
 
-    def next(self, k):
-        out = [self.items[(self.pos + i) % len(self.items)] for i in range(k)]
+    def next(self, k, group_size):
+        out = [Draw(self.items[(self.pos + i) % len(self.items)], group_size + (i % 2)) for i in range(k)]  # unequal groups
         self.pos += k
         return out
-
-    def group_sizes(self, items, group_size):
-        return [group_size + (i % 2) for i in range(len(items))]  # unequal groups
 
     def observe(self, batch):
         for pid, r in zip(batch.prompt_id.tolist(), batch.scalar_rewards()):
@@ -63,9 +63,8 @@ class TwoRounds:
         self.first, self.calls = first, 0
 
     def rollout(self, items, ctx):
-        sizes = ctx.group_sizes(items)
-        a = sample_groups(ctx.engine, ctx.tokenizer, items, [self.first] * len(items), ctx.sampling(0))
-        b = sample_groups(ctx.engine, ctx.tokenizer, items, [s - self.first for s in sizes], ctx.sampling(1))
+        a = sample_groups(ctx.engine, ctx.tokenizer, [dataclasses.replace(d, n=self.first) for d in ctx.draws], ctx.sampling(0))
+        b = sample_groups(ctx.engine, ctx.tokenizer, [dataclasses.replace(d, n=d.n - self.first) for d in ctx.draws], ctx.sampling(1))
         batch = Rollouts.concat([a, b])  # same item order in both calls: group = item position
         batch = batch.select(torch.argsort(batch.group, stable=True))
         self.calls += 1
@@ -117,8 +116,8 @@ def test_custom_sampler_and_strategy_by_import_path_train_and_checkpoint(tmp_pat
 def test_unequal_group_sizes_keep_items_and_groups_aligned(tmp_path):
     cfg = _cfg(tmp_path)
     trainer = Trainer(cfg, tmp_path / "run")
-    items = trainer.sampler.next(3)
-    batch = sample_groups(trainer.engine, trainer.tokenizer, items, [1, 3, 2], trainer._sampling(0))
+    items = [d.item for d in trainer.sampler.next(3, 2)]
+    batch = sample_groups(trainer.engine, trainer.tokenizer, [Draw(it, n) for it, n in zip(items, [1, 3, 2])], trainer._sampling(0))
     assert batch.group.tolist() == [0, 1, 1, 1, 2, 2]
     assert [it["id"] for it in batch.items] == [items[g]["id"] for g in batch.group.tolist()]
     assert batch.prompt_id.tolist() == [items[g]["id"] for g in batch.group.tolist()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from covey.engine.base import Engine, SamplingParams
 from covey.eval.metrics import majority_vote, pass_at_k
+from covey.samplers import Draw
 from covey.strategies import completion_texts, item_columns, sample_groups
 
 __all__ = ["evaluate"]
@@ -37,7 +38,7 @@ def evaluate(
         sampling = SamplingParams(
             temperature=1.0 if greedy else temperature, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed + start
         )
-        batch = sample_groups(engine, tokenizer, chunk, n, sampling)
+        batch = sample_groups(engine, tokenizer, [Draw(it, n) for it in chunk], sampling)
         texts = completion_texts(tokenizer, batch)
         rows = [it for it in chunk for _ in range(n)]
         cols = item_columns(rows)

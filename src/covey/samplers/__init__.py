@@ -2,7 +2,7 @@
 and per-prompt stats. Importing this package registers the built-in samplers; see docs/sampling.md.
 """
 
-from covey.samplers.base import SAMPLERS, BaseSampler, register_sampler
+from covey.samplers.base import SAMPLERS, BaseSampler, Draw, register_sampler
 from covey.samplers.filters import informative_groups
 from covey.samplers.sampler import UniformSampler
 from covey.samplers.spo import SPOSampler
@@ -17,6 +17,7 @@ from covey.samplers import gdro  # noqa: F401  (registers `gdro`)
 __all__ = [
     "SAMPLERS",
     "BaseSampler",
+    "Draw",
     "SPOSampler",
     "UniformSampler",
     "VadeSampler",

@@ -131,11 +131,11 @@ class GatedUniform(UniformSampler):
     def is_gated(self, key: int) -> bool:
         return key in self.gated and self.epoch - self.gated[key] <= self.skip_epochs
 
-    def next(self, k: int) -> list[dict]:
+    def pick(self, k: int) -> list[dict]:
         out: list[dict] = []
         run = 0  # gated prompts skipped in a row; after a whole pass, take them anyway
         while len(out) < k:
-            item = super().next(1)[0]
+            item = super().pick(1)[0]
             if self.is_gated(int(item["id"])):
                 if run < len(self.items):
                     run += 1

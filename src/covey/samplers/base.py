@@ -7,20 +7,22 @@ leaves `next` undefined) is refused with a one-line config error before any mode
 class declares every hook with a no-op default, and the trainer calls each of them every step, in
 this order:
 
-    items = sampler.next(B)                                  B prompts to roll out
-    items, metrics = sampler.before_rollout(items, ctx)      may drop items
-    sizes = sampler.group_sizes(items, G)                    completions per item (read by strategies)
-    limits = sampler.generation_limits(items)                {item id: max new tokens}
-    ... rollout, rewards ...
+    draws = sampler.next(B, G)                               B prompts to roll out, as `Draw`s
+    draws, metrics = sampler.before_rollout(draws, ctx)      may drop draws
+    ... rollout (the strategy reads ctx.draws), rewards ...
     metrics = sampler.observe(batch)                         scored batch, BEFORE advantages
     ... advantages, learner update, weight sync ...
     metrics = sampler.after_update(batch, policy_logprobs)   non-empty batches only
 
 and `state_dict()` when it checkpoints. The hooks' contracts are their docstrings below.
-`requires` names optional `Rollouts` fields the sampler reads (merged with the algorithm's, so the
-engine returns them, e.g. ``("entropies",)``). `state_dict()` / `load_state_dict()` go into the
-checkpoint through `torch.save`, so tensors and int keys survive a restart unchanged; a resumed run
-must draw exactly what an uninterrupted one would.
+A `Draw` is one prompt to roll out: its dataset item, how many completions (the group size, which
+a sampler may vary per prompt: DARS-like allocation in XRPO, GDRO, DRIVE, SPO) and an optional
+cap on new tokens for its rows (MASA's early cut-off). The trainer hands the step's draws to the
+rollout strategy in `RolloutContext.draws`; refills a strategy asks for (`ctx.draw(k)`) are
+`next(k, G)` too. `requires` names optional `Rollouts` fields the sampler reads (merged with the
+algorithm's, so the engine returns them, e.g. ``("entropies",)``). `state_dict()` /
+`load_state_dict()` go into the checkpoint through `torch.save`, so tensors and int keys survive a
+restart unchanged; a resumed run must draw exactly what an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
@@ -35,9 +38,36 @@ from torch import Tensor
 from covey.plugins import PluginError, PluginRegistry
 from covey.rollouts import Rollouts
 
-__all__ = ["SAMPLERS", "BaseSampler", "PolicyLogprobs", "register_sampler"]
+__all__ = ["SAMPLERS", "BaseSampler", "Draw", "PolicyLogprobs", "register_sampler"]
 
 PolicyLogprobs = Callable[[list[Tensor], Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One prompt to roll out this step.
+
+    item:            the dataset item (its ``id``, ``prompt`` and columns; a sampler may hand a
+                     modified copy, e.g. XRPO's seeded prompt, keeping the id).
+    n:               completions to sample for it (its group size), >= 1.
+    max_new_tokens:  cap on new tokens for its rows, >= 1 (None: the run's `sampling.max_new_tokens`;
+                     larger values are capped there). `sample_groups` applies it (finish reason
+                     "length"); strategies that call the engine themselves (tree, partial
+                     rollouts) do not.
+    """
+
+    item: dict
+    n: int
+    max_new_tokens: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.item, dict):
+            raise ValueError(f"Draw.item must be a dataset item (a dict), got {type(self.item).__name__}")
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise ValueError(f"Draw of item {self.item.get('id')!r}: n = {self.n!r}, the completions to sample must be an int >= 1")
+        m = self.max_new_tokens
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
+            raise ValueError(f"Draw of item {self.item.get('id')!r}: max_new_tokens = {m!r} must be None or an int >= 1")
 
 
 class BaseSampler(ABC):
@@ -52,27 +82,18 @@ class BaseSampler(ABC):
         self.items, self.seed = items, seed
 
     @abstractmethod
-    def next(self, k: int) -> list[dict]:
-        """The next `k` items to roll out (a sampler may repeat items). Also called by a rollout
-        strategy for refills (`ctx.draw`)."""
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        """The next `k` prompts to roll out (a sampler may repeat items), each with its group size
+        (`group_size` = the run's G: ``rollout.group_size`` + the algorithm's extra) and optional
+        generation cap. Also called by a rollout strategy for refills (`ctx.draw(k)`)."""
 
-    def before_rollout(self, items: list[dict], ctx) -> tuple[list[dict], dict[str, float]]:
-        """After `next`, before the rollout: the items to roll out (a subset, e.g. SELF drops prompts
+    def before_rollout(self, draws: list[Draw], ctx) -> tuple[list[Draw], dict[str, float]]:
+        """After `next`, before the rollout: the draws to roll out (a subset, e.g. SELF drops prompts
         its greedy decode already solves) and metrics. `ctx` is the step's `RolloutContext` (engine,
-        tokenizer, seeded `sampling(round)`, `score(batch)`). No items left: the step is skipped
+        tokenizer, seeded `sampling(round)`, `score(batch)`). No draws left: the step is skipped
         (no rollout, no `observe`, no update; the step counter, metrics and checkpoint go on).
-        Items drawn later by a strategy's refills do not pass through it. Default: all items."""
-        return items, {}
-
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
-        """Completions to sample for each item (`group_size` = the run's G). Default: G each."""
-        return [group_size] * len(items)
-
-    def generation_limits(self, items: list[dict]) -> dict[int, int]:
-        """{item id: max new tokens} for some items (MASA's early cut-off): `sample_groups` stops
-        those rows there (finish reason "length"); strategies that call the engine themselves
-        (tree, partial rollouts) ignore it. Default: no limits."""
-        return {}
+        Refills a strategy draws later do not pass through it. Default: all draws."""
+        return draws, {}
 
     def observe(self, batch: Rollouts) -> dict[str, float]:
         """Per-prompt feedback on the scored batch (`prompt_id` = item id, `rewards`, `group`,

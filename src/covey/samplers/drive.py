@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.samplers.sampler import UniformSampler
 from covey.rollouts import Rollouts
@@ -77,9 +77,13 @@ class DriveSampler(UniformSampler):
     def stage(self) -> int:
         return 1 if self.steps < self.stage1_steps else 2
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        n = self.stage2_group_size if self.stage == 2 and self.stage2_group_size else group_size
+        return [Draw(item, n) for item in self.pick(k)]
+
+    def pick(self, k: int) -> list[dict]:
         if self.stage == 1:
-            return super().next(k)
+            return super().pick(k)
         out = []
         while len(out) < k:
             if self.pool_pos >= len(self.pool_order):
@@ -93,10 +97,6 @@ class DriveSampler(UniformSampler):
         gen = draw_generator(self.seed, "drive", self.pool_epoch)
         self.pool_order = [pool[i] for i in torch.randperm(len(pool), generator=gen).tolist()]
         self.pool_pos, self.pool_epoch = 0, self.pool_epoch + 1
-
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
-        n = self.stage2_group_size if self.stage == 2 and self.stage2_group_size else group_size
-        return [n] * len(items)
 
     def observe(self, batch: Rollouts) -> dict[str, float]:
         ids, succ, count = prompt_outcomes(batch)

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import torch
 
-from covey.samplers.base import BaseSampler, register_sampler
+from covey.samplers.base import BaseSampler, Draw, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -135,7 +135,7 @@ class GDROSampler(BaseSampler):
         q = q / q.sum() if float(q.sum()) > 0 else nonempty.double() / nonempty.sum()
         return (1 - self.gamma) * q + self.gamma * nonempty.double() / nonempty.sum()
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
         gen = draw_generator(self.seed, "gdro", self.draws)
         self.draws += 1
         bins = difficulty_bins(self.rates, self.k)
@@ -150,9 +150,10 @@ class GDROSampler(BaseSampler):
             taken.add(i)
             self.drawn_bin[int(self.items[i]["id"])] = b
             out.append(self.items[i])
-        return out
+        return [Draw(it, n) for it, n in zip(out, self.allocate(out, group_size))]
 
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
+    def allocate(self, items: list[dict], group_size: int) -> list[int]:
+        """Rollouts for each of `items` (G = `group_size`): G each ("fixed"), or Rollout-GDRO's split of B*G."""
         if self.rollouts == "fixed":
             return [group_size] * len(items)
         cap = self.max_rollouts if self.max_rollouts is not None else 2 * group_size

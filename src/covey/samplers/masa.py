@@ -17,10 +17,10 @@ Covey's sampler-side version predicts from the prompt's own history instead of a
                only the loss normalisation, like DAPO's filter).
     cut-off:   with `cutoff_margin` m, the predicted length of a prompt is the mean length of its
                correct completions at its last visit (none: no cut-off); the limit is
-               L = ceil(m * predicted). Generation stops early: the sampler hook
-               `generation_limits` asks for at most L + 1 new tokens for that prompt (the first
-               token past L shows the row exceeds it; `SamplingParams.item_max_new_tokens`, applied
-               by `sample_groups`, so rows of other prompts are unaffected). In `observe`, a
+               L = ceil(m * predicted). Generation stops early: the prompt's `Draw` asks for at most
+               L + 1 new tokens (`Draw.max_new_tokens`; the first token past L shows the row exceeds
+               it; applied by `sample_groups`, so rows of other prompts are unaffected; refills a
+               strategy draws carry their limit too). In `observe`, a
                completion longer than L gets every reward column set to 0 and its tokens past L
                masked. Strategies that call the engine without `sample_groups` (tree and partial
                rollouts) ignore the limits: the cut-off then still zeroes rewards and masks tokens,
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, register_sampler
 from covey.samplers.feedback import prompt_outcomes, row_success
 from covey.samplers.filters import informative_groups
 from covey.samplers._sampling import GatedUniform, drop_rows, drop_tokens
@@ -74,16 +74,19 @@ class MasaSampler(GatedUniform):
         self.gate_after, self.filter_zero_variance, self.cutoff_margin = gate_after, filter_zero_variance, cutoff_margin
         self.streak: dict[int, int] = {}  # id -> zero-variance visits in a row
         self.pred_len: dict[int, float] = {}  # id -> mean length of correct completions at the last visit
-        self._limited, self._warned = 0, False  # prompts given a generation limit this step; ignored-limit warning sent
+        self._limited: set[int] = set()  # ids of prompts drawn with a generation limit since the last observe
+        self._warned = False  # ignored-limit warning sent
 
-    def generation_limits(self, items: list[dict]) -> dict[int, int]:
-        """{item id: L + 1} for the items with a predicted length (L = ceil(margin * predicted))."""
-        if self.cutoff_margin is None:
-            return {}
-        ids = {int(it["id"]) for it in items} & set(self.pred_len)
-        out = {k: int(cutoff_rows(torch.tensor([self.pred_len[k]]), self.cutoff_margin)) + 1 for k in sorted(ids)}
-        self._limited = len(out)
-        return out
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        draws = [Draw(item, group_size, self.generation_limit(int(item["id"]))) for item in self.pick(k)]
+        self._limited |= {int(d.item["id"]) for d in draws if d.max_new_tokens is not None}
+        return draws
+
+    def generation_limit(self, key: int) -> int | None:
+        """L + 1 for a prompt with a predicted length (L = ceil(margin * predicted)), else None."""
+        if self.cutoff_margin is None or key not in self.pred_len:
+            return None
+        return int(cutoff_rows(torch.tensor([self.pred_len[key]]), self.cutoff_margin)) + 1
 
     def _cutoff(self, batch: Rollouts) -> int:
         pid = batch.prompt_id.cpu().tolist()
@@ -105,7 +108,7 @@ class MasaSampler(GatedUniform):
     def observe(self, batch: Rollouts) -> dict[str, float]:
         lengths = batch.lengths.cpu().double()
         cut = self._cutoff(batch) if self.cutoff_margin is not None else 0
-        limited, self._limited = self._limited, 0
+        limited, self._limited = len(self._limited), set()
         ids, succ, count = prompt_outcomes(batch)
         s, pid = row_success(batch).cpu(), batch.prompt_id.cpu()
         for key, k, n in zip(ids.tolist(), succ.tolist(), count.tolist()):

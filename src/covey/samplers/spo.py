@@ -40,7 +40,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from covey.samplers.base import BaseSampler, register_sampler
+from covey.samplers.base import BaseSampler, Draw, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -136,7 +136,7 @@ class SPOSampler(BaseSampler):
             raise ValueError(f"sampler spo: item {i} (id {item.get('id')}) column {key!r} must be a list of 0/1 scores, got {s!r}")
         return list(s)
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
         gen = draw_generator(self.seed, "spo", self.calls)
         self.calls += 1
         m = len(self.items)
@@ -145,10 +145,7 @@ class SPOSampler(BaseSampler):
             pool = torch.randperm(m, generator=gen)[: self.candidates]
         w = spo_weights(self.alpha[pool], self.beta[pool], self.eps)
         pick = pool[torch.multinomial(w, k, replacement=k > len(pool), generator=gen)]
-        return [self.items[i] for i in pick.tolist()]
-
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
-        return [self.n] * len(items)
+        return [Draw(self.items[i], self.n) for i in pick.tolist()]
 
     def observe(self, batch: Rollouts) -> dict[str, float]:
         ids, succ, count = prompt_outcomes(batch)

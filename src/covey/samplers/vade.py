@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from covey.samplers.base import BaseSampler, register_sampler
+from covey.samplers.base import BaseSampler, Draw, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -81,7 +81,7 @@ class VadeSampler(BaseSampler):
     def _effective(self) -> tuple[Tensor, Tensor]:
         return decayed_posterior(self.alpha, self.beta, self.t - self.last_seen, self.a0, self.lambda_long)
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
         gen = draw_generator(self.seed, "vade", self.calls)
         self.calls += 1
         a, b = self._effective()
@@ -95,7 +95,7 @@ class VadeSampler(BaseSampler):
         while len(pick) < k:  # fewer items than k: cycle through the ranking
             pick += order[: k - len(pick)].tolist()
         self.pending[pick] = True
-        return [self.items[i] for i in pick]
+        return [Draw(self.items[i], group_size) for i in pick]
 
     def observe(self, batch: Rollouts) -> dict[str, float]:
         ids, succ, count = prompt_outcomes(batch)

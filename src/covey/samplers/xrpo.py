@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, register_sampler
 from covey.samplers.feedback import row_success
 from covey.samplers.sampler import UniformSampler
 from covey.samplers._sampling import problem_text, t_quantile
@@ -129,13 +129,14 @@ class XRPOSampler(UniformSampler):
         self._last_sizes: list[int] = []
 
     # ------------------------------------------------------------------ drawing
-    def next(self, k: int) -> list[dict]:
-        out = super().next(k)
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        out = self.pick(k)
         if self.seeding:
             out = [self._seed_item(it) if int(it["id"]) in self.stuck else it for it in out]
-        return out
+        return [Draw(it, n) for it, n in zip(out, self.allocate(out, group_size))]
 
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
+    def allocate(self, items: list[dict], group_size: int) -> list[int]:
+        """Rollouts for each of `items`: the step's B*G (G = `group_size`) shared by `allocate_rollouts`."""
         n0 = min(self.min_rollouts, group_size)
         cap = self.max_rollouts if self.max_rollouts is not None else 2 * group_size
         if cap < group_size:

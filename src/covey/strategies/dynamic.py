@@ -45,10 +45,10 @@ class DynamicSampling:
         want = len(items)
         kept: list[Rollouts] = []
         n_kept, zero_frac, offset, metrics = 0, [], 0, {}
-        last = None
+        last, draws = None, ctx.draws
         for r in range(self.max_rounds):
-            round_ctx = dataclasses.replace(ctx, sampling=lambda sub, r=r: ctx.sampling(r * 1000 + sub))
-            batch, m = self.inner.rollout(items, round_ctx)
+            round_ctx = dataclasses.replace(ctx, draws=draws, sampling=lambda sub, r=r: ctx.sampling(r * 1000 + sub))
+            batch, m = self.inner.rollout([d.item for d in draws], round_ctx)
             metrics.update(m)
             if batch.rewards is None:
                 metrics.update(ctx.score(batch))
@@ -63,7 +63,7 @@ class DynamicSampling:
                 n_kept += int(torch.unique(batch.group[keep]).numel())
             if n_kept >= want:
                 break
-            items = ctx.draw(want)
+            draws = ctx.draw(want)
         rounds = len(zero_frac)
         fallback = not kept
         out = last if fallback else Rollouts.concat(kept)

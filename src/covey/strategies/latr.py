@@ -84,7 +84,7 @@ class LATR:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        sizes = ctx.group_sizes(items)
+        sizes = [d.n for d in ctx.draws]
         n = [max(1, round(self.mix * g)) for g in sizes]  # LATR branches per root; the rest are sampled
         force = self.force if self.force is not None else max(1, sp.max_new_tokens // 2)
         dec = TreeDecoder(ctx.engine, sp)

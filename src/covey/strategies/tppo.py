@@ -67,7 +67,7 @@ class TPPO:
         model = getattr(ctx.engine, "model", None)
         if model is None or not hasattr(model, "get_decoder"):
             raise ValueError("tppo needs an engine with the HF policy model as .model (the torch engine) for its value head")
-        sizes = ctx.group_sizes(items)
+        sizes = [d.n for d in ctx.draws]
         self.capacity = self.capacity or sum(sizes)
         self.queue += [{"item": it, "n": n} for it, n in zip(items, sizes)]
         slots = []

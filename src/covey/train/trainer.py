@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from covey.samplers import SAMPLERS
+from covey.samplers import SAMPLERS, Draw
 from covey.samplers.lengths import check_prompt_lengths, prompt_token_limit
 from covey.samplers.stats import prompt_stats
 from covey.engine import ENGINES, SamplingParams
@@ -99,7 +99,6 @@ class Trainer:
             grad_clip=o.grad_clip, dtype=learner_dtype,
         )  # fmt: skip
         self.step_num = 0
-        self._limits: dict[int, int] | None = None  # this step's per-item generation limits (sampler hook)
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
@@ -150,20 +149,19 @@ class Trainer:
             timer["reward"] += time.perf_counter() - t
             return out
 
-        ctx = RolloutContext(
-            engine=self.engine, tokenizer=self.tokenizer, group_sizes=lambda items: self.sampler.group_sizes(items, G),
-            sampling=self._sampling, score=score, draw=self.sampler.next,
-            step=self.step_num, policy_version=self.step_num,
-        )  # fmt: skip
+        def draw(k: int) -> list[Draw]:
+            return _checked_draws(self.sampler, self.sampler.next(k, G))
+
         t = time.perf_counter()
-        self._limits = None
-        items, metrics = self.sampler.next(cfg.rollout.prompts_per_step), {}
-        items, metrics = self.sampler.before_rollout(items, ctx)  # the sampler hooks: covey.samplers.base
-        self._limits = self.sampler.generation_limits(items) if items else None  # read by _sampling
-        if not items:  # nothing left to roll out: the step is skipped
+        draws = draw(cfg.rollout.prompts_per_step)  # the sampler hooks, in order: covey.samplers.base
+        ctx = RolloutContext(engine=self.engine, tokenizer=self.tokenizer, draws=draws, sampling=self._sampling,
+                             score=score, draw=draw, step=self.step_num, policy_version=self.step_num)  # fmt: skip
+        draws, metrics = self.sampler.before_rollout(draws, ctx)
+        ctx.draws = _checked_draws(self.sampler, draws)
+        if not draws:  # nothing left to roll out: the step is skipped
             return _empty_batch(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
                                     "train/skipped_step": 1.0}  # fmt: skip
-        batch, m = self.strategy.rollout(items, ctx)
+        batch, m = self.strategy.rollout([d.item for d in draws], ctx)
         metrics.update(m)
         if batch.rewards is None:
             metrics.update(score(batch))
@@ -204,7 +202,7 @@ class Trainer:
             temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
             max_new_tokens=s.max_new_tokens, stop_strings=tuple(s.stop_strings),
             seed=self._seed("generate", round_), return_entropies=self.need_entropies,
-            ignore_eos=s.ignore_eos, item_max_new_tokens=self._limits or None,
+            ignore_eos=s.ignore_eos,
         )  # fmt: skip
 
     def _stateful(self) -> dict[str, Any]:
@@ -253,6 +251,15 @@ class Trainer:
         self.engine.close()
         self.logger.close()
         self._lock.release()
+
+
+def _checked_draws(sampler, draws) -> list[Draw]:
+    """The sampler's draws, refused with a clear error when they are not a list of `Draw`s."""
+    if not isinstance(draws, list) or not all(isinstance(d, Draw) for d in draws):
+        got = type(draws[0] if isinstance(draws, list) and draws else draws).__name__
+        raise TypeError(f"sampler {type(sampler).__name__}: next() and before_rollout() must return a list of "
+                        f"covey.samplers.Draw, got {got}")  # fmt: skip
+    return draws
 
 
 def _empty_batch() -> Rollouts:
