@@ -7,6 +7,7 @@ import io
 import torch
 
 from covey.rollouts import Rollouts
+from covey.samplers import apply_feedback
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
 
@@ -45,6 +46,16 @@ def scored(prompt_ids, success, groups=None) -> Rollouts:
         rewards=torch.tensor(success, dtype=torch.float32)[:, None],
         reward_names=("accuracy",),
     )
+
+
+def observe(sampler, batch: Rollouts) -> dict[str, float]:
+    """What the trainer does: `sampler.observe(batch)`, which must leave the batch's mask and rewards
+    alone, then the gate (`apply_feedback`); returns the feedback's metrics."""
+    mask, rewards = batch.completion_mask.clone(), batch.rewards.clone()
+    feedback = sampler.observe(batch)
+    assert torch.equal(batch.completion_mask, mask) and torch.equal(batch.rewards, rewards), "observe edited the batch"
+    apply_feedback(batch, feedback)
+    return feedback.metrics
 
 
 def ids(draws) -> list[int]:

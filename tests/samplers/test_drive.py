@@ -3,7 +3,7 @@ import math
 import torch
 
 from covey.samplers.drive import DriveSampler, hard_pool
-from tests.samplers._helpers import ids, items, one_step, reload, scored
+from tests.samplers._helpers import ids, items, observe, one_step, reload, scored
 
 NAN = math.nan
 
@@ -18,7 +18,7 @@ def test_stage_one_is_uniform_then_the_pool_keeps_only_hard_prompts():
     s = DriveSampler(items(4), seed=0, stage1_steps=1, tau=0.75, stage2_group_size=16)
     first = s.next(4, 8)
     assert sorted(ids(first)) == [100, 101, 102, 103] and [d.n for d in first] == [8] * 4
-    m = s.observe(scored([100] * 4 + [101] * 4 + [102] * 4 + [103] * 4,
+    m = observe(s, scored([100] * 4 + [101] * 4 + [102] * 4 + [103] * 4,
                          [1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]))  # fmt: skip
     assert m["sampler/drive/stage"] == 1.0 and s.stage == 2
     hard = s.next(4, 8)  # pass rates 1, .75, .25, 0 -> pool {102, 103}, walked twice

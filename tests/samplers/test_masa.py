@@ -3,14 +3,14 @@ import torch
 from covey.samplers.masa import MasaSampler, cutoff_rows
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
-from tests.samplers._helpers import FlagTask, ids, items, one_step, reload, scored
+from tests.samplers._helpers import FlagTask, ids, items, observe, one_step, reload, scored
 
 
 def test_zero_variance_groups_are_filtered_and_their_prompts_gated():
     s = MasaSampler(items(3), seed=0)
     s.next(3, 4)
     b = scored([100] * 2 + [101] * 2 + [102] * 2, [0, 0, 1, 0, 1, 1])
-    m = s.observe(b)
+    m = observe(s, b)
     assert b.completion_mask.sum(-1).tolist() == [0, 0, 3, 3, 0, 0]
     assert m["sampler/masa/filtered_rows_frac"] == 4 / 6 and set(s.gated) == {100, 102}
     assert ids(s.next(1, 4)) == [101]  # epoch 1 skips the gated prompts
@@ -39,7 +39,7 @@ def test_cutoff_by_hand():
     second = scored([100] * 2, [1, 1])
     second.completion_mask = torch.tensor([[1.0, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     second.completion_ids, second.behaviour_logprobs = torch.ones(2, 5, dtype=torch.long), torch.zeros(2, 5)
-    m = s.observe(second)  # row 1 (5 tokens) runs past ceil(1.0 * 3) = 3: reward 0, tokens 4-5 masked
+    m = observe(s, second)  # row 1 (5 tokens) runs past ceil(1.0 * 3) = 3: reward 0, tokens 4-5 masked
     assert second.rewards[:, 0].tolist() == [1.0, 0.0] and second.completion_mask[1].tolist() == [1, 1, 1, 0, 0]
     assert m["sampler/masa/cutoff_rows"] == 1.0
 
@@ -74,7 +74,7 @@ def test_generation_limits_by_hand():
     draws = s.next(3, 2)
     assert {d.item["id"]: d.max_new_tokens for d in draws} == {100: 6, 101: None, 102: 7}  # 101: no prediction
     assert [d.n for d in draws] == [2, 2, 2]
-    assert s.observe(scored([100, 101], [0, 1]))["sampler/masa/limited_prompts"] == 2.0
+    assert s.observe(scored([100, 101], [0, 1])).metrics["sampler/masa/limited_prompts"] == 2.0
     assert {d.max_new_tokens for d in MasaSampler(items(3)).next(3, 2)} == {None}  # cut-off off
 
 
@@ -83,7 +83,7 @@ def test_a_row_stopped_at_its_limit_is_cut_like_a_longer_one(caplog):
     s.pred_len = {100: 2.0}
     b = scored([100] * 3, [1, 1, 1])  # lengths 3 (stopped at L + 1 = 3: cut), 2 and 1 (kept)
     b.completion_mask = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 0, 0]])
-    m = s.observe(b)
+    m = observe(s, b)
     assert b.rewards[:, 0].tolist() == [0.0, 1.0, 1.0] and b.completion_mask[0].tolist() == [1, 1, 0]
     assert m["sampler/masa/cutoff_rows"] == 1.0 and "ignores per-prompt generation limits" not in caplog.text
     s.pred_len = {100: 1.0}

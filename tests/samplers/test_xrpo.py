@@ -89,7 +89,7 @@ def test_seeded_prompts_stay_within_max_prompt_chars():
     s.observe(scored([0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1]))
     drawn = {d.item["id"]: d.item for d in s.next(3, 4)}
     assert drawn[0]["prompt"][0]["content"] == "apples and pears cost 3"
-    assert s.observe(scored([0], [0]))["sampler/xrpo/seed_too_long"] == 1.0
+    assert s.observe(scored([0], [0])).metrics["sampler/xrpo/seed_too_long"] == 1.0
     # room for one exemplar (93 + 23 = 116 chars; two need 161): the less similar second one is dropped
     s = XRPOSampler(_math_items(), seed=0, exemplar_pool="dataset", exemplars=2, max_prompt_chars=120)
     s.stuck = {0}

@@ -13,7 +13,7 @@ PLUGINS = '''
 import dataclasses
 
 import torch
-from covey.samplers import BaseSampler, Draw
+from covey.samplers import BaseSampler, Draw, Feedback
 from covey.strategies import sample_groups
 from covey.rollouts import Rollouts
 
@@ -33,7 +33,7 @@ class CountingSampler(BaseSampler):
     def observe(self, batch):
         for pid, r in zip(batch.prompt_id.tolist(), batch.scalar_rewards()):
             self.seen[pid] = self.seen.get(pid, torch.zeros(2)) + torch.stack([r, torch.tensor(1.0)])
-        return {"sampler/tracked": float(len(self.seen))}
+        return Feedback({"sampler/tracked": float(len(self.seen))})
 
     def state_dict(self):
         return {"pos": self.pos, "seen": dict(self.seen)}

@@ -2,7 +2,8 @@
 and per-prompt stats. Importing this package registers the built-in samplers; see docs/sampling.md.
 """
 
-from covey.samplers.base import SAMPLERS, BaseSampler, Draw, register_sampler
+from covey.samplers.base import SAMPLERS, BaseSampler, Draw, Feedback, register_sampler
+from covey.samplers._sampling import apply_feedback
 from covey.samplers.filters import informative_groups
 from covey.samplers.sampler import UniformSampler
 from covey.samplers.spo import SPOSampler
@@ -18,9 +19,11 @@ __all__ = [
     "SAMPLERS",
     "BaseSampler",
     "Draw",
+    "Feedback",
     "SPOSampler",
     "UniformSampler",
     "VadeSampler",
+    "apply_feedback",
     "informative_groups",
     "register_sampler",
 ]

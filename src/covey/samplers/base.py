@@ -10,7 +10,8 @@ this order:
     draws = sampler.next(B, G)                               B prompts to roll out, as `Draw`s
     draws, metrics = sampler.before_rollout(draws, ctx)      may drop draws
     ... rollout (the strategy reads ctx.draws), rewards ...
-    metrics = sampler.observe(batch)                         scored batch, BEFORE advantages
+    feedback = sampler.observe(batch)                        scored batch, BEFORE advantages
+    apply_feedback(batch, feedback)                          the trainer's gate (covey.samplers._sampling)
     ... advantages, learner update, weight sync ...
     metrics = sampler.after_update(batch, policy_logprobs)   non-empty batches only
 
@@ -19,7 +20,10 @@ A `Draw` is one prompt to roll out: its dataset item, how many completions (the 
 a sampler may vary per prompt: DARS-like allocation in XRPO, GDRO, DRIVE, SPO) and an optional
 cap on new tokens for its rows (MASA's early cut-off). The trainer hands the step's draws to the
 rollout strategy in `RolloutContext.draws`; refills a strategy asks for (`ctx.draw(k)`) are
-`next(k, G)` too. `requires` names optional `Rollouts` fields the sampler reads (merged with the
+`next(k, G)` too. `observe` only looks: it returns a `Feedback` record (metrics, and which rows and
+tokens stay in the loss, which rows' rewards are zeroed) and the trainer applies it, as prime-rl
+splits a buffer that observes from a gate that admits; the one thing `observe` may write into the
+batch is an annotation in `batch.extras` for an estimator that reads sampler state (SPO's baseline). `requires` names optional `Rollouts` fields the sampler reads (merged with the
 algorithm's, so the engine returns them, e.g. ``("entropies",)``). `state_dict()` /
 `load_state_dict()` go into the checkpoint through `torch.save`, so tensors and int keys survive a
 restart unchanged; a resumed run must draw exactly what an uninterrupted one would.
@@ -30,7 +34,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
@@ -38,7 +42,7 @@ from torch import Tensor
 from covey.plugins import PluginError, PluginRegistry
 from covey.rollouts import Rollouts
 
-__all__ = ["SAMPLERS", "BaseSampler", "Draw", "PolicyLogprobs", "register_sampler"]
+__all__ = ["SAMPLERS", "BaseSampler", "Draw", "Feedback", "PolicyLogprobs", "register_sampler"]
 
 PolicyLogprobs = Callable[[list[Tensor], Tensor, Tensor], Tensor]
 
@@ -70,6 +74,24 @@ class Draw:
             raise ValueError(f"Draw of item {self.item.get('id')!r}: max_new_tokens = {m!r} must be None or an int >= 1")
 
 
+@dataclass(frozen=True)
+class Feedback:
+    """What `observe` hands back; the trainer applies it (`covey.samplers._sampling.apply_feedback`)
+    before advantages are computed.
+
+    metrics:       ``sampler/<name>/...`` values to log.
+    keep_rows:     [N] bool or None: rows where False leave the policy loss (their completion mask is
+                   zeroed; the estimator still sees their rewards).
+    keep_tokens:   [N, T] bool or None: tokens where False leave the policy loss.
+    zero_rewards:  [N] bool or None: rows whose every reward column is set to 0 (MASA's cut-off).
+    """
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    keep_rows: Tensor | None = None
+    keep_tokens: Tensor | None = None
+    zero_rewards: Tensor | None = None
+
+
 class BaseSampler(ABC):
     """The sampler contract: `next` is required; every other hook has a no-op default."""
 
@@ -95,11 +117,12 @@ class BaseSampler(ABC):
         Refills a strategy draws later do not pass through it. Default: all draws."""
         return draws, {}
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         """Per-prompt feedback on the scored batch (`prompt_id` = item id, `rewards`, `group`,
-        `items`), before advantages are computed; returns metrics (``sampler/<name>/...``).
-        Default: nothing."""
-        return {}
+        `items`), before advantages are computed: update the sampler's state and return a `Feedback`
+        (metrics; rows / tokens to drop from the loss, rewards to zero), which the trainer applies.
+        It must not change the batch's masks or rewards itself. Default: no feedback."""
+        return Feedback()
 
     def after_update(self, batch: Rollouts, policy_logprobs: PolicyLogprobs) -> dict[str, float]:
         """After the policy was updated on a non-empty `batch` and the engine synced.

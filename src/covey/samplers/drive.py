@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from covey.samplers.base import Draw, register_sampler
+from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.samplers.sampler import UniformSampler
 from covey.rollouts import Rollouts
@@ -98,7 +98,7 @@ class DriveSampler(UniformSampler):
         self.pool_order = [pool[i] for i in torch.randperm(len(pool), generator=gen).tolist()]
         self.pool_pos, self.pool_epoch = 0, self.pool_epoch + 1
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         pos = self.index.positions(ids)
         visit = succ / count
@@ -108,11 +108,11 @@ class DriveSampler(UniformSampler):
         self.steps += 1
         pool = torch.tensor(self.pool_order, dtype=torch.long)
         seen = self.rates[pool][~torch.isnan(self.rates[pool])] if pool.numel() else pool.double()
-        return {
+        return Feedback({
             "sampler/drive/stage": float(stage),
             "sampler/drive/pool_size": float(len(self.pool_order)) if stage == 2 else float(len(self.items)),
             "sampler/drive/pool_pass_rate": float(seen.mean()) if seen.numel() else 0.0,
-        }
+        })
 
     def state_dict(self) -> dict[str, Any]:
         return {

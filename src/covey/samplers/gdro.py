@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import torch
 
-from covey.samplers.base import BaseSampler, Draw, register_sampler
+from covey.samplers.base import BaseSampler, Draw, Feedback, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -165,7 +165,7 @@ class GDROSampler(BaseSampler):
         self.shadow_price = 0.0 if math.isinf(lam) else 1.0 / lam
         return sizes
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         p = succ / count
         pos = self.index.positions(ids)
@@ -183,7 +183,7 @@ class GDROSampler(BaseSampler):
         out["sampler/gdro/q_unseen"] = float(q[self.k])
         if self.rollouts == "sqrt":
             out["sampler/gdro/shadow_price"] = self.shadow_price
-        return out
+        return Feedback(out)
 
     def state_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "rates": self.rates.clone(), "logq": self.logq.clone(), "m": self.m.clone(),

@@ -34,13 +34,13 @@ stores all its responses, and D pools the tokens of all the responses stored at 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from covey.samplers.base import BaseSampler, Draw, register_sampler
+from covey.samplers.base import BaseSampler, Draw, Feedback, PolicyLogprobs, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -68,9 +68,6 @@ def spo_weights(alpha: Tensor, beta: Tensor, eps: float) -> Tensor:
     """Sampling weights sqrt(p_hat (1 - p_hat)) + eps (never zero for eps > 0)."""
     p = alpha / (alpha + beta)
     return torch.sqrt(p * (1 - p)) + eps
-
-
-PolicyLogprobs = Callable[[list[Tensor], Tensor, Tensor], Tensor]
 
 
 def prompt_drift(stored: Tensor, current: Tensor, mask: Tensor) -> float:
@@ -147,7 +144,7 @@ class SPOSampler(BaseSampler):
         pick = pool[torch.multinomial(w, k, replacement=k > len(pool), generator=gen)]
         return [Draw(self.items[i], self.n) for i in pick.tolist()]
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         pos = self.index.positions(ids)
         p_hat = self.alpha / (self.alpha + self.beta)
@@ -156,7 +153,7 @@ class SPOSampler(BaseSampler):
         if self.rho_type == "constant":
             self.alpha[pos] = self.rho * self.alpha[pos] + succ
             self.beta[pos] = self.rho * self.beta[pos] + (count - succ)
-        return {"sampler/spo/p_hat_mean": float(p_hat[pos].mean()), "sampler/spo/unique_frac": len(ids) / max(len(batch), 1)}
+        return Feedback({"sampler/spo/p_hat_mean": float(p_hat[pos].mean()), "sampler/spo/unique_frac": len(ids) / max(len(batch), 1)})
 
     def after_update(self, batch: Rollouts, policy_logprobs: PolicyLogprobs) -> dict[str, float]:
         """KL-adaptive forgetting (rho_type "kl"): rho from each prompt's drift, then alpha/beta, then

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from covey.samplers.base import BaseSampler, Draw, register_sampler
+from covey.samplers.base import BaseSampler, Draw, Feedback, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -97,7 +97,7 @@ class VadeSampler(BaseSampler):
         self.pending[pick] = True
         return [Draw(self.items[i], group_size) for i in pick]
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         pos = self.index.positions(ids)
         a, b = self._effective()
@@ -106,7 +106,7 @@ class VadeSampler(BaseSampler):
         self.t += 1
         self.pending.zero_()
         p = self.alpha[pos] / (self.alpha[pos] + self.beta[pos])
-        return {"sampler/vade/p_mean": float(p.mean()), "sampler/vade/visited_frac": float(self.seen.double().mean())}
+        return Feedback({"sampler/vade/p_mean": float(p.mean()), "sampler/vade/visited_frac": float(self.seen.double().mean())})
 
     def state_dict(self) -> dict[str, Any]:
         return {"alpha": self.alpha.clone(), "beta": self.beta.clone(), "last_seen": self.last_seen.clone(),

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import torch
 
-from covey.samplers.base import Draw, register_sampler
+from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import row_success
 from covey.samplers.sampler import UniformSampler
 from covey.samplers._sampling import problem_text, t_quantile
@@ -187,7 +187,7 @@ class XRPOSampler(UniformSampler):
         return {**item, "prompt": msgs}
 
     # ------------------------------------------------------------------ feedback
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, inv = torch.unique(batch.prompt_id.cpu(), return_inverse=True)
         s = row_success(batch).cpu()
         n = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, inv, torch.ones_like(s))
@@ -209,7 +209,7 @@ class XRPOSampler(UniformSampler):
             "sampler/xrpo/rollouts_max": float(max(sizes)),
         }
         self._seeded, self._too_long = 0, 0
-        return out
+        return Feedback(out)
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from covey.samplers import SAMPLERS, Draw
+from covey.samplers import SAMPLERS, Draw, apply_feedback
 from covey.samplers.lengths import check_prompt_lengths, prompt_token_limit
 from covey.samplers.stats import prompt_stats
 from covey.engine import ENGINES, SamplingParams
@@ -169,7 +169,9 @@ class Trainer:
         metrics["time/reward"] = timer["reward"]
         metrics["time/generate"] = elapsed - timer["reward"]
         metrics.update(_rollout_metrics(batch, metrics["time/generate"]))
-        metrics.update(self.sampler.observe(batch))  # before advantages: a sampler may annotate the batch
+        feedback = self.sampler.observe(batch)  # before advantages; it may annotate batch.extras for an estimator
+        apply_feedback(batch, feedback)  # the gate: the trainer, not the sampler, drops rows / tokens, zeroes rewards
+        metrics.update(feedback.metrics)
         metrics.update(prompt_stats(batch))  # pass-rate histogram, zero-signal groups, rollouts per prompt
         return batch, metrics
 
