@@ -23,7 +23,8 @@ rollout strategy in `RolloutContext.draws`; refills a strategy asks for (`ctx.dr
 `next(k, G)` too. `observe` only looks: it returns a `Feedback` record (metrics, and which rows and
 tokens stay in the loss, which rows' rewards are zeroed) and the trainer applies it, as prime-rl
 splits a buffer that observes from a gate that admits; the one thing `observe` may write into the
-batch is an annotation in `batch.extras` for an estimator that reads sampler state (SPO's baseline). `requires` names optional `Rollouts` fields the sampler reads (merged with the
+batch is an annotation in `batch.extras` for an estimator that reads sampler state (SPO's
+baseline). `requires` names optional `Rollouts` fields the sampler reads (merged with the
 algorithm's, so the engine returns them, e.g. ``("entropies",)``). `state_dict()` /
 `load_state_dict()` go into the checkpoint through `torch.save`, so tensors and int keys survive a
 restart unchanged; a resumed run must draw exactly what an uninterrupted one would.

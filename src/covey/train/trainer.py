@@ -257,8 +257,9 @@ class Trainer:
 
 def _checked_draws(sampler, draws) -> list[Draw]:
     """The sampler's draws, refused with a clear error when they are not a list of `Draw`s."""
-    if not isinstance(draws, list) or not all(isinstance(d, Draw) for d in draws):
-        got = type(draws[0] if isinstance(draws, list) and draws else draws).__name__
+    bad = [d for d in draws if not isinstance(d, Draw)] if isinstance(draws, list) else [draws]
+    if bad:
+        got = type(bad[0]).__name__
         raise TypeError(f"sampler {type(sampler).__name__}: next() and before_rollout() must return a list of "
                         f"covey.samplers.Draw, got {got}")  # fmt: skip
     return draws
