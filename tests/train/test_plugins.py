@@ -56,6 +56,13 @@ class NoNext(BaseSampler):
     """Subclasses BaseSampler but never says which items to draw."""
 
 
+class OldNext(BaseSampler):
+    """The old contract: next(k) -> items, no group size."""
+
+    def next(self, k):
+        return self.items[:k]
+
+
 class TwoRounds:
     """Draws each item's group in two halves (two engine calls), then joins them."""
 
@@ -158,6 +165,7 @@ def test_bad_plugin_configs_fail_before_any_model_loads(tmp_path, override, mess
 @pytest.mark.parametrize("cls, message", [
     ("Duck", "sampler '{p}:Duck': Duck must subclass covey.samplers.BaseSampler"),
     ("NoNext", "sampler '{p}:NoNext': NoNext does not define next"),
+    ("OldNext", r"sampler '{p}:OldNext': OldNext.next must take \(k, group_size\) and return a list of covey.samplers.Draw"),
 ])  # fmt: skip
 def test_a_sampler_that_is_not_a_complete_base_sampler_is_a_config_error(tmp_path, plugins, cls, message):
     with pytest.raises(ConfigError, match=message.format(p=plugins)):

@@ -153,6 +153,11 @@ class _SamplerRegistry(PluginRegistry):
             missing = sorted(getattr(factory, "__abstractmethods__", ()))
             if missing:
                 raise PluginError(f"sampler {name!r}: {factory.__name__} does not define {', '.join(missing)}")
+            try:
+                inspect.signature(factory.next).bind(None, 1, 1)
+            except TypeError:
+                raise PluginError(f"sampler {name!r}: {factory.__name__}.next must take (k, group_size) and return "
+                                  "a list of covey.samplers.Draw") from None  # fmt: skip
         super().check_params(name, params)
 
 

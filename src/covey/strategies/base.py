@@ -8,8 +8,9 @@ A strategy is built as ``factory(**params)`` from config ``rollout.strategy: {na
 and the strategy alone decides how completions are drawn (i.i.d. groups, trees, carried partial
 rollouts, filtered refills). `items` are the step's prompts, ``[d.item for d in ctx.draws]``: each
 `Draw` (covey.samplers.base) also says how many completions the sampler asks for (`d.n`, the group
-size) and an optional cap on new tokens (`d.max_new_tokens`, applied by `sample_groups`). It must return a batch whose `group` ids are unique per group, whose
-`items` hold the dataset item of every row and whose `prompt_id` is that item's id. It may score
+size) and an optional cap on new tokens (`d.max_new_tokens`, applied by `sample_groups`). It must
+return a batch whose `group` ids are unique per group, whose `items` hold the dataset item of every
+row and whose `prompt_id` is that item's id. It may score
 the batch itself through `ctx.score` (a filter needs the rewards); otherwise the trainer scores it.
 State that must survive a restart (a carried buffer) goes through `state_dict()` into the checkpoint.
 """
