@@ -3,7 +3,7 @@
 A sampler is a subclass of `BaseSampler`, built as ``cls(items, seed, **params)`` from config
 ``sampler: {name, ...params}`` (registered in `SAMPLERS`, or an import path ``package.module:Class``).
 Like verl's ``AbstractSampler``, a sampler must subclass the base class: a class that does not (or
-leaves `next` undefined) is refused with a one-line config error before any model loads. The base
+leaves `next(k, group_size)` undefined) is refused with a one-line config error before any model loads. The base
 class declares every hook with a no-op default, and the trainer calls each of them every step, in
 this order:
 
