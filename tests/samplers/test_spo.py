@@ -55,19 +55,19 @@ def test_draws_are_single_stream_prioritised_and_never_fail():
     s = SPOSampler(items(4), seed=0)
     s.alpha = torch.tensor([50.0, 1.0, 50.0, 25.0], dtype=torch.float64)
     s.beta = torch.tensor([0.01, 50.0, 0.01, 25.0], dtype=torch.float64)
-    got = [i for _ in range(50) for i in ids(s.next(1))]
+    got = [i for _ in range(50) for i in ids(s.next(1, 4))]
     assert got.count(103) > 25  # p=0.5 weight 0.55 vs ~0.05-0.19 for the others
-    assert s.group_sizes(s.items[:3], 8) == [1, 1, 1]
-    assert len(s.next(9)) == 9  # more than the pool: with replacement
+    assert [d.n for d in s.next(3, 8)] == [1, 1, 1]  # n, not the run's G
+    assert len(s.next(9, 4)) == 9  # more than the pool: with replacement
 
 
 def test_state_round_trip_draws_the_same():
     s = SPOSampler(items(12), seed=2, candidates=6, rho_type="constant")
     for _ in range(3):
-        got = ids(s.next(4))
+        got = ids(s.next(4, 4))
         s.observe(scored(got, [1, 0, 0, 1]))
     r = reload(s, lambda: SPOSampler(items(12), seed=2, candidates=6, rho_type="constant"))
-    assert [ids(s.next(4)) for _ in range(3)] == [ids(r.next(4)) for _ in range(3)]
+    assert [ids(s.next(4, 4)) for _ in range(3)] == [ids(r.next(4, 4)) for _ in range(3)]
 
 
 def test_one_training_step(tmp_path):

@@ -11,6 +11,7 @@ from covey.algos.registry import CorrectionInputs
 from covey.engine import SamplingParams, TorchEngine
 from covey.learner import completion_logprobs
 from covey.models import build_tiny
+from covey.samplers import Draw
 from covey.strategies.april import APRIL
 from covey.strategies.base import RolloutContext
 from covey.train.checkpoint import load_checkpoint
@@ -21,12 +22,12 @@ from tests._kill_resume import kill_and_resume
 STOPS = list("abcdefghijklmnopqrstuvwxyz0123456789")  # frequent stops on the random tiny model: a long-tailed length mix
 
 
-def _ctx(engine, tok, step, pool):
+def _ctx(engine, tok, step, pool, items):
     def draw(k):
-        return [pool.pop(0) for _ in range(k)]
+        return [Draw(pool.pop(0), 3) for _ in range(k)]
 
     sp = lambda r: SamplingParams(seed=100 * step + r, max_new_tokens=12, stop_strings=tuple(STOPS))  # noqa: E731
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [3] * len(items), sampling=sp,
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, 3) for it in items], sampling=sp,
                           score=lambda b: {}, draw=draw, step=step, policy_version=engine.version)  # fmt: skip
 
 
@@ -39,7 +40,7 @@ def test_april_returns_b_groups_and_carries_the_rest_with_versions():
     engine = TorchEngine(model, tok, dtype="fp32")
     pool = _items(100, 200)
     strat = APRIL(over_provision=2.0, chunk_tokens=2)
-    batch, m = strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool))
+    batch, m = strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool, _items(0, 4)))
     assert batch.num_groups == 4 and len(batch) == 12 and m["april/inflight_groups"] == 8
     assert m["april/stale_token_frac"] == 0.0 and (batch.policy_version[batch.completion_mask > 0] == 0).all()
     assert int(batch.lengths.max()) <= 12
@@ -57,7 +58,7 @@ def test_april_returns_b_groups_and_carries_the_rest_with_versions():
     saved = strat.state_dict()
     again = APRIL(over_provision=2.0, chunk_tokens=2)
     again.load_state_dict(saved)
-    b2, m2 = again.rollout(_items(4, 8), _ctx(engine, tok, 1, pool))
+    b2, m2 = again.rollout(_items(4, 8), _ctx(engine, tok, 1, pool, _items(4, 8)))
     assert m2["april/stale_token_frac"] > 0 and m2["april/carried_groups"] >= 1
     rows = {(it["id"], k): j for j, (it, k) in enumerate(zip(b2.items, _rank(b2.group.tolist())))}
     resumed = [(key, toks) for key, toks in partial.items() if key in rows]

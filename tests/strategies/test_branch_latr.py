@@ -5,6 +5,7 @@ import pytest
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import build_tiny
+from covey.samplers import Draw
 from covey.strategies.base import RolloutContext
 from covey.strategies.branch import BranchStrategy
 from covey.train.config import validate_config
@@ -14,7 +15,7 @@ from covey.train.trainer import Trainer
 def _ctx(G, max_new=12, **sp):
     model, tok = build_tiny("tiny-llama", seed=2)
     engine = TorchEngine(model, tok, dtype="fp32")
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [G] * len(items),
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, G) for it in ITEMS],
                           sampling=lambda r: SamplingParams(seed=7, max_new_tokens=max_new, ignore_eos=True, **sp),
                           score=lambda b: {}, draw=lambda k: [], step=0)  # fmt: skip
 

@@ -6,6 +6,7 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import build_tiny
+from covey.samplers import Draw
 from covey.strategies.base import RolloutContext
 from covey.strategies.cog_rethinker import REFINE, CogRethinker
 from covey.strategies.group import completion_texts
@@ -32,7 +33,7 @@ def _ctx(reward, seen):
         batch.reward_names = ("r",)
         return {}
 
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [4] * len(items),
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, 4) for it in ITEMS],
                           sampling=lambda r: SamplingParams(seed=r, max_new_tokens=6, ignore_eos=True),
                           score=score, draw=lambda k: [], step=0), tok  # fmt: skip
 

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from covey.engine.base import Engine, SamplingParams
 from covey.eval.metrics import majority_vote, pass_at_k
 from covey.rewards.scoring import Scorer
+from covey.samplers import Draw
 from covey.strategies import completion_texts, item_columns, sample_groups
 
 __all__ = ["eval_progress", "evaluate"]
@@ -59,7 +60,7 @@ def evaluate(
         sampling = SamplingParams(
             temperature=1.0 if greedy else temperature, greedy=greedy, max_new_tokens=max_new_tokens, seed=seed + start
         )
-        batch = sample_groups(engine, tokenizer, chunk, n, sampling)
+        batch = sample_groups(engine, tokenizer, [Draw(it, n) for it in chunk], sampling)
         texts = completion_texts(tokenizer, batch)
         if rewards is not None:  # scored as in training (the same columns reach the reward functions)
             Scorer(rewards, lambda b: texts, [])(batch)

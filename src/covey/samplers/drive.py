@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.samplers.sampler import UniformSampler
 from covey.rollouts import Rollouts
@@ -81,9 +81,13 @@ class DriveSampler(UniformSampler):
     def stage(self) -> int:
         return 1 if self.steps < self.stage1_steps else 2
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        n = self.stage2_group_size if self.stage == 2 and self.stage2_group_size else group_size
+        return [Draw(item, n) for item in self.pick(k)]
+
+    def pick(self, k: int) -> list[dict]:
         if self.stage == 1:
-            return super().next(k)
+            return super().pick(k)
         out = []
         while len(out) < k:
             if self.pool_pos >= len(self.pool_order):
@@ -98,11 +102,7 @@ class DriveSampler(UniformSampler):
         self.pool_order = [pool[i] for i in torch.randperm(len(pool), generator=gen).tolist()]
         self.pool_pos, self.pool_epoch = 0, self.pool_epoch + 1
 
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
-        n = self.stage2_group_size if self.stage == 2 and self.stage2_group_size else group_size
-        return [n] * len(items)
-
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         pos = self.index.positions(ids)
         visit = succ / count
@@ -112,11 +112,11 @@ class DriveSampler(UniformSampler):
         self.steps += 1
         pool = torch.tensor(self.pool_order, dtype=torch.long)
         seen = self.rates[pool][~torch.isnan(self.rates[pool])] if pool.numel() else pool.double()
-        return {
+        return Feedback({
             "sampler/drive/stage": float(stage),
             "sampler/drive/pool_size": float(len(self.pool_order)) if stage == 2 else float(len(self.items)),
             "sampler/drive/pool_pass_rate": float(seen.mean()) if seen.numel() else 0.0,
-        }
+        })
 
     def state_dict(self) -> dict[str, Any]:
         return {

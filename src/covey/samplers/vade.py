@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from covey.samplers.base import BaseSampler, register_sampler
+from covey.samplers.base import BaseSampler, Draw, Feedback, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -85,7 +85,7 @@ class VadeSampler(BaseSampler):
     def _effective(self) -> tuple[Tensor, Tensor]:
         return decayed_posterior(self.alpha, self.beta, self.t - self.last_seen, self.a0, self.lambda_long)
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
         gen = draw_generator(self.seed, "vade", self.calls)
         self.calls += 1
         a, b = self._effective()
@@ -99,9 +99,9 @@ class VadeSampler(BaseSampler):
         while len(pick) < k:  # fewer items than k: cycle through the ranking
             pick += order[: k - len(pick)].tolist()
         self.pending[pick] = True
-        return [self.items[i] for i in pick]
+        return [Draw(self.items[i], group_size) for i in pick]
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         pos = self.index.positions(ids)
         a, b = self._effective()
@@ -110,7 +110,7 @@ class VadeSampler(BaseSampler):
         self.t += 1
         self.pending.zero_()
         p = self.alpha[pos] / (self.alpha[pos] + self.beta[pos])
-        return {"sampler/vade/p_mean": float(p.mean()), "sampler/vade/visited_frac": float(self.seen.double().mean())}
+        return Feedback({"sampler/vade/p_mean": float(p.mean()), "sampler/vade/visited_frac": float(self.seen.double().mean())})
 
     def state_dict(self) -> dict[str, Any]:
         return {"alpha": self.alpha.clone(), "beta": self.beta.clone(), "last_seen": self.last_seen.clone(),

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import row_success
 from covey.samplers.sampler import UniformSampler
 from covey.samplers._sampling import problem_text, t_quantile
@@ -133,13 +133,14 @@ class XRPOSampler(UniformSampler):
         self._last_sizes: list[int] = []
 
     # ------------------------------------------------------------------ drawing
-    def next(self, k: int) -> list[dict]:
-        out = super().next(k)
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        out = self.pick(k)
         if self.seeding:
             out = [self._seed_item(it) if int(it["id"]) in self.stuck else it for it in out]
-        return out
+        return [Draw(it, n) for it, n in zip(out, self.allocate(out, group_size))]
 
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
+    def allocate(self, items: list[dict], group_size: int) -> list[int]:
+        """Rollouts for each of `items`: the step's B*G (G = `group_size`) shared by `allocate_rollouts`."""
         n0 = min(self.min_rollouts, group_size)
         cap = self.max_rollouts if self.max_rollouts is not None else 2 * group_size
         if cap < group_size:
@@ -190,7 +191,7 @@ class XRPOSampler(UniformSampler):
         return {**item, "prompt": msgs}
 
     # ------------------------------------------------------------------ feedback
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, inv = torch.unique(batch.prompt_id.cpu(), return_inverse=True)
         s = row_success(batch).cpu()
         n = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, inv, torch.ones_like(s))
@@ -212,7 +213,7 @@ class XRPOSampler(UniformSampler):
             "sampler/xrpo/rollouts_max": float(max(sizes)),
         }
         self._seeded, self._too_long = 0, 0
-        return out
+        return Feedback(out)
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:

@@ -73,12 +73,11 @@ class APRIL:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         want = len(items)
-        groups = self.buffer + [{"item": it, "rows": [None] * n} for it, n in zip(items, ctx.group_sizes(items))]
+        groups = self.buffer + [{"item": d.item, "rows": [None] * d.n} for d in ctx.draws]
         self.buffer = []
         extra = math.ceil(self.over_provision * want) - len(groups)
         if extra > 0:
-            more = ctx.draw(extra)
-            groups += [{"item": it, "rows": [None] * n} for it, n in zip(more, ctx.group_sizes(more))]
+            groups += [{"item": d.item, "rows": [None] * d.n} for d in ctx.draw(extra)]
         sp = ctx.sampling(0)
         prompts = prompt_ids(ctx.tokenizer, [g["item"] for g in groups])
         dec = ctx.engine.tree_session(sp)

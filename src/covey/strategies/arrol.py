@@ -82,7 +82,7 @@ class ARRoL:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        sizes = ctx.group_sizes(items)
+        sizes = [d.n for d in ctx.draws]
         over = [math.ceil(self.oversample * g) for g in sizes]
         dec = ctx.engine.tree_session(sp)
         dec.add([Row(p, payload=(i, ())) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])

@@ -6,8 +6,11 @@ A strategy is built as ``factory(**params)`` from config ``rollout.strategy: {na
     batch, metrics = strategy.rollout(items, ctx)
 
 and the strategy alone decides how completions are drawn (i.i.d. groups, trees, carried partial
-rollouts, filtered refills). It must return a batch whose `group` ids are unique per group, whose
-`items` hold the dataset item of every row and whose `prompt_id` is that item's id. It may score
+rollouts, filtered refills). `items` are the step's prompts, ``[d.item for d in ctx.draws]``: each
+`Draw` (covey.samplers.base) also says how many completions the sampler asks for (`d.n`, the group
+size) and an optional cap on new tokens (`d.max_new_tokens`, applied by `sample_groups`). It must
+return a batch whose `group` ids are unique per group, whose `items` hold the dataset item of every
+row and whose `prompt_id` is that item's id. It may score
 the batch itself through `ctx.score` (a filter needs the rewards); otherwise the trainer scores it.
 State that must survive a restart (a carried buffer) goes through `state_dict()` into the checkpoint.
 
@@ -26,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from covey.engine.base import ENGINE_PROTOCOLS, ENGINES, Engine, SamplingParams, missing_protocols
 from covey.registry import Registry, RegistryError
+from covey.samplers.base import Draw
 from covey.rollouts import Rollouts
 
 __all__ = [
@@ -44,21 +48,22 @@ class RolloutContext:
 
     engine:          generates token ids (`Engine`).
     tokenizer:       for chat templates and decoding.
-    group_sizes:     `sizes(items) -> [n per item]` (the sampler's choice; default G each).
+    draws:           the step's `Draw`s, aligned with the `items` given to `rollout` (item, group
+                     size `n`, optional `max_new_tokens`), as the sampler chose them.
     sampling:        `sampling(round) -> SamplingParams` seeded by (run seed, step, round): a strategy
                      that calls the engine several times in a step uses round 0, 1, 2, ...
     score:           `score(batch) -> metrics` fills `batch.rewards` (reward functions + shaping).
-    draw:            `draw(k) -> items` asks the sampler for more prompts (refills).
+    draw:            `draw(k) -> [Draw]` asks the sampler for more prompts (refills).
     step:            the training step being collected (0-based).
     policy_version:  version of the weights the engine holds now.
     """
 
     engine: Engine
     tokenizer: Any
-    group_sizes: Callable[[list[dict]], list[int]]
+    draws: list[Draw]
     sampling: Callable[[int], SamplingParams]
     score: Callable[[Rollouts], dict[str, float]]
-    draw: Callable[[int], list[dict]]
+    draw: Callable[[int], list[Draw]]
     step: int = 0
     policy_version: int = 0
 

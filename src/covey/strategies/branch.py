@@ -52,7 +52,7 @@ class BranchStrategy:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        widths = ctx.group_sizes(items)
+        widths = [d.n for d in ctx.draws]
         dec = ctx.engine.tree_session(sp)
         dec.add([Row(p, payload=(i, ())) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])
         leaves: list[Row] = []

@@ -32,6 +32,7 @@ full-batch update for several epochs (examples/tiny/dars_b.yaml).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Literal
 
@@ -84,8 +85,8 @@ class DarsRollout:
         self.on_empty = on_empty
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
-        sizes = ctx.group_sizes(items)
-        first = sample_groups(ctx.engine, ctx.tokenizer, items, sizes, ctx.sampling(0))
+        sizes = [d.n for d in ctx.draws]
+        first = sample_groups(ctx.engine, ctx.tokenizer, ctx.draws, ctx.sampling(0))
         metrics = dict(ctx.score(first))
         succ = torch.zeros(len(items), dtype=torch.float64).index_add_(0, first.group.cpu(), row_success(first).cpu())
         acc = (succ / torch.tensor(sizes, dtype=torch.float64)).tolist()
@@ -93,7 +94,8 @@ class DarsRollout:
         hard = [i for i, e in enumerate(extra) if e > 0]
         batch = first
         if hard:
-            second = sample_groups(ctx.engine, ctx.tokenizer, [items[i] for i in hard], [extra[i] for i in hard], ctx.sampling(1))
+            more = [dataclasses.replace(ctx.draws[i], n=extra[i]) for i in hard]
+            second = sample_groups(ctx.engine, ctx.tokenizer, more, ctx.sampling(1))
             metrics.update(ctx.score(second))
             second.group = torch.tensor(hard, dtype=torch.long, device=second.group.device)[second.group]
             batch = Rollouts.concat([first, second])

@@ -43,6 +43,7 @@ class DynamicSampling:
     def inner_strategy(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The strategy this one runs each round (its engine needs are checked too)."""
         return params.get("inner", "group"), params.get("inner_params") or {}
+
     # covey.compat: a group of one row is never informative, so with single rows every round is dropped;
     # with an estimator that is not group-relative the dropped groups had signal
     requires = ("!single_rows",)
@@ -61,10 +62,10 @@ class DynamicSampling:
         kept: list[Rollouts] = []
         n_kept, zero_frac, offset = 0, [], 0
         per_round: dict[str, list[float]] = {}  # the inner strategy's and the scorer's metrics, per round
-        last = None
+        last, draws = None, ctx.draws
         for r in range(self.max_rounds):
-            round_ctx = dataclasses.replace(ctx, sampling=lambda sub, r=r: ctx.sampling(r * 1000 + sub))
-            batch, m = self.inner.rollout(items, round_ctx)
+            round_ctx = dataclasses.replace(ctx, draws=draws, sampling=lambda sub, r=r: ctx.sampling(r * 1000 + sub))
+            batch, m = self.inner.rollout([d.item for d in draws], round_ctx)
             m = dict(m)
             if batch.rewards is None:
                 m.update(ctx.score(batch))
@@ -81,7 +82,7 @@ class DynamicSampling:
                 n_kept += int(torch.unique(batch.group[keep]).numel())
             if n_kept >= want:
                 break
-            items = ctx.draw(want)
+            draws = ctx.draw(want)
         rounds = len(zero_frac)
         fallback = not kept
         out = last if fallback else Rollouts.concat(kept)

@@ -144,7 +144,7 @@ class LATR:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        sizes = ctx.group_sizes(items)
+        sizes = [d.n for d in ctx.draws]
         mix = mix_ratio_at(self.schedule, ctx.step + 1)  # verl's global_steps start at 1
         n = [round(g * mix) for g in sizes]  # LATR branches per root (Python round, as the code)
         force = self.force if self.force is not None else max(1, sp.max_new_tokens // 2)

@@ -66,7 +66,7 @@ class TPPO:
         self.b = torch.zeros(())
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
-        sizes = ctx.group_sizes(items)
+        sizes = [d.n for d in ctx.draws]
         self.capacity = self.capacity or sum(sizes)
         self.queue += [{"item": it, "n": n} for it, n in zip(items, sizes)]
         slots = []

@@ -81,7 +81,7 @@ class TreePO:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        widths = ctx.group_sizes(items)
+        widths = [d.n for d in ctx.draws]
         rows, m = grow_trees(ctx.engine, sp, prompt_ids(ctx.tokenizer, items), widths, self.L, self.W, self.first,
                              self.max_depth, self.fallback)  # fmt: skip
         groups = [r.payload[0] for r in rows]
