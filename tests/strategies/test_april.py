@@ -87,10 +87,10 @@ def test_finished_surplus_groups_are_dropped_as_in_the_code(keep):
     engine = TorchEngine(model, tok, dtype="fp32")
     pool = _items(100, 200)
     strat = APRIL(over_provision=2.0, chunk_tokens=12, keep_surplus=keep)
-    batch, m = strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool))
+    batch, m = strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool, _items(0, 4)))
     assert batch.num_groups == 4 and m["april/ticks"] == 1
     assert m["april/dropped_groups"] == (0 if keep else 4) and len(strat.buffer) == (4 if keep else 0)
-    b2, m2 = strat.rollout(_items(4, 8), _ctx(engine, tok, 1, pool))
+    b2, m2 = strat.rollout(_items(4, 8), _ctx(engine, tok, 1, pool, _items(4, 8)))
     if keep:  # covey's variant: the next step serves the 4 kept groups and generates nothing
         assert m2["april/ticks"] == 0 and m2["april/decoded_tokens"] == 0
         assert {it["id"] for it in b2.items} == {0, 1, 2, 3, 100, 101, 102, 103} - {it["id"] for it in batch.items}
@@ -106,12 +106,12 @@ def test_old_logprobs_recompute_with_the_current_weights():
     engine = TorchEngine(model, tok, dtype="fp32")
     pool = _items(100, 200)
     strat = APRIL(over_provision=2.0, chunk_tokens=2)
-    strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool))
+    strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool, _items(0, 4)))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     engine.load_weights(model, version=1)
-    batch, m = strat.rollout(_items(4, 8), _ctx(engine, tok, 1, pool))
+    batch, m = strat.rollout(_items(4, 8), _ctx(engine, tok, 1, pool, _items(4, 8)))
     assert m["april/stale_token_frac"] > 0 and batch.recompute_old_logprobs is True
     with torch.no_grad():
         want, _ = completion_logprobs(model, batch.prompt_ids, batch.completion_ids, batch.completion_mask)
@@ -123,7 +123,7 @@ def test_old_logprobs_recompute_with_the_current_weights():
     assert torch.allclose(batch.old_logprobs, want * batch.completion_mask, atol=1e-4)  # the current policy's
     assert float((batch.old_logprobs - batch.behaviour_logprobs)[stale].abs().mean()) > 1e-2  # not the stale one's
     # covey's variant: no request, one update, no correction: pi_old stays the behaviour log-probs
-    b3, _ = APRIL(old_logprobs="behaviour").rollout(_items(8, 10), _ctx(engine, tok, 2, pool))
+    b3, _ = APRIL(old_logprobs="behaviour").rollout(_items(8, 10), _ctx(engine, tok, 2, pool, _items(8, 10)))
     assert b3.recompute_old_logprobs is False
     b3.advantages = torch.zeros(len(b3))
     learner.update(b3, torch.Generator().manual_seed(0))

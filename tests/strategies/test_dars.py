@@ -64,10 +64,11 @@ def _scripted(plan):
 def _ctx(score, G=4):
     from covey.engine import SamplingParams, TorchEngine
     from covey.models import build_tiny
+    from covey.samplers import Draw
     from covey.strategies.base import RolloutContext
 
     model, tok = build_tiny("tiny-llama", seed=2)
-    return RolloutContext(engine=TorchEngine(model, tok, dtype="fp32"), tokenizer=tok, group_sizes=lambda it: [G] * len(it),
+    return RolloutContext(engine=TorchEngine(model, tok, dtype="fp32"), tokenizer=tok, draws=[Draw(it, G) for it in ITEMS],
                           sampling=lambda r: SamplingParams(seed=7 + r, max_new_tokens=3), score=score,
                           draw=lambda k: [])  # fmt: skip
 

@@ -1,5 +1,6 @@
 """`dynamic`: the wrapped strategy's metrics are the mean over the step's rounds, not the last round's."""
 
+from covey.samplers import Draw
 from covey.strategies.base import RolloutContext
 from covey.strategies.dynamic import DynamicSampling
 from tests.samplers._helpers import scored
@@ -27,8 +28,8 @@ class Scripted:
 
 def test_inner_metrics_are_averaged_over_the_rounds():
     dyn = DynamicSampling(inner="tests.strategies.test_dynamic:Scripted", max_rounds=3)
-    ctx = RolloutContext(engine=None, tokenizer=None, group_sizes=lambda it: [2] * len(it), sampling=lambda r: None,
-                         score=lambda b: {}, draw=lambda k: [{"id": 7, "prompt": "x"}] * k)  # fmt: skip
+    ctx = RolloutContext(engine=None, tokenizer=None, draws=[Draw({"id": 7, "prompt": "x"}, 2)], sampling=lambda r: None,
+                         score=lambda b: {}, draw=lambda k: [Draw({"id": 7, "prompt": "x"}, 2)] * k)  # fmt: skip
     batch, m = dyn.rollout([{"id": 7, "prompt": "x"}], ctx)
     # rounds 1 and 2 have equal rewards (dropped), round 3 is informative: 3 rounds, the last kept
     assert m["filter/gen_batches"] == 3 and m["filter/kept_groups"] == 1 and len(batch) == 2

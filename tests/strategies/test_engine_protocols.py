@@ -24,6 +24,7 @@ from covey.engine.base import (
 from covey.models import build_tiny
 from covey.registry import RegistryError
 from covey.strategies import STRATEGIES, RolloutContext
+from covey.samplers import Draw
 from covey.strategies.base import check_engine_protocols, engine_protocols
 
 
@@ -123,7 +124,7 @@ def _ctx(engine, tok, G=4, new=6):
         batch.rewards, batch.reward_names = (batch.completion_ids[:, 0] % 2 == 0).float()[:, None], ("even",)
         return {}
 
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [G] * len(items),
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, G) for it in ITEMS],
                           sampling=lambda r: SamplingParams(seed=3 + r, max_new_tokens=new, ignore_eos=True),
                           score=score, draw=lambda k: [], step=0)  # fmt: skip
 

@@ -8,6 +8,7 @@ import torch
 from covey.engine import SamplingParams, TorchEngine
 from covey.engine.tree import Row
 from covey.models import build_tiny
+from covey.samplers import Draw
 from covey.strategies.base import RolloutContext
 from covey.strategies.latr import COUNTDOWN_MIX, LATR, branch_candidates, edit_distance, latr_exit, mix_ratio_at
 
@@ -15,10 +16,10 @@ ITEMS = [{"id": 5, "prompt": "3+4="}, {"id": 9, "prompt": "8-1="}]
 ALWAYS = dict(tau_abs=1e-4, tau_rel=1.0, tau_ed=0.0)  # the flat tiny model passes the branch test at every token
 
 
-def _ctx(G, max_new=12, step=0):
+def _ctx(G, max_new=12, step=0, items=None):
     model, tok = build_tiny("tiny-llama", seed=2)
     engine = TorchEngine(model, tok, dtype="fp32")
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [G] * len(items),
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, G) for it in (ITEMS if items is None else items)],
                           sampling=lambda r: SamplingParams(seed=7, max_new_tokens=max_new, ignore_eos=True),
                           score=lambda b: {}, draw=lambda k: [], step=step)  # fmt: skip
 
@@ -69,7 +70,7 @@ def test_python_round_as_the_code():
 
 
 def test_parent_takes_top1_child_top2_and_both_continue_greedily():
-    ctx = _ctx(2, max_new=6)
+    ctx = _ctx(2, max_new=6, items=ITEMS[:1])
     # filter step 50 > max_new_tokens: LATR never exits early, every token is chosen by the LATR rule
     batch, m = LATR(**ALWAYS, filter_steps=(50,), force_return_step=6).rollout(ITEMS[:1], ctx)
     assert m["latr/branches"] == 1 and m["latr/exit_step"] == -1
@@ -82,7 +83,7 @@ def test_parent_takes_top1_child_top2_and_both_continue_greedily():
 
 @pytest.mark.parametrize("G", [1, 2])
 def test_exit_rule_counts_roots_and_waits_past_the_last_filter_step(G):
-    ctx = _ctx(G, max_new=12)
+    ctx = _ctx(G, max_new=12, items=ITEMS[:1])
     batch, m = LATR(**ALWAYS, filter_steps=(3,), force_return_step=12).rollout(ITEMS[:1], ctx)
     # G = 1: the root alone is full at once, but it was born at step 0: exit at the first t with 0 + 3 < t
     # G = 2: the split at t = 0 gives a child born at 0: the same step
