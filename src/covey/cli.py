@@ -230,8 +230,14 @@ def eval_cmd(
     split: Annotated[Optional[str], typer.Option(help="Split to evaluate (default: test; with --run the run's task.eval_split).")] = None,
     limit: Annotated[int, typer.Option(help="Evaluate the first N problems (0 = all).")] = 0,
     n: Annotated[int, typer.Option(help="Samples per problem.")] = 1,
-    k: Annotated[str, typer.Option(help="Comma-separated k values for pass@k / maj@k (each <= n).")] = "1",
+    k: Annotated[str, typer.Option(help="Comma-separated k values for pass@k / maj@k (each <= n), or pow2 (1, 2, 4, ..., n).")] = "1",
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass (1.0 = off; the Limits-of-RLVR study uses 0.95).")] = 1.0,
+    samples_out: Annotated[Optional[Path], typer.Option(help="Write one JSON line per sample here; an existing file "
+                                                             "resumes (its finished problems are skipped).")] = None,  # fmt: skip
+    shard: Annotated[Optional[str], typer.Option(help="i/m: evaluate only the problems with index % m == i.")] = None,
+    by: Annotated[Optional[str], typer.Option(help="An item column: also report the metrics per value of it.")] = None,
+    batch_prompts: Annotated[int, typer.Option(help="Problems sampled together (and written together with --samples-out).")] = 64,
     max_new_tokens: int = 256,
     dtype: Annotated[Optional[str], typer.Option(help="bf16, fp32 or auto (bf16 on CUDA; on CPU whichever a quick matmul "
                                                       "finds faster); default bf16, with --run the run's model.dtype.")] = None,  # fmt: skip
@@ -250,14 +256,19 @@ def eval_cmd(
     from covey.train.config import load_config, parse_overrides
     from covey.train.setup import build_rewards, load_policy, load_run_policy
 
+    from covey.eval.options import parse_ks, parse_shard
+
     if (model is None) == (run is None):
         _fail("give exactly one of --model or --run")
     try:
-        ks = tuple(int(x) for x in k.split(","))
-    except ValueError:
-        _fail(f"--k must be comma-separated integers (e.g. 1,4,8), got {k!r}")
-    if any(x > n for x in ks):
-        _fail(f"every k must be <= n={n}; got k={k}")
+        ks = parse_ks(k, n)
+        shard_i, shard_m = parse_shard(shard)
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"--top-p must be in (0, 1], got {top_p}")
+        if batch_prompts < 1:
+            raise ValueError(f"--batch-prompts must be >= 1, got {batch_prompts}")
+    except ValueError as e:
+        _fail(str(e))
     try:
         dev = resolve_device(device)
     except ValueError as e:
@@ -278,6 +289,18 @@ def eval_cmd(
         items = list(t.examples(split))
     except (ValueError, FileNotFoundError) as e:
         _fail(str(e))
+    items = items[:limit] if limit else items
+    ids = [i for i in range(len(items)) if i % shard_m == shard_i]
+    items = [items[i] for i in ids]
+    if by is not None and any(by not in it for it in items):
+        _fail(f"--by {by!r} is not a column of every {name} item (columns: {', '.join(sorted(items[0])) if items else 'none'})")
+    meta = {"task": name, "params": params, "split": split, "model": model or str(run), "limit": limit, "n": n,
+            "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
+            "shard": f"{shard_i}/{shard_m}"}  # fmt: skip
+    if samples_out is not None:
+        from covey.eval.samples import open_samples
+
+        open_samples(samples_out, meta, n)  # a mismatched or broken file fails here, before anything loads
     if model is not None:
         check_model_support(model, "torch")  # from its config.json, before anything loads
     rewards = build_rewards(run_cfg, t, workers=run_cfg.reward_workers) if same_task else None  # the run's columns
@@ -290,18 +313,19 @@ def eval_cmd(
             from covey.train.config import ModelConfig
 
             policy, tokenizer = load_policy(ModelConfig(name=model))
-        items = items[:limit] if limit else items
         try:
             engine = TorchEngine(policy.to(dev), dtype=dtype or (run_cfg.model.dtype if run_cfg else "bf16"), tokenizer=tokenizer)
         except ValueError as e:
             _fail(str(e))
         with eval_progress(len(items), label="eval") as progress:
-            res = evaluate(engine, tokenizer, t, items, n=n, ks=ks, temperature=temperature, max_new_tokens=max_new_tokens,
-                           seed=seed, rewards=rewards, progress=progress)  # fmt: skip
+            res = evaluate(engine, tokenizer, t, items, n=n, ks=ks, temperature=temperature, top_p=top_p,
+                           max_new_tokens=max_new_tokens, seed=seed, rewards=rewards, progress=progress, ids=ids,
+                           samples_out=samples_out, meta=meta, by=by, batch_prompts=batch_prompts)  # fmt: skip
     finally:
         if rewards is not None:
             rewards.close()
-    typer.echo(json.dumps({"task": name, "model": model or str(run), "split": split, **res}))
+    extra = {"shard": meta["shard"]} if shard else {}
+    typer.echo(json.dumps({"task": name, "model": model or str(run), "split": split, **extra, **res}))
 
 
 @app.command()
