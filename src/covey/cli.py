@@ -1,4 +1,4 @@
-"""`covey` command line: train, eval, sft, plot, list (algos, tasks), config, bench, models."""
+"""`covey` command line: train, eval, compare, sft, plot, list (algos, tasks), config, bench, models."""
 
 from __future__ import annotations
 
@@ -82,6 +82,8 @@ models_app = _Typer(help="Model aliases and their one-time preparation.", no_arg
 app.add_typer(config_app, name="config")
 app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
+compare_app = _Typer(help="Studies over runs and eval samples: curves, passk, coverage, adastop, matrix, export.", no_args_is_help=True)
+app.add_typer(compare_app, name="compare")
 
 
 @app.callback()
@@ -435,6 +437,16 @@ def models_prepare(
     if name not in ALIAS_SOURCES:
         _fail(f"unknown alias {name!r}; aliases that need preparing: {', '.join(sorted(ALIAS_SOURCES))}")
     typer.echo(str(prepare(name)))
+
+
+def _register_compare() -> None:
+    from covey.eval.compare import COMMANDS
+
+    for name, fn in COMMANDS.items():
+        compare_app.command(name)(fn)
+
+
+_register_compare()
 
 
 def main() -> None:  # pragma: no cover
