@@ -240,6 +240,8 @@ def eval_cmd(
     shard: Annotated[Optional[str], typer.Option(help="i/m: evaluate only the problems with index % m == i.")] = None,
     by: Annotated[Optional[str], typer.Option(help="An item column: also report the metrics per value of it.")] = None,
     batch_prompts: Annotated[int, typer.Option(help="Problems sampled together (and written together with --samples-out).")] = 64,
+    logprob_under: Annotated[Optional[str], typer.Option(help="A model (alias, folder): also the per-token NLL and "
+                                                              "perplexity of the samples under it.")] = None,  # fmt: skip
     max_new_tokens: int = 256,
     dtype: Annotated[Optional[str], typer.Option(help="bf16, fp32 or auto (bf16 on CUDA; on CPU whichever a quick matmul "
                                                       "finds faster); default bf16, with --run the run's model.dtype.")] = None,  # fmt: skip
@@ -298,13 +300,14 @@ def eval_cmd(
         _fail(f"--by {by!r} is not a column of every {name} item (columns: {', '.join(sorted(items[0])) if items else 'none'})")
     meta = {"task": name, "params": params, "split": split, "model": model or str(run), "limit": limit, "n": n,
             "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed,
-            "shard": f"{shard_i}/{shard_m}"}  # fmt: skip
+            "shard": f"{shard_i}/{shard_m}", **({"logprob_under": logprob_under} if logprob_under else {})}  # fmt: skip
     if samples_out is not None:
         from covey.eval.samples import open_samples
 
         open_samples(samples_out, meta, n)  # a mismatched or broken file fails here, before anything loads
-    if model is not None:
-        check_model_support(model, "torch")  # from its config.json, before anything loads
+    for m in (model, logprob_under):
+        if m is not None:
+            check_model_support(m, "torch")  # from its config.json, before anything loads
     rewards = build_rewards(run_cfg, t, workers=run_cfg.reward_workers) if same_task else None  # the run's columns
     if rewards is None and getattr(t, "reward", None) is None:
         _fail(f"task {name!r} has no verifier to score with (for `dataset`: give rows an answer column, see answer_key)")
@@ -319,10 +322,18 @@ def eval_cmd(
             engine = TorchEngine(policy.to(dev), dtype=dtype or (run_cfg.model.dtype if run_cfg else "bf16"), tokenizer=tokenizer)
         except ValueError as e:
             _fail(str(e))
+        nll_under = None
+        if logprob_under is not None:
+            from covey.eval.crossppl import nll_scorer
+            from covey.train.config import ModelConfig
+
+            scorer, scorer_tok = load_policy(ModelConfig(name=logprob_under))
+            nll_under = nll_scorer(scorer.to(dev), scorer_tok)
         with eval_progress(len(items), label="eval") as progress:
             res = evaluate(engine, tokenizer, t, items, n=n, ks=ks, temperature=temperature, top_p=top_p,
                            max_new_tokens=max_new_tokens, seed=seed, rewards=rewards, progress=progress, ids=ids,
-                           samples_out=samples_out, meta=meta, by=by, batch_prompts=batch_prompts)  # fmt: skip
+                           samples_out=samples_out, meta=meta, by=by, batch_prompts=batch_prompts,
+                           nll_under=nll_under)  # fmt: skip
     finally:
         if rewards is not None:
             rewards.close()

@@ -123,3 +123,42 @@ def test_samples_out_resumes_after_a_kill(tmp_path):
     assert killed.read_text() == straight.read_text()  # the same samples, each problem once
     a, b = json.loads(done.stdout.splitlines()[-1]), json.loads(resumed.stdout.splitlines()[-1])
     assert b.pop("resumed_problems") >= 1 and a == b and a["problems"] == 8 and "pass@2" in a
+
+
+def test_nll_scorer_matches_a_direct_forward():
+    from covey.eval.crossppl import nll_scorer, summarize_nll
+    from covey.models import apply_chat
+    from covey.train.config import ModelConfig
+    from covey.train.setup import load_policy
+
+    model, tok = load_policy(ModelConfig(name="tiny-llama"))
+    items = [{"prompt": "What is 2 + 2?"}, {"prompt": "Hi"}]
+    texts = ["4 is it", ""]
+    got = nll_scorer(model, tok)(items, texts)
+    p, c = apply_chat(tok, items[0]["prompt"]), tok.encode(texts[0], add_special_tokens=False)
+    with torch.no_grad():
+        logits = model(torch.tensor([p + c])).logits[0].float()
+    logp = torch.log_softmax(logits[len(p) - 1 : -1], -1)[torch.arange(len(c)), torch.tensor(c)]
+    assert got[0][1] == len(c) and got[0][0] == pytest.approx(float(-logp.sum()), rel=1e-4)
+    assert got[1] == (0.0, 0)  # an empty completion has no tokens
+    s = summarize_nll(got)
+    assert s["tokens"] == len(c) and s["perplexity"] == pytest.approx(float(torch.exp(-logp.mean())), rel=1e-4)
+
+
+def test_eval_records_the_nll_under_another_model(tmp_path):
+    tok = build_tiny_tokenizer()
+    task = get_task("arithmetic", n_train=0, n_test=2, chat=False)
+    items = list(task.examples("test"))
+    calls = []
+
+    def fake(rows, texts):  # (sum NLL, tokens): 2.0 per token
+        calls.append(len(texts))
+        return [(2.0 * len(t), len(t)) for t in texts]
+
+    out = tmp_path / "s.jsonl"
+    res = evaluate(Scripted(tok, ["12", "3"]), tok, task, items, n=2, temperature=1.0, samples_out=out, nll_under=fake)
+    assert calls == [4] and res["logprob_under"] == {"nll_per_token": 2.0, "perplexity": pytest.approx(7.389056), "tokens": 6}
+    rec = json.loads(out.read_text().splitlines()[1])
+    assert rec["nll_under"] == 2.0 and rec["nll_sum"] == 4.0 and rec["nll_tokens"] == 2
+    again = evaluate(Scripted(tok, ["12", "3"]), tok, task, items, n=2, temperature=1.0, samples_out=out, nll_under=fake)
+    assert calls == [4] and again["logprob_under"] == res["logprob_under"]  # resumed from the records

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from covey.engine.base import Engine, SamplingParams
 from covey.eval.metrics import majority_vote, pass_at_k
+from covey.eval.crossppl import summarize_nll
 from covey.eval.samples import append_records, open_samples
 from covey.rewards.scoring import Scorer
 from covey.samplers import Draw
@@ -41,6 +42,7 @@ def evaluate(
     samples_out: str | Path | None = None,
     meta: dict | None = None,
     by: str | None = None,
+    nll_under=None,
 ) -> dict:
     """Score `n` completions per item (greedy when temperature == 0) and summarise.
 
@@ -60,6 +62,8 @@ def evaluate(
     problems already in the file are not sampled again (their records count in the summary; the
     reward means cover the newly sampled problems only). `meta`: the file's header (the settings a
     resume must match). `by`: an item column; adds ``"by": {value: summary}`` per subset.
+    `nll_under`: a `covey.eval.crossppl.nll_scorer`; adds each sample's NLL under that model to its
+    record and ``"logprob_under": {nll_per_token, perplexity, tokens}`` over all samples.
     """
     if n < 1 or any(k > n or k < 1 for k in ks):
         raise ValueError(f"need 1 <= k <= n for every k; got n={n}, ks={ks}")
@@ -78,6 +82,7 @@ def evaluate(
     extract = getattr(task, "extract_answer", None)
     scores_of: dict[int, list[float]] = {pid: [float(r["score"]) for r in rs[:n]] for pid, rs in done.items()}
     answers_of: dict[int, list] = {pid: [r["answer"] for r in rs[:n]] for pid, rs in done.items()}
+    nll_of: dict[int, list] = {pid: [(r["nll_sum"], r["nll_tokens"]) for r in rs[:n]] for pid, rs in done.items()} if nll_under else {}
     sums: dict[str, float] = {}
     fresh = 0
     for start in range(0, len(items), batch_prompts):
@@ -103,6 +108,7 @@ def evaluate(
             scores = task.reward([r["prompt"] for r in rows], texts, **item_columns(rows))
             scores = [float(s) if s is not None else 0.0 for s in scores]
         lengths, finish = batch.lengths.tolist(), batch.finish_reason or ["stop"] * len(texts)
+        nll = nll_under([it for it in chunk for _ in range(n)], texts) if nll_under is not None else None
         records = []
         for i, pid in enumerate(chunk_ids):
             if pid in done or not verified:
@@ -115,6 +121,10 @@ def evaluate(
                  "answer": a, "length": ln, "finish": f, "completion": t}  # fmt: skip
                 for j, (s, a, ln, f, t) in enumerate(zip(scores[part], answers_of[pid], lengths[part], finish[part], texts[part]))
             ]
+            if nll is not None:
+                nll_of[pid] = nll[part]
+                for r, (v, t) in zip(records[-n:], nll[part]):
+                    r.update(nll_under=v / t if t else None, nll_sum=v, nll_tokens=t)
         if samples_out is not None:
             append_records(samples_out, records)
         if progress is not None:
@@ -127,6 +137,8 @@ def evaluate(
         return out
     has_answers = extract is not None
     out.update(summarize([scores_of[p] for p in ids], [answers_of[p] for p in ids] if has_answers else None, ks))
+    if nll_under is not None:
+        out["logprob_under"] = summarize_nll([x for p in ids for x in nll_of[p]])
     if by is not None:
         groups: dict[str, list[int]] = {}
         for it, pid in zip(items, ids):
