@@ -28,7 +28,7 @@ def invoke(args):
 
 
 def test_curves_orb_table_iqm_and_png(tmp_path):
-    histories = ([1, 2, 3, 4, 5, 6], [2] * 6, [0, 1, 1, 1, 3, 5])  # last-3 means 5, 2, 3 (spec §3.4)
+    histories = ([1, 2, 3, 4, 5, 6], [2] * 6, [0, 1, 1, 1, 3, 5])  # last-3 means 5, 2, 3 (the ORB test vector)
     runs = [make_run(tmp_path, f"g{s}", "grpo", s, h) for s, h in zip((2, 0, 1), histories)]
     runs += [make_run(tmp_path, f"d{s}", "dr_grpo", s, [float(s)] * 6) for s in range(4)]
     out = tmp_path / "cmp"

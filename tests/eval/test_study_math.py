@@ -1,4 +1,4 @@
-"""The studies' math against spec §3 vectors (rewards-eval-diffusion.md): AdaStop, IQM and the ORB
+"""The studies' math against hand-checked vectors (and adastop 0.1.3 outputs): AdaStop, IQM and the ORB
 table, pass@k at large k, coverage and the transfer matrix."""
 
 import numpy as np

@@ -2,7 +2,7 @@
 
 The Limits-of-RLVR study (arXiv 2504.13837) measures the perplexity of the RL model's samples under
 the base model ("RL's reasoning paths are already in the base distribution"); the paper's analysis
-code for it was not read (reconstructed from the paper's description, spec §3.2): each completion
+code for it was not read (reconstructed from the paper's description): each completion
 text is re-tokenized with the scoring model's tokenizer after that model's own prompt encoding
 (`apply_chat`), so the two models need not share a tokenizer, and its per-token negative
 log-likelihood under the scoring model (temperature 1) is summed. Per sample: ``nll_under`` (mean

@@ -1,10 +1,10 @@
 """pass@k curves at large k and coverage sets (the Limits-of-RLVR and MATH-Beyond studies).
 
 `pass_at_k_curve` gives pass@k for every k = 1..N of one problem in O(N) with the ratio recursion of
-the Limits study (LeapLabTHU/limit-of-RLVR `math/pass@k.py`, commit fd2cf37f05cc, read for spec §3.2):
-``ratio_k = ratio_{k-1} * (N - c - k + 1) / (N - k + 1)``, ``pass@k = 1 - ratio_k`` (= 1 - C(N-c, k) /
-C(N, k), the same value as `covey.eval.metrics.pass_at_k`). Coverage (MATH-Beyond, arXiv 2510.11653,
-reconstructed from its dataset card and summaries, spec §3.3): the reachable set R_k of a model is the
+the Limits study's `math/pass@k.py` (LeapLabTHU/limit-of-RLVR, commit fd2cf37f05cc, as recorded in
+covey's design notes; not re-read for this module): ``ratio_k = ratio_{k-1} * (N - c - k + 1) /
+(N - k + 1)``, ``pass@k = 1 - ratio_k`` (= 1 - C(N-c, k) / C(N, k), the same value as `covey.eval.metrics.pass_at_k`). Coverage (MATH-Beyond, arXiv 2510.11653,
+reconstructed from its dataset card and summaries): the reachable set R_k of a model is the
 problems where at least one of k samples is correct; `covey compare coverage --k K` counts the first K
 samples of each problem (so R_k is what K samples actually reached, not an estimate).
 """

@@ -2,7 +2,7 @@
 
 The file starts with one header line ``{"meta": {...}}`` (task, split, model, n, sampling settings,
 seed, shard) and then holds records ``{problem_id, sample, seed, correct, score, answer, length,
-finish, completion}`` (the Limits-of-RLVR per-sample layout, spec §3.7). The runner appends the
+finish, completion}`` (the per-sample layout the Limits-of-RLVR study needs). The runner appends the
 records of a whole batch of problems with one write and an fsync, so a killed eval leaves complete
 problems plus at most one torn last line; `open_samples` drops that tail, checks the header against
 the new call's settings and returns the finished problems, which the runner then skips (resume).

@@ -3,7 +3,7 @@ mean +- std over seeds), the interquartile mean with a bootstrap CI (rliable), i
 and the transfer matrix of data-mixing studies.
 
 Sources: Open RL Benchmark (arXiv 2402.03046; README and `cache.py` of openrlbenchmark/openrlbenchmark,
-read for spec §3.4): per seed the mean of the last N logged values, then mean and std over seeds with
+read for covey's design notes): per seed the mean of the last N logged values, then mean and std over seeds with
 numpy's default std (population, ddof=0). rliable (Agarwal et al. 2021, arXiv 2108.13264): IQM =
 ``scipy.stats.trim_mean(x, 0.25)``, reimplemented here (covey does not depend on scipy) with the same
 cut, ``int(0.25 * n)`` values off each end of the sorted sample; the CI is a percentile bootstrap over
