@@ -47,8 +47,8 @@ def nll_scorer(model, tokenizer, *, batch: int = 16):
 def summarize_nll(pairs: list[tuple[float, int]]) -> dict[str, float]:
     """Pooled NLL per token and its perplexity over (sum NLL, tokens) pairs; empty completions count 0 tokens.
 
-    >>> summarize_nll([(2.0, 2), (1.0, 0), (4.0, 2)])["nll_per_token"]
-    1.75
+    >>> summarize_nll([(2.0, 2), (1.0, 0), (4.0, 2)])["nll_per_token"]  # (2 + 4) / 4 tokens
+    1.5
     """
     tokens = sum(t for _, t in pairs)
     nll = sum(v for v, t in pairs if t) / tokens if tokens else float("nan")

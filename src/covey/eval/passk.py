@@ -3,9 +3,9 @@
 `pass_at_k_curve` gives pass@k for every k = 1..N of one problem in O(N) with the ratio recursion of
 the Limits study's `math/pass@k.py` (LeapLabTHU/limit-of-RLVR, commit fd2cf37f05cc, as recorded in
 covey's design notes; not re-read for this module): ``ratio_k = ratio_{k-1} * (N - c - k + 1) /
-(N - k + 1)``, ``pass@k = 1 - ratio_k`` (= 1 - C(N-c, k) / C(N, k), the same value as `covey.eval.metrics.pass_at_k`). Coverage (MATH-Beyond, arXiv 2510.11653,
-reconstructed from its dataset card and summaries): the reachable set R_k of a model is the
-problems where at least one of k samples is correct; `covey compare coverage --k K` counts the first K
+(N - k + 1)``, ``pass@k = 1 - ratio_k`` (= 1 - C(N-c, k) / C(N, k), the value of
+`covey.eval.metrics.pass_at_k`). Coverage (MATH-Beyond, arXiv 2510.11653, reconstructed from its
+dataset card and summaries): the reachable set R_k of a model is the problems where at least one of k samples is correct; `covey compare coverage --k K` counts the first K
 samples of each problem (so R_k is what K samples actually reached, not an estimate).
 """
 
@@ -21,7 +21,7 @@ __all__ = ["coverage", "crossings", "mean_pass_curve", "pass_at_k_curve"]
 def pass_at_k_curve(n: int, c: int) -> np.ndarray:
     """[pass@1, ..., pass@n] of one problem with `c` of `n` samples correct.
 
-    >>> [round(x, 6) for x in pass_at_k_curve(8, 2)]
+    >>> [round(float(x), 6) for x in pass_at_k_curve(8, 2)]
     [0.25, 0.464286, 0.642857, 0.785714, 0.892857, 0.964286, 1.0, 1.0]
     """
     if not 0 <= c <= n or n < 1:
