@@ -50,7 +50,7 @@ def test_compare_errors_are_one_line_exit_2(tmp_path):
     run = make_run(tmp_path, "r", "grpo", 0, [1.0])
     for args, msg in ((["curves", str(run), "--metric", "nope"], "logs no 'nope'"),
                       (["curves", str(tmp_path / "missing")], "not a covey run folder"),
-                      (["adastop"], "give run folders or --scores"),
+                      (["adastop"], "give run folders, --scores CSV or --agent"),
                       (["passk", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")], "no samples file"),
                       (["matrix", "--base", str(tmp_path / "x.json"), "--row", "bad"], "NAME=FILE"),
                       (["export", str(run), "--format", "csv"], "only 'orb'")):  # fmt: skip
@@ -149,3 +149,31 @@ def test_export_orb_layout(tmp_path):
     run = json.loads((out / "covey" / "study" / "run-a" / "run.json").read_text())
     assert run["path"] == ["covey", "study", "run-a"] and run["config"]["algo"]["preset"] == "grpo"
     assert set(run["provenance"]) >= {"covey", "python", "torch", "transformers", "platform", "sha256", "packages_sha256"}
+
+
+def test_adastop_trains_only_the_seeds_the_test_asks_for(tmp_path, monkeypatch):
+    from covey.eval import compare
+
+    launched = []
+
+    def fake_train(config, seed, run_dir, overrides):  # a run whose score is set by its config and seed
+        launched.append((config.stem, seed, tuple(overrides)))
+        base = {"far": 20.0, "a": 0.0, "b": 2.0}[config.stem]
+        make_run(run_dir.parent, run_dir.name, "grpo", seed, [0.0, base + seed % 5])
+
+    monkeypatch.setattr(compare, "train_seed", fake_train)
+    for name in ("far", "a", "b"):
+        (tmp_path / f"{name}.yaml").write_text("model:\n  name: tiny-llama\n")
+    args = ["compare", "adastop", *[f"--agent={m}={tmp_path / m}.yaml" for m in ("a", "b", "far")], "--runs-dir", str(tmp_path / "runs"),
+            "--train-override", "steps=2", "--last", "1", "--K", "3", "--out", str(tmp_path / "o"), "--json"]  # fmt: skip
+    res, got = invoke(args)
+    assert res.exit_code == 0, res.output
+    # interim 0 (5 seeds each): T(a, far) = 20 and T(b, far) = 18 > b_0 = 2.4, T(a, b) = 2 is not, so only a and
+    # b get seeds 5..9; interim 1: T(a, b) = 4 > b_1 = 3.2 -> "smaller"
+    assert got["decisions"]["a vs far"] == "smaller" and got["decisions"]["b vs far"] == "smaller"
+    assert sorted(s for c, s, _ in launched if c == "far") == list(range(5))
+    assert sorted(s for c, s, _ in launched if c == "a") == list(range(10)) and got["decisions"]["a vs b"] == "smaller"
+    assert all(o == ("steps=2",) for _, _, o in launched) and got["seeds_given"] == {"a": 10, "b": 10, "far": 5}
+    res = runner.invoke(app, ["compare", "adastop", f"--agent=a={tmp_path / 'a.yaml'}", "--agent", f"b={tmp_path / 'nope.yaml'}",
+                              "--out", str(tmp_path / "o")])  # fmt: skip
+    assert res.exit_code == 2 and "nope.yaml" in res.output

@@ -51,7 +51,7 @@ def load_runs(specs: list[str], metric: str, group_by: str = "algo.preset") -> l
     """Each run: {label, path, seed, steps, values} of `metric` (rows that log it)."""
     runs = []
     for spec in specs:
-        label, _, path = spec.rpartition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
+        label, _, path = spec.partition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
         path = Path(path)
         if not (path / "metrics.jsonl").is_file() or not (path / "config.yaml").is_file():
             raise FileNotFoundError(f"{path} is not a covey run folder (needs config.yaml and metrics.jsonl)")
@@ -235,10 +235,52 @@ def _csv_scores(path: Path) -> dict[str, list[float]]:
     return scores
 
 
+def train_seed(config: Path, seed: int, run_dir: Path, overrides: list[str]) -> None:
+    """`covey train CONFIG seed=SEED --run-dir RUN_DIR` in a subprocess; a folder left by a killed
+    run is resumed, a finished one (with `final/`) is kept."""
+    import subprocess
+
+    if (run_dir / "final").is_dir():
+        return
+    cmd = [sys.executable, "-m", "covey.cli", "train"]
+    cmd += ["--resume", str(run_dir)] if (run_dir / "config.yaml").is_file() else [str(config), *overrides, f"seed={seed}", "--run-dir", str(run_dir)]
+    typer.echo(f"adastop: {' '.join(cmd[3:])}", err=True)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"covey train failed for {run_dir} (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+
+
+def _orchestrate(agents: dict[str, Path], runs_dir: Path, overrides: list[str], metric: str, last: int, test) -> tuple[dict, dict]:
+    """Train seeds 0, 1, ... of each method as AdaStop asks for them (only methods in an undecided
+    comparison), until every comparison is decided or the K interims are spent. The run folders
+    (RUNS_DIR/NAME-seedS) are the state: running it again reuses finished runs and resumes killed ones."""
+    scores: dict[str, list[float]] = {a: [] for a in agents}
+
+    def collect(name: str, upto: int) -> None:
+        for seed in range(len(scores[name]), upto):
+            run = runs_dir / f"{name}-seed{seed}"
+            train_seed(agents[name], seed, run, overrides)
+            scores[name].append(last_n_mean(load_runs([f"{name}={run}"], metric)[0]["values"], last))
+
+    res = test(scores)
+    for name in agents:  # the first interim needs n seeds of everyone
+        collect(name, res["need_more"].get(name, len(scores[name])))
+    while True:
+        res = test(scores)
+        if not res["need_more"]:
+            return scores, res
+        for name, upto in res["need_more"].items():
+            collect(name, upto)
+
+
 def adastop_cmd(
     runs: Annotated[Optional[list[str]], typer.Argument(help="Run folders (PATH or LABEL=PATH); a run's score = the "
                                                                "last-N mean of --metric; seeds in config-seed order.")] = None,  # fmt: skip
     scores: Annotated[Optional[Path], typer.Option(help="Or a CSV of scores as adastop's CLI reads it (a column per method).")] = None,
+    agent: Annotated[Optional[list[str]], typer.Option(help="Or NAME=CONFIG.yaml (repeatable): train seeds 0, 1, ... of each "
+                                                            "method with `covey train` as the test asks for them.")] = None,  # fmt: skip
+    runs_dir: Annotated[Path, typer.Option(help="With --agent: where the runs go (NAME-seedS; reused when run again).")] = Path("runs/adastop"),
+    train_override: Annotated[Optional[list[str]], typer.Option(help="With --agent: a key=value override for every run (repeatable).")] = None,
     metric: Annotated[str, typer.Option(help="A metrics.jsonl key (with run folders).")] = "reward/mean",
     last: Annotated[int, typer.Option(help="Per run: the mean of the last N logged values of --metric.")] = 10,
     group_by: GroupBy = "algo.preset",
@@ -254,15 +296,29 @@ def adastop_cmd(
 ):
     """AdaStop's sequential permutation test over per-seed scores: decides each pair (larger, smaller,
     equal) or says which methods need more seeds (n more each) for the next interim."""
-    if (scores is None) == (not runs):
-        raise ValueError("give run folders or --scores CSV (one of them)")
-    if scores is not None:
+    if sum(x is not None and x != [] for x in (runs, scores, agent)) != 1:
+        raise ValueError("give run folders, --scores CSV or --agent NAME=CONFIG (one of them)")
+    if last < 1:
+        raise ValueError(f"--last must be >= 1, got {last}")
+    test = lambda sc: adastop(sc, n=n, K=interims, B=permutations, alpha=alpha, beta=beta, seed=seed, compare_to_first=compare_to_first)  # noqa: E731
+    if agent:
+        from covey.train.config import load_config
+
+        configs: dict[str, Path] = {}
+        for spec in agent:
+            name, sep, path = spec.partition("=")
+            if not sep or not name or not path or name in configs:
+                raise ValueError(f"--agent must be NAME=CONFIG.yaml with distinct names, got {spec!r}")
+            load_config(Path(path), list(train_override or []))  # a bad config fails here, before any training
+            configs[name] = Path(path)
+        test(dict.fromkeys(configs, []))  # the test's parameters are checked before any training
+        by_method, res = _orchestrate(configs, runs_dir, list(train_override or []), metric, last, test)
+    elif scores is not None:
         by_method = _csv_scores(scores)
+        res = test(by_method)
     else:
-        if last < 1:
-            raise ValueError(f"--last must be >= 1, got {last}")
         by_method = {m: [last_n_mean(r["values"], last) for r in rs] for m, rs in _groups(load_runs(runs, metric, group_by)).items()}
-    res = adastop(by_method, n=n, K=interims, B=permutations, alpha=alpha, beta=beta, seed=seed, compare_to_first=compare_to_first)
+        res = test(by_method)
     means = {m: float(np.mean(v)) if v else float("nan") for m, v in by_method.items()}
     result = {"n": n, "K": interims, "B": permutations, "alpha": alpha, "beta": beta, "seed": seed, "means": means,
               "seeds_given": {m: len(v) for m, v in by_method.items()}, **res}  # fmt: skip
