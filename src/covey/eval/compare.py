@@ -216,14 +216,16 @@ def coverage_cmd(
 
 
 def _csv_scores(path: Path) -> dict[str, list[float]]:
-    """adastop's CSV: one column per agent (a first unnamed column is the index), one row per seed."""
+    """adastop's CSV (`pd.read_csv(file, index_col=0)` in its CLI): the first column is the index,
+    then one column per agent, one row per seed."""
     if not path.is_file():
         raise FileNotFoundError(f"no scores file {path}")
     rows = list(csv.reader(path.read_text().splitlines()))
     if len(rows) < 2:
         raise ValueError(f"{path} needs a header of agent names and at least one row of scores")
-    head = rows[0]
-    skip = 1 if head and head[0].strip() == "" else 0
+    head, skip = rows[0], 1
+    if len(head) < 3:
+        raise ValueError(f"{path}: need an index column and at least two agent columns, got header {head}")
     scores: dict[str, list[float]] = {h: [] for h in head[skip:]}
     for line, row in enumerate(rows[1:], 2):
         for h, v in zip(head[skip:], row[skip:]):
@@ -276,7 +278,7 @@ def _orchestrate(agents: dict[str, Path], runs_dir: Path, overrides: list[str], 
 def adastop_cmd(
     runs: Annotated[Optional[list[str]], typer.Argument(help="Run folders (PATH or LABEL=PATH); a run's score = the "
                                                                "last-N mean of --metric; seeds in config-seed order.")] = None,  # fmt: skip
-    scores: Annotated[Optional[Path], typer.Option(help="Or a CSV of scores as adastop's CLI reads it (a column per method).")] = None,
+    scores: Annotated[Optional[Path], typer.Option(help="Or a CSV of scores as adastop's CLI reads it (an index column, then a column per method).")] = None,
     agent: Annotated[Optional[list[str]], typer.Option(help="Or NAME=CONFIG.yaml (repeatable): train seeds 0, 1, ... of each "
                                                             "method with `covey train` as the test asks for them.")] = None,  # fmt: skip
     runs_dir: Annotated[Path, typer.Option(help="With --agent: where the runs go (NAME-seedS; reused when run again).")] = Path("runs/adastop"),
