@@ -177,3 +177,14 @@ def test_adastop_trains_only_the_seeds_the_test_asks_for(tmp_path, monkeypatch):
     res = runner.invoke(app, ["compare", "adastop", f"--agent=a={tmp_path / 'a.yaml'}", "--agent", f"b={tmp_path / 'nope.yaml'}",
                               "--out", str(tmp_path / "o")])  # fmt: skip
     assert res.exit_code == 2 and "nope.yaml" in res.output
+
+
+def test_train_seed_keeps_finished_runs_and_refuses_a_run_without_checkpoint(tmp_path):
+    from covey.eval.compare import train_seed
+
+    done = make_run(tmp_path, "done", "grpo", 0, [1.0])
+    (done / "final").mkdir()
+    train_seed(tmp_path / "missing.yaml", 0, done, [])  # nothing is launched (the config does not even exist)
+    cut = make_run(tmp_path, "cut", "grpo", 0, [1.0])
+    with pytest.raises(ValueError, match="without a checkpoint"):
+        train_seed(tmp_path / "missing.yaml", 0, cut, [])

@@ -238,14 +238,21 @@ def _csv_scores(path: Path) -> dict[str, list[float]]:
 
 
 def train_seed(config: Path, seed: int, run_dir: Path, overrides: list[str]) -> None:
-    """`covey train CONFIG seed=SEED --run-dir RUN_DIR` in a subprocess; a folder left by a killed
-    run is resumed, a finished one (with `final/`) is kept."""
+    """`covey train CONFIG seed=SEED --run-dir RUN_DIR` in a subprocess; a finished run (with
+    `final/`) is kept, a killed one resumed from its latest checkpoint (one without any is refused)."""
     import subprocess
+
+    from covey.train.checkpoint import latest_checkpoint
 
     if (run_dir / "final").is_dir():
         return
     cmd = [sys.executable, "-m", "covey.cli", "train"]
-    cmd += ["--resume", str(run_dir)] if (run_dir / "config.yaml").is_file() else [str(config), *overrides, f"seed={seed}", "--run-dir", str(run_dir)]
+    if latest_checkpoint(run_dir) is not None:
+        cmd += ["--resume", str(run_dir)]
+    elif run_dir.exists():
+        raise ValueError(f"{run_dir} holds an unfinished run without a checkpoint to resume; remove it to train that seed again")
+    else:
+        cmd += [str(config), *overrides, f"seed={seed}", "--run-dir", str(run_dir)]
     typer.echo(f"adastop: {' '.join(cmd[3:])}", err=True)
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
