@@ -162,3 +162,19 @@ def test_eval_records_the_nll_under_another_model(tmp_path):
     assert rec["nll_under"] == 2.0 and rec["nll_sum"] == 4.0 and rec["nll_tokens"] == 2
     again = evaluate(Scripted(tok, ["12", "3"]), tok, task, items, n=2, temperature=1.0, samples_out=out, nll_under=fake)
     assert calls == [4] and again["logprob_under"] == res["logprob_under"]  # resumed from the records
+
+
+def test_read_samples_merges_shards_of_one_evaluation_only(tmp_path):
+    def shard(name, meta, pids):
+        rec = {"sample": 0, "seed": 0, "correct": True, "score": 1.0, "answer": None, "length": 1, "finish": "stop", "completion": ""}
+        (tmp_path / name).write_text("\n".join([json.dumps({"meta": meta})] + [json.dumps({**rec, "problem_id": p}) for p in pids]) + "\n")
+        return tmp_path / name
+
+    a = shard("a.jsonl", {"model": "m", "shard": "0/2"}, [0, 2])
+    b = shard("b.jsonl", {"model": "m", "shard": "1/2"}, [1, 3])
+    meta, recs = read_samples([a, b])
+    assert sorted(recs) == [0, 1, 2, 3] and meta["model"] == "m"
+    with pytest.raises(ValueError, match="other settings"):
+        read_samples([a, shard("c.jsonl", {"model": "other", "shard": "1/2"}, [1, 3])])
+    with pytest.raises(ValueError, match="more than one samples file"):
+        read_samples([a, shard("d.jsonl", {"model": "m", "shard": "1/2"}, [2])])

@@ -67,7 +67,7 @@ def append_records(path: str | Path, records: list[dict]) -> None:
 
 def read_samples(paths: str | Path | list) -> tuple[dict, dict[int, list[dict]]]:
     """Header meta (of the first file) and the records by problem id, merged over several files
-    (shards of one evaluation; a problem id found in two files is an error)."""
+    (shards of one evaluation: headers equal but for `shard`; a problem id in two files is an error)."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     meta: dict = {}
     merged: dict[int, list[dict]] = {}
@@ -81,6 +81,9 @@ def read_samples(paths: str | Path | list) -> tuple[dict, dict[int, list[dict]]]
             raise ValueError(f"{p} is not a covey samples file ({e})") from None
         if not rows or "meta" not in rows[0]:
             raise ValueError(f"{p} has no covey eval header line")
+        this = {k: v for k, v in rows[0]["meta"].items() if k != "shard"}
+        if merged and this != {k: v for k, v in meta.items() if k != "shard"}:
+            raise ValueError(f"{p} was written with other settings than {paths[0]}; shards to merge must differ only in --shard")
         meta = meta or rows[0]["meta"]
         mine: dict[int, list[dict]] = {}
         for r in rows[1:]:
