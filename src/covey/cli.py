@@ -311,6 +311,9 @@ def eval_cmd(
     rewards = build_rewards(run_cfg, t, workers=run_cfg.reward_workers) if same_task else None  # the run's columns
     if rewards is None and getattr(t, "reward", None) is None:
         _fail(f"task {name!r} has no verifier to score with (for `dataset`: give rows an answer column, see answer_key)")
+    if samples_out is not None and rewards is not None and "accuracy" not in rewards.names:
+        rewards.close()
+        _fail("--samples-out needs a correctness source: the run's rewards have no accuracy column")
     try:
         if run is not None:
             policy, tokenizer = load_run_policy(run)

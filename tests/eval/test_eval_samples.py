@@ -98,6 +98,8 @@ def test_cli_rejects_bad_study_options_before_loading(tmp_path):
     f.write_text(json.dumps({"meta": {"task": "other"}}) + "\n")
     res = runner.invoke(app, base + ["--samples-out", str(f)])
     assert res.exit_code == 2 and "other settings" in res.output
+    res = runner.invoke(app, base + ["--samples-out", str(tmp_path)])
+    assert res.exit_code == 2 and "is a folder" in res.output
 
 
 COVEY = [sys.executable, "-m", "covey.cli"]

@@ -31,6 +31,8 @@ def open_samples(path: str | Path, meta: dict, n: int) -> dict[int, list[dict]]:
     header (else ValueError: resuming with other settings would mix two evaluations), loses a torn
     last line, and its finished problems (all `n` samples written) are returned by problem id."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"--samples-out {path} is a folder; give a file name (e.g. {path / 'samples.jsonl'})")
     if not path.exists() or path.stat().st_size == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"meta": meta}) + "\n")
