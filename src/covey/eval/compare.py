@@ -285,7 +285,8 @@ def _orchestrate(agents: dict[str, Path], runs_dir: Path, overrides: list[str], 
 def adastop_cmd(
     runs: Annotated[Optional[list[str]], typer.Argument(help="Run folders (PATH or LABEL=PATH); a run's score = the "
                                                                "last-N mean of --metric; seeds in config-seed order.")] = None,  # fmt: skip
-    scores: Annotated[Optional[Path], typer.Option(help="Or a CSV of scores as adastop's CLI reads it (an index column, then a column per method).")] = None,
+    scores: Annotated[Optional[Path], typer.Option(help="Or a CSV of scores as adastop's CLI reads it (an index column, "
+                                                        "then a column per method).")] = None,  # fmt: skip
     agent: Annotated[Optional[list[str]], typer.Option(help="Or NAME=CONFIG.yaml (repeatable): train seeds 0, 1, ... of each "
                                                             "method with `covey train` as the test asks for them.")] = None,  # fmt: skip
     runs_dir: Annotated[Path, typer.Option(help="With --agent: where the runs go (NAME-seedS; reused when run again).")] = Path("runs/adastop"),
@@ -309,7 +310,9 @@ def adastop_cmd(
         raise ValueError("give run folders, --scores CSV or --agent NAME=CONFIG (one of them)")
     if last < 1:
         raise ValueError(f"--last must be >= 1, got {last}")
-    test = lambda sc: adastop(sc, n=n, K=interims, B=permutations, alpha=alpha, beta=beta, seed=seed, compare_to_first=compare_to_first)  # noqa: E731
+    def test(sc: dict) -> dict:
+        return adastop(sc, n=n, K=interims, B=permutations, alpha=alpha, beta=beta, seed=seed, compare_to_first=compare_to_first)
+
     if agent:
         from covey.train.config import load_config
 

@@ -5,8 +5,9 @@ the Limits study's `math/pass@k.py` (LeapLabTHU/limit-of-RLVR, commit fd2cf37f05
 covey's design notes; not re-read for this module): ``ratio_k = ratio_{k-1} * (N - c - k + 1) /
 (N - k + 1)``, ``pass@k = 1 - ratio_k`` (= 1 - C(N-c, k) / C(N, k), the value of
 `covey.eval.metrics.pass_at_k`). Coverage (MATH-Beyond, arXiv 2510.11653, reconstructed from its
-dataset card and summaries): the reachable set R_k of a model is the problems where at least one of k samples is correct; `covey compare coverage --k K` counts the first K
-samples of each problem (so R_k is what K samples actually reached, not an estimate).
+dataset card and summaries): the reachable set R_k of a model is the problems where at least one
+of k samples is correct; `covey compare coverage --k K` counts the first K samples of each problem
+(so R_k is what K samples actually reached, not an estimate).
 """
 
 from __future__ import annotations
