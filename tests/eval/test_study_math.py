@@ -109,3 +109,28 @@ def test_adastop_level_rule_and_path_order():
     r = adastop({"A": a, "B": b}, n=2, K=7, B=10000, alpha=0.05, seed=0)
     assert [round(i["boundary"], 6) for i in r["interims"]] == [0.825, 1.805, 2.785, 2.84, 2.815, 4.955]
     assert r["interims"][-1]["level_spent"] == pytest.approx(0.04282407407407408) and r["decisions"] == {"A vs B": "larger"}
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_adastop_equals_the_reference_package_when_installed(trial):
+    """Against `adastop==0.1.3` (`pip install adastop==0.1.3`; skipped without it): decisions,
+    boundaries and level spent on random scores, 2-4 agents, exact and random permutation paths."""
+    ref = pytest.importorskip("adastop.compare_agents")
+    rng = np.random.default_rng(100 + trial)
+    agents, n, B = 2 + trial % 3, (3, 4, 5)[trial % 3], (10000, 500, 200)[trial % 3]
+    first, beta = trial % 4 == 3, 0.01 if trial % 5 == 4 else 0.0
+    scores = {f"a{i}": list(rng.normal(rng.choice([0, 0.5, 1.5, 3]), 1, n * 4)) for i in range(agents)}
+    comps = np.array([(0, j) for j in range(1, agents)]) if first else None
+    c = ref.MultipleAgentsComparator(n=n, K=4, B=B, alpha=0.05, beta=beta, seed=trial, comparisons=comps)
+    given: dict = {}
+    for k in range(4):
+        for i, a in enumerate(scores):
+            if k == 0 or i in np.array(c.current_comparisons).ravel():
+                given[a] = np.array(scores[a][: (k + 1) * n])
+        c.partial_compare(given, verbose=False)
+        if c.is_finished:
+            break
+    mine = adastop(scores, n=n, K=4, B=B, alpha=0.05, beta=beta, seed=trial, compare_to_first=first)
+    assert mine["decisions"] == {f"a{a} vs a{b}": c.decisions[str(np.array((a, b)))] for a, b in c.comparisons}
+    assert [i["boundary"] for i in mine["interims"]] == pytest.approx([float(b[1]) for b in c.boundary])
+    assert mine["interims"][-1]["level_spent"] == pytest.approx(c.level_spent)
