@@ -149,8 +149,12 @@ class PluginRegistry(NamedRegistry):
 
     def check_params(self, name: str, params: Mapping[str, Any]) -> None:
         """Fail (naming the allowed parameters) when `params` do not fit the factory's keyword-only
-        arguments, or when the factory does not take the context arguments this seam passes."""
+        arguments, or when the factory does not take the context arguments this seam passes; a factory
+        may add its own check as `check_ready(params)` raising PluginError (vllm: is it installed)."""
         factory = self.get(name)
+        ready = getattr(factory, "check_ready", None)  # a plugin's own check (e.g. its package is installed)
+        if callable(ready):
+            ready(dict(params))
         try:
             sig = inspect.signature(factory)
         except (TypeError, ValueError):
