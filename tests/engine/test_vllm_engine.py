@@ -191,3 +191,29 @@ def test_quickstart_trains_two_steps_with_vllm(tmp_path):
     assert "held-out accuracy after training" in out.stdout
     run = next(p for p in tmp_path.iterdir() if (p / "metrics.jsonl").is_file())
     assert len((run / "metrics.jsonl").read_text().splitlines()) >= 2
+
+
+@needs_vllm
+def test_lora_syncs_merged_weights(engine, tiny):
+    """LoRA: the trainer syncs W + s*B@A under the base names (`engine_state`); vLLM then samples
+    from the adapted policy (its log-probs equal the PEFT model's), and the base weights restore it."""
+    from peft import LoraConfig, get_peft_model
+
+    from covey.learner.logprobs import completion_logprobs
+    from covey.train.setup import engine_state
+
+    base, _ = load("tiny-llama", seed=3)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))  # a trained adapter (B starts at 0)
+    engine.load_weights(engine_state(peft_model))
+    g = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=10, ignore_eos=True, seed=9))
+    with torch.no_grad():
+        ref, _ = completion_logprobs(peft_model, g.prompt_ids, g.completion_ids, g.completion_mask)
+        plain, _ = completion_logprobs(tiny[0], g.prompt_ids, g.completion_ids, g.completion_mask)
+    keep = g.completion_mask == 1
+    assert (g.logprobs - ref).abs()[keep].max() < 1e-4 and (g.logprobs - plain).abs()[keep].max() > 1e-2
+    engine.load_weights(tiny[0])

@@ -112,7 +112,7 @@ class VllmEngine:
         dtype: Literal["bf16", "fp32", "auto"] = "auto",
         max_model_len: int | None = None,
         cpu_threads: int | None = None,
-        kv_cache_gib: int = 2,
+        kv_cache_gib: int = 1,
         gpu_memory_utilization: float = 0.5,
         max_num_seqs: int = 256,
         prefix_caching: bool = True,
