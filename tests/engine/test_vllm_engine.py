@@ -73,10 +73,20 @@ def tiny():
     return load("tiny-llama", seed=3)
 
 
+RNG_KEPT = {}
+
+
 @pytest.fixture(scope="module")
 def engine(tiny):
+    import random
+
+    import numpy as np
+
     model, tok = tiny
+    torch.manual_seed(11), random.seed(11), np.random.seed(11)
     eng = ENGINES.build("vllm", {"dtype": "fp32", "kv_cache_gib": 1, "max_model_len": 256}, model, tok)
+    # vLLM in process seeds the global generators with its own seed (0); the engine restores the caller's
+    RNG_KEPT.update(torch=torch.rand(1).item(), random=random.random(), numpy=float(np.random.rand()))
     yield eng
     eng.close()
 
@@ -94,6 +104,16 @@ def test_shapes_lengths_limits_and_versions(engine):
     assert bool((g.completion_ids[g.completion_mask == 0] == engine.pad_token_id).all())
     assert bool((g.logprobs[g.completion_mask == 0] == 0).all()) and bool((g.logprobs[g.completion_mask == 1] < 0).all())
     assert g.policy_version.tolist()[0] == [engine.version] * 7 and engine.pad_token_id == 0
+
+
+@needs_vllm
+def test_engine_start_keeps_the_callers_random_state(engine):
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(11), random.seed(11), np.random.seed(11)
+    assert RNG_KEPT == dict(torch=torch.rand(1).item(), random=random.random(), numpy=float(np.random.rand()))
 
 
 @needs_vllm
