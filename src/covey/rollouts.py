@@ -45,6 +45,11 @@ class Rollouts:
         policy_version:      [N, T] long, which weights produced each token (partial/async rollouts).
         tree_path:           list of N tuples of node ids from root to leaf (tree rollouts).
         trajectory, step:    [N] long, for multi-turn agents (one row per step).
+        episode, turn, step_rewards, step_anchors: multi-turn episodes (`covey.strategies.episodes`,
+                             layout concat: one row per episode): episode [N] long (id, unique per
+                             episode in the batch); turn [N, T] long (the agent turn of each token,
+                             -1 on environment tokens and padding); step_rewards / step_anchors: N
+                             lists, one entry per turn (env reward; hashable state or None).
         items:               list of N dataset items (dicts, shared not copied): the item each row
                              answers; rewards read their columns from it (set by the rollout strategy).
         extras:              free-form per-batch annotations (e.g. a sampler's per-row baseline).
@@ -69,6 +74,10 @@ class Rollouts:
     tree_path: list[tuple[int, ...]] | None = None
     trajectory: Tensor | None = None
     step: Tensor | None = None
+    episode: Tensor | None = None
+    turn: Tensor | None = None
+    step_rewards: list[list[float]] | None = None
+    step_anchors: list[list] | None = None
     items: list[dict] | None = None
     extras: dict = field(default_factory=dict)
 
@@ -175,6 +184,7 @@ class Rollouts:
             val = getattr(self, name)
             if val is not None:
                 _check(val, name, (n,), (torch.long,))
+        _check_episodes(self, n, t)
         if self.tree_path is not None and len(self.tree_path) != n:
             raise RolloutsError(f"tree_path must hold N={n} tuples, got {len(self.tree_path)}")
         if self.items is not None and len(self.items) != n:
@@ -223,10 +233,29 @@ class Rollouts:
             if isinstance(vals[0], list):
                 out[f.name] = [x for v in vals for x in v]
             elif vals[0].dim() == 2 and f.name != "rewards":
-                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1])) for v in vals])
+                fill = -1 if f.name == "turn" else 0  # turn marks padding with -1
+                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=fill) for v in vals])
             else:
                 out[f.name] = torch.cat(vals)
         return Rollouts(**out)
+
+
+def _check_episodes(b: Rollouts, n: int, t: int) -> None:
+    """The multi-turn fields: shapes, one step entry per turn, agent tokens = completion_mask."""
+    if b.episode is not None:
+        _check(b.episode, "episode", (n,), (torch.long,))
+    if b.turn is None:
+        return
+    _check(b.turn, "turn", (n, t), (torch.long,))
+    if bool(((b.completion_mask > 0) & (b.turn < 0)).any()):
+        raise RolloutsError("completion_mask is 1 on a token with turn -1 (environment tokens are never trained)")
+    turns = (b.turn.amax(-1) + 1).tolist()
+    for name in ("step_rewards", "step_anchors"):
+        val = getattr(b, name)
+        if val is None:
+            raise RolloutsError(f"{name} must be set together with turn")
+        if len(val) != n or any(len(v) != k for v, k in zip(val, turns)):
+            raise RolloutsError(f"{name} must hold N={n} lists with one entry per turn of the row")
 
 
 def _desc(x) -> str:

@@ -121,6 +121,11 @@ class StrategySpec(PluginSpec):
     name: str = "group"
 
 
+class EnvSpec(PluginSpec):
+    """`covey.envs.ENVS`: maze, calculator, or your own ``package.module:Class`` (multi-turn agents;
+    needs ``rollout.strategy: episodes``, which receives it as its `env` parameter)."""
+
+
 class EngineSpec(PluginSpec):
     """`covey.engine.ENGINES`: torch (default; params dtype, max_rows, ...), or ``package.module:Class``."""
 
@@ -243,6 +248,8 @@ class RunConfig(_Strict):
     sampler: SamplerSpec = SamplerSpec()
     """Which prompts each step rolls out (`covey.samplers.SAMPLERS`)."""
     rollout: RolloutConfig = RolloutConfig()
+    env: EnvSpec | None = None
+    """The environment of multi-turn episodes (`covey.envs.ENVS`); only with rollout.strategy: episodes."""
     engine: EngineSpec = EngineSpec()
     """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 | auto."""
     device: str = "auto"
@@ -302,6 +309,8 @@ class RunConfig(_Strict):
                 raise ValueError(f"sampler {self.sampler.name!r} runs as the rollout strategy {name!r}; it cannot be combined "
                                  f"with rollout.strategy={s.name!r} (choose one)")  # fmt: skip
             s = StrategySpec(name=name, **{**defaults, **self.sampler.params})
+        if self.env is not None and s.name == "episodes":  # the strategy gets the env spec as a parameter
+            s = StrategySpec(name="episodes", **{**s.params, "env": self.env.model_dump()})
         if not self.algo.dynamic_sampling or s.name == "dynamic":
             return s
         return StrategySpec(name="dynamic", inner=s.name, inner_params=s.params, max_rounds=self.algo.max_gen_batches)
@@ -317,6 +326,25 @@ class RunConfig(_Strict):
         bad = _non_finite(self.model_dump(mode="python"))
         if bad:
             raise ValueError(f"{bad[0]}: must be a finite number, got {bad[1]!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _check_env(self) -> "RunConfig":
+        episodes = self.rollout.strategy.name == "episodes"
+        if episodes and self.env is None:
+            raise ValueError("rollout.strategy episodes needs an environment: add `env: {name: maze}` (see docs/agents.md)")
+        if self.env is not None and not episodes:
+            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: episodes (got {self.rollout.strategy.name!r})")
+        if episodes and "env" in self.rollout.strategy.params:
+            raise ValueError("rollout.strategy.env: give the environment as the top-level `env:` section")
+        if self.env is not None:
+            from covey.envs import ENVS
+            from covey.plugins import PluginError
+
+            try:
+                ENVS.check_params(self.env.name, self.env.params)
+            except PluginError as e:
+                raise ValueError(f"env: {e}") from None
         return self
 
     @model_validator(mode="after")
