@@ -1,0 +1,398 @@
+"""`episodes`: multi-turn agent rollouts against an environment (`covey.envs`), token-exact.
+
+Per item, G episodes share one environment seed (so their initial states coincide). Each turn, all
+live episodes go to the engine in ONE `generate` call (n=1 per episode); each turn's output is
+parsed (`<tool_call>` JSON, Qwen/Hermes) into an `Action` and handed to its environment, whose new
+messages are appended to the token stream. Nothing sampled is ever re-tokenized:
+
+    row tokens = prompt (chat template of the reset messages, generation prompt added)
+               + turn 0 sampled ids (mask 1) + env tokens (mask 0) + turn 1 sampled ids (mask 1) + ...
+
+Environment messages are tokenized as the difference between the chat template rendered over a fixed
+dummy conversation with and without them (`TemplateDelta`), starting right after the assistant's
+end-of-turn token; when a turn was cut by its token budget, the end-of-turn token the template would
+have written is added as an env token. At start the template is checked to append turns without
+rewriting earlier ones (templates that drop earlier ``<think>`` blocks fail with an error: the
+per-step layout they need is not built yet).
+
+Layout `concat` (the only one built): one row per episode; `Rollouts.turn` marks each agent token's
+turn (-1 on env tokens and padding); `step_rewards` / `step_anchors` hold one entry per turn (the
+env reward of the turn and the anchor of the state the turn acted in). `rewards` is one column,
+`env_return` (the sum of step rewards); reward functions and shaping are not applied.
+
+Limits (each ends an episode with a counted reason, `episodes/end/<reason>`): the env's own
+terminated / truncated; `max_turns`; the context (`max_context_tokens`; each turn's budget is
+`min(sampling.max_new_tokens, max_context_tokens - tokens so far)`); `max_invalid` invalid actions in
+a row (``info["valid"] = False`` or only malformed tool calls); an env call that raises
+(`env_error`) or takes longer than `step_timeout_s` (`env_timeout`, its thread is abandoned). Failed
+episodes, and episodes whose first prompt leaves no room to generate, are dropped from the batch
+(counted); the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from covey.engine.base import Engine
+from covey.envs.base import ENVS, Action, Env, StepResult
+from covey.envs.tools import parse_tool_calls
+from covey.rollouts import Rollouts
+from covey.strategies.base import RolloutContext, register_strategy
+
+__all__ = ["Episodes", "TemplateDelta", "TemplateError"]
+
+log = logging.getLogger(__name__)
+
+
+class TemplateError(ValueError):
+    """The chat template cannot give token-exact episodes (it rewrites earlier turns)."""
+
+
+def render(tokenizer, messages: list[dict], *, generation_prompt: bool, tools: list[dict] | None = None) -> list[int]:
+    """Token ids of `messages` under the tokenizer's chat template."""
+    kw = {"tools": tools} if tools else {}
+    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=generation_prompt, tokenize=True, **kw)
+    if hasattr(out, "keys") and "input_ids" in out:  # transformers 5 returns a BatchEncoding
+        out = out["input_ids"]
+    return [int(t) for t in out]
+
+
+class TemplateDelta:
+    """Env messages -> the token ids the chat template adds for them after an assistant turn.
+
+    ``tokens(messages, closed)`` = [end-of-turn id if the turn was not closed by it] + the template's
+    text after the end-of-turn token (e.g. "\\n") + the messages + the next generation prompt, all
+    taken from renders of a fixed dummy conversation (never from the sampled text).
+    """
+
+    _DUMMY = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+
+    def __init__(self, tokenizer, tools: list[dict] | None = None):
+        if not getattr(tokenizer, "chat_template", None):
+            raise TemplateError("the episodes strategy needs a tokenizer with a chat template")
+        self.tok, self.tools = tokenizer, tools
+        self.eos = tokenizer.eos_token_id
+        self.base = render(tokenizer, self._DUMMY, generation_prompt=False, tools=tools)
+        start = render(tokenizer, self._DUMMY[:1], generation_prompt=True, tools=tools)
+        if self.base[: len(start)] != start:
+            raise TemplateError("the chat template renders the conversation before an assistant turn differently "
+                                "once the turn is added: it does not append turns")  # fmt: skip
+        ends = [i for i, t in enumerate(self.base) if t == self.eos and i >= len(start)]
+        if not ends:
+            raise TemplateError(f"the chat template does not close assistant turns with the eos token {self.eos}")
+        self.glue = self.base[ends[-1] + 1 :]
+        think = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\ny"}]
+        before = render(tokenizer, think, generation_prompt=False, tools=tools)
+        after = render(tokenizer, [*think, {"role": "user", "content": "z"}], generation_prompt=True, tools=tools)
+        if after[: len(before)] != before:
+            raise TemplateError("the chat template rewrites earlier turns (e.g. drops <think> from past assistant "
+                                "messages), so one row per episode cannot hold the sampled tokens; the per_step "
+                                "layout this needs is not built yet")  # fmt: skip
+
+    def tokens(self, messages: list[dict], closed: bool) -> list[int]:
+        full = render(self.tok, [*self._DUMMY, *messages], generation_prompt=True, tools=self.tools)
+        if full[: len(self.base)] != self.base:
+            raise TemplateError(f"the chat template rewrites earlier turns when {[m['role'] for m in messages]} "
+                                "messages are added")  # fmt: skip
+        return ([] if closed else [self.eos]) + self.glue + full[len(self.base) :]
+
+
+@dataclass
+class _Episode:
+    env: Env | None
+    item: dict
+    group: int
+    prompt: list[int]
+    anchor: Any = None
+    ids: list[int] = field(default_factory=list)
+    mask: list[float] = field(default_factory=list)
+    turn: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    anchors: list[Any] = field(default_factory=list)
+    invalid_streak: int = 0
+    end: str | None = None  # why it ended
+    terminated: bool = False
+    success: bool | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + len(self.ids)
+
+
+class _EnvFailure(Exception):
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind = kind
+
+
+def _check_result(out: Any) -> StepResult:
+    """The env's return value, checked: a bad one is the env's bug (an env_error of its episode)."""
+    if not isinstance(out, StepResult):
+        raise TypeError(f"an environment must return a StepResult, got {type(out).__name__}")
+    for m in out.messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise TypeError(f"environment message {m!r} must be a dict with 'role' and 'content' strings")
+    if not isinstance(out.reward, (int, float)) or not math.isfinite(out.reward):
+        raise TypeError(f"environment reward must be a finite number, got {out.reward!r}")
+    return out
+
+
+def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float) -> list[tuple[Any, float]]:
+    """Run `calls` concurrently in daemon threads; per call (result or `_EnvFailure`, seconds). A call
+    still running after `timeout_s` (counted from the start) is abandoned as ``env_timeout``."""
+    boxes: list[dict] = [{} for _ in calls]
+
+    def run(fn, box):
+        t0 = time.perf_counter()
+        try:
+            box["out"] = _check_result(fn())
+        except Exception as e:  # noqa: BLE001 - any env bug fails its episode, not the run
+            box["err"] = _EnvFailure("env_error", f"{type(e).__name__}: {e}")
+        box["s"] = time.perf_counter() - t0
+
+    threads = [threading.Thread(target=run, args=(fn, box), daemon=True) for fn, box in zip(calls, boxes)]
+    start = time.perf_counter()
+    for th in threads:
+        th.start()
+    out = []
+    for th, box in zip(threads, boxes):
+        th.join(max(0.0, start + timeout_s - time.perf_counter()))
+        if th.is_alive() or "s" not in box:
+            out.append((_EnvFailure("env_timeout", f"no answer within step_timeout_s={timeout_s}"), timeout_s))
+        else:
+            out.append((box.get("out", box.get("err")), box["s"]))
+    return out
+
+
+@register_strategy("episodes")
+class Episodes:
+    """Multi-turn episodes against the `env` environment (given by the config's top-level ``env:``)."""
+
+    engine_protocols = (Engine,)
+
+    def __init__(self, *, env: dict, max_turns: int = 8, max_context_tokens: int = 1024, max_invalid: int = 3,
+                 step_timeout_s: float = 30.0, layout: Literal["concat"] = "concat"):  # fmt: skip
+        if not isinstance(env, dict) or not isinstance(env.get("name"), str):
+            raise ValueError(f"episodes: env must be a mapping with a 'name', got {env!r}")
+        if max_turns < 1 or max_context_tokens < 2 or max_invalid < 1 or not step_timeout_s > 0:
+            raise ValueError("episodes: need max_turns >= 1, max_context_tokens >= 2, max_invalid >= 1, step_timeout_s > 0 "
+                             f"(got {max_turns}, {max_context_tokens}, {max_invalid}, {step_timeout_s})")  # fmt: skip
+        if layout != "concat":
+            raise ValueError(f"episodes: layout {layout!r} is not built yet; only 'concat' (one row per episode)")
+        self.env_name, self.env_params = env["name"], {k: v for k, v in env.items() if k != "name"}
+        ENVS.check_params(self.env_name, self.env_params)
+        self.max_turns, self.max_context, self.max_invalid = max_turns, max_context_tokens, max_invalid
+        self.timeout = float(step_timeout_s)
+        self._delta: tuple[Any, TemplateDelta] | None = None  # (tokenizer, its TemplateDelta)
+        self._warned: set[str] = set()
+
+    def new_env(self) -> Env:
+        return ENVS.build(self.env_name, self.env_params)
+
+    # -------------------------------------------------------------------------------- the loop
+    def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
+        tok = ctx.tokenizer
+        counts: Counter = Counter()
+        env_times: list[float] = []
+        sizes = ctx.group_sizes(items)
+        base_seed = ctx.sampling(0).seed or 0
+        episodes: list[_Episode] = []
+        resets = []
+        for g, (item, size) in enumerate(zip(items, sizes)):
+            for _ in range(size):
+                ep = _Episode(env=None, item=item, group=g, prompt=[])
+                episodes.append(ep)
+                resets.append((ep, base_seed + g))
+        # reset every env (one thread each, bounded by step_timeout_s)
+        built = []
+        for ep, seed in resets:
+            try:
+                ep.env = self.new_env()
+                built.append((ep, seed))
+            except Exception as e:  # noqa: BLE001 - a factory that fails fails its episode
+                self._fail(ep, _EnvFailure("env_error", f"{type(e).__name__}: {e}"), counts)
+        results = run_with_timeout([lambda ep=ep, s=seed: ep.env.reset(ep.item, seed=s) for ep, s in built], self.timeout)
+        for (ep, _), (res, secs) in zip(built, results):
+            env_times.append(secs)
+            if isinstance(res, _EnvFailure):
+                self._fail(ep, res, counts)
+                continue
+            ep.anchor = res.anchor
+            delta = self._template(tok, ep.env)
+            ep.prompt = render(tok, res.messages, generation_prompt=True, tools=delta.tools)
+            if res.done:
+                self._fail(ep, _EnvFailure("env_error", "reset() returned a finished episode"), counts)
+        for turn in range(self.max_turns):
+            live = [ep for ep in episodes if ep.end is None]
+            for ep in live:
+                if self.max_context - ep.length < 1:
+                    ep.end = "context"
+            live = [ep for ep in live if ep.end is None]
+            if not live:
+                break
+            sp = ctx.sampling(turn)
+            budgets = tuple(min(sp.max_new_tokens, self.max_context - ep.length) for ep in live)
+            call = sp if all(b == sp.max_new_tokens for b in budgets) else _with_limits(sp, budgets)
+            gen = ctx.engine.generate([ep.prompt + ep.ids for ep in live], 1, call)
+            lengths = gen.lengths.tolist()
+            actions = []
+            for i, ep in enumerate(live):
+                k = lengths[i]
+                ids = gen.completion_ids[i, :k].tolist()
+                ep.ids += ids
+                ep.mask += [1.0] * k
+                ep.turn += [turn] * k
+                ep.logprobs += gen.logprobs[i, :k].tolist()
+                if gen.entropies is not None:
+                    ep.entropies += gen.entropies[i, :k].tolist()
+                ep.versions += (gen.policy_version[i, :k].tolist() if gen.policy_version is not None
+                                else [ctx.policy_version] * k)  # fmt: skip
+                ep.anchors.append(ep.anchor)
+                text = tok.decode(ids, skip_special_tokens=True)
+                calls = parse_tool_calls(text)
+                counts["tool_calls"] += len(calls)
+                counts["tool_malformed"] += sum(c.error is not None for c in calls)
+                actions.append(Action(text, ids, calls, gen.finish_reason[i]))
+            results = run_with_timeout([lambda ep=ep, a=a: ep.env.step(a) for ep, a in zip(live, actions)], self.timeout)
+            for ep, action, (res, secs) in zip(live, actions, results):
+                env_times.append(secs)
+                counts["turns"] += 1
+                if isinstance(res, _EnvFailure):
+                    ep.rewards.append(0.0)
+                    self._fail(ep, res, counts)
+                    continue
+                ep.rewards.append(float(res.reward))
+                ep.anchor = res.anchor
+                info = res.info or {}
+                counts["tool_errors"] += int(info.get("tool_errors", 0))
+                if "success" in info:
+                    ep.success = bool(info["success"])
+                malformed_only = bool(action.tool_calls) and all(c.error is not None for c in action.tool_calls)
+                invalid = info.get("valid") is False or malformed_only
+                counts["invalid"] += invalid
+                ep.invalid_streak = ep.invalid_streak + 1 if invalid else 0
+                if res.terminated or res.truncated:
+                    ep.end, ep.terminated = ("terminated" if res.terminated else "truncated"), res.terminated
+                elif ep.invalid_streak >= self.max_invalid:
+                    ep.end = "invalid_streak"
+                elif turn + 1 == self.max_turns:
+                    ep.end = "max_turns"
+                else:
+                    closed = bool(action.token_ids) and action.token_ids[-1] == self._delta[1].eos
+                    try:
+                        env_ids = self._delta[1].tokens(res.messages, closed)
+                    except TemplateError as e:
+                        self._fail(ep, _EnvFailure("env_error", str(e)), counts)
+                        continue
+                    if ep.length + len(env_ids) >= self.max_context:  # no room for the answer and one more token
+                        ep.end = "context"
+                        continue
+                    ep.ids += env_ids
+                    ep.mask += [0.0] * len(env_ids)
+                    ep.turn += [-1] * len(env_ids)
+                    ep.logprobs += [0.0] * len(env_ids)
+                    if gen.entropies is not None:
+                        ep.entropies += [0.0] * len(env_ids)
+                    ep.versions += [ctx.policy_version] * len(env_ids)
+        for ep in episodes:
+            if ep.env is not None:
+                try:
+                    ep.env.close()
+                except Exception as e:  # noqa: BLE001
+                    self._warn("close", f"environment close() raised {type(e).__name__}: {e}")
+        kept = [ep for ep in episodes if ep.end not in ("env_error", "env_timeout") and ep.rewards]
+        metrics = _metrics(episodes, kept, counts, env_times)
+        return self._batch(kept, tok, ctx), metrics
+
+    def _template(self, tok, env: Env) -> TemplateDelta:
+        if self._delta is None or self._delta[0] is not tok:
+            self._delta = (tok, TemplateDelta(tok, getattr(env, "tools", None)))
+        return self._delta[1]
+
+    def _fail(self, ep: _Episode, failure: _EnvFailure, counts: Counter) -> None:
+        ep.end = failure.kind
+        self._warn(failure.kind, f"episode of item {ep.item.get('id')} failed ({failure.kind}): {failure} "
+                                 "(dropped from the batch; counted in episodes/end/" + failure.kind + ")")  # fmt: skip
+
+    def _warn(self, kind: str, msg: str) -> None:
+        if kind not in self._warned:  # the first of each kind, not one line per episode
+            self._warned.add(kind)
+            log.warning(msg)
+
+    def _batch(self, eps: list[_Episode], tok, ctx: RolloutContext) -> Rollouts:
+        n = len(eps)
+        t = max([1, *(len(ep.ids) for ep in eps)])
+        pad = ctx.engine.pad_token_id
+        ids = torch.full((n, t), pad, dtype=torch.long)
+        mask, lp = torch.zeros(n, t), torch.zeros(n, t)
+        turn = torch.full((n, t), -1, dtype=torch.long)
+        ver = torch.zeros(n, t, dtype=torch.long)
+        ent = torch.zeros(n, t) if eps and all(len(ep.entropies) == len(ep.ids) for ep in eps) else None
+        for i, ep in enumerate(eps):
+            k = len(ep.ids)
+            ids[i, :k] = torch.tensor(ep.ids, dtype=torch.long)
+            mask[i, :k] = torch.tensor(ep.mask)
+            lp[i, :k] = torch.tensor(ep.logprobs)
+            turn[i, :k] = torch.tensor(ep.turn, dtype=torch.long)
+            ver[i, :k] = torch.tensor(ep.versions, dtype=torch.long)
+            if ent is not None:
+                ent[i, :k] = torch.tensor(ep.entropies)
+        return Rollouts(
+            prompt_ids=[torch.tensor(ep.prompt, dtype=torch.long) for ep in eps],
+            completion_ids=ids, completion_mask=mask, behaviour_logprobs=lp,
+            group=torch.tensor([ep.group for ep in eps], dtype=torch.long),
+            prompt_id=torch.tensor([int(ep.item["id"]) for ep in eps], dtype=torch.long),
+            finish_reason=["stop" if ep.terminated else "length" for ep in eps],
+            rewards=torch.tensor([[sum(ep.rewards)] for ep in eps], dtype=torch.float32).reshape(n, 1),
+            reward_names=("env_return",), entropies=ent, policy_version=ver,
+            episode=torch.arange(n, dtype=torch.long), turn=turn,
+            step_rewards=[list(ep.rewards) for ep in eps], step_anchors=[list(ep.anchors) for ep in eps],
+            items=[ep.item for ep in eps],
+        ).validate()  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def _with_limits(sp, budgets: tuple[int, ...]):
+    import dataclasses
+
+    return dataclasses.replace(sp, prompt_max_new_tokens=budgets)
+
+
+def _metrics(episodes: list[_Episode], kept: list[_Episode], counts: Counter, env_times: list[float]) -> dict[str, float]:
+    total = max(len(episodes), 1)
+    out: dict[str, float] = {f"episodes/end/{k}": v / total for k, v in Counter(ep.end for ep in episodes).items()}
+    out["episodes/count"] = float(len(episodes))
+    out["episodes/failed"] = float(len(episodes) - len(kept))
+    if kept:
+        out["episodes/length_mean"] = sum(len(ep.rewards) for ep in kept) / len(kept)
+        out["episodes/return_mean"] = sum(sum(ep.rewards) for ep in kept) / len(kept)
+        judged = [ep.success for ep in kept if ep.success is not None]
+        if judged:
+            out["episodes/success_rate"] = sum(judged) / len(judged)
+    turns = max(counts["turns"], 1)
+    out["episodes/invalid_action_rate"] = counts["invalid"] / turns
+    out["episodes/tool_calls_per_turn"] = counts["tool_calls"] / turns
+    out["episodes/tool_malformed"] = float(counts["tool_malformed"])
+    errors = max(counts["tool_errors"], counts["tool_malformed"])
+    out["episodes/tool_error_rate"] = errors / counts["tool_calls"] if counts["tool_calls"] else 0.0
+    if env_times:
+        out["time/env_per_step"] = sum(env_times) / len(env_times)
+        out["time/env_step_max"] = max(env_times)
+    return out

@@ -1,0 +1,295 @@
+"""The `episodes` strategy: token-exact multi-turn rows, limits, and failures that never stop a run."""
+
+import time
+
+import pytest
+import torch
+
+from covey.engine import Generation, SamplingParams, TorchEngine
+from covey.envs import Action, StepResult
+from covey.envs.maze import MazeEnv, MazeTask
+from covey.envs.tools import parse_tool_calls
+from covey.models import load
+from covey.models.tiny import build_tiny_tokenizer
+from covey.rollouts import Rollouts, RolloutsError
+from covey.strategies import STRATEGIES, RolloutContext
+from covey.strategies.episodes import TemplateDelta, TemplateError, render
+
+MAZE = ["A.#", "#..", "#.G"]
+
+
+class ScriptedEngine:
+    """An Engine whose turns are scripted: `script(prompt_ids, call) -> (token ids, finish_reason)`.
+    Records every call's prompts and per-prompt limits."""
+
+    pad_token_id, version = 0, 0
+
+    def __init__(self, script):
+        self.script, self.calls = script, []
+
+    def generate(self, prompts, n, sampling):
+        assert n == 1
+        outs = [self.script(list(p), len(self.calls)) for p in prompts]
+        self.calls.append({"prompts": [list(p) for p in prompts], "limits": sampling.prompt_max_new_tokens,
+                           "outs": [o[0] for o in outs]})  # fmt: skip
+        t = max(len(o[0]) for o in outs)
+        ids = torch.zeros(len(outs), t, dtype=torch.long)
+        mask = torch.zeros(len(outs), t)
+        for i, (toks, _) in enumerate(outs):
+            ids[i, : len(toks)] = torch.tensor(toks)
+            mask[i, : len(toks)] = 1.0
+        return Generation(prompt_ids=[torch.tensor(p) for p in prompts], completion_ids=ids, completion_mask=mask,
+                          logprobs=-0.5 * mask, finish_reason=[o[1] for o in outs], prompt_index=torch.arange(len(outs)))  # fmt: skip
+
+    def load_weights(self, source, version=None):
+        pass
+
+    def close(self):
+        pass
+
+
+def context(engine, tok, group=2, max_new_tokens=32):
+    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [group] * len(items),
+                          sampling=lambda r: SamplingParams(max_new_tokens=max_new_tokens, seed=7 + r),
+                          score=None, draw=None)  # fmt: skip
+
+
+def strategy(env, **kw):
+    return STRATEGIES.build("episodes", {"env": env, **kw})
+
+
+@pytest.fixture(scope="module")
+def smol_tok():
+    from transformers import AutoTokenizer
+
+    from covey.models.convert import prepare
+
+    return AutoTokenizer.from_pretrained(prepare("smollm2-135m-instruct"))
+
+
+def split_row(batch, i):
+    """(prompt, completion tokens, per-token turn) of row i, padding cut."""
+    turn = batch.turn[i].tolist()
+    last = max(k for k, t in enumerate(turn) if t >= 0)
+    return batch.prompt_ids[i].tolist(), batch.completion_ids[i, : last + 1].tolist(), turn[: last + 1]
+
+
+# ---------------------------------------------------------------------------- token exactness
+def test_smollm2_episode_stream_is_the_chat_template_of_the_conversation(smol_tok):
+    tok = smol_tok
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "12*3"}}</tool_call>'
+    texts = [call, "The answer is 40."]
+    sampled = [tok.encode(t) + [tok.eos_token_id] for t in texts]
+    engine = ScriptedEngine(lambda p, k: (sampled[k], "stop"))
+    item = {"id": 3, "prompt": "What is 12*3+4?", "answer": "40"}
+    batch, m = strategy({"name": "calculator"}).rollout([item], context(engine, tok, group=1))
+    conv = [{"role": "system", "content": __import__("covey.envs.calculator", fromlist=["SYSTEM"]).SYSTEM},
+            {"role": "user", "content": item["prompt"]}, {"role": "assistant", "content": texts[0]},
+            {"role": "tool", "content": "36"}]  # fmt: skip
+    # what the engine saw each turn is exactly the template's rendering of the conversation so far
+    assert engine.calls[0]["prompts"][0] == render(tok, conv[:2], generation_prompt=True)
+    assert engine.calls[1]["prompts"][0] == render(tok, conv, generation_prompt=True)
+    prompt, comp, turn = split_row(batch, 0)
+    full = render(tok, [*conv, {"role": "assistant", "content": texts[1]}], generation_prompt=False)
+    assert prompt + comp == full[: len(prompt) + len(comp)] and full[len(prompt) + len(comp) :] == tok.encode("\n")
+    # training tokens = the sampled tokens (mask 1), everything else is env tokens (mask 0)
+    mask = batch.completion_mask[0, : len(comp)].tolist()
+    assert [x for x, k in zip(comp, mask) if k] == sampled[0] + sampled[1]
+    assert [t for t, k in zip(turn, mask) if k] == [0] * len(sampled[0]) + [1] * len(sampled[1])
+    env = [x for x, k in zip(comp, mask) if not k]
+    assert env == TemplateDelta(tok).tokens([{"role": "tool", "content": "36"}], closed=True)
+    assert batch.rewards.tolist() == [[1.0]] and batch.step_rewards == [[0.0, 1.0]] and batch.step_anchors == [[0, 1]]
+    assert batch.finish_reason == ["stop"] and m["episodes/success_rate"] == 1.0 and m["episodes/tool_error_rate"] == 0.0
+
+
+def test_a_turn_cut_by_its_budget_gets_the_closing_token_as_an_env_token(smol_tok):
+    tok = smol_tok
+    first, second = tok.encode("I will go"), tok.encode("right") + [tok.eos_token_id]
+    engine = ScriptedEngine(lambda p, k: (first, "length") if k == 0 else (second, "stop"))
+    item = MazeTask(size=3).examples("train")[0] | {"maze": MAZE}
+    item["prompt"] = __import__("covey.envs.maze", fromlist=["first_prompt"]).first_prompt(MAZE)
+    batch, _ = strategy({"name": "maze"}, max_turns=2).rollout([item], context(engine, tok, group=1))
+    prompt, comp, turn = split_row(batch, 0)
+    invalid = "Invalid action. Reply with one move: up, down, left or right.\nA.#\n#..\n#.G"
+    conv = [*item["prompt"], {"role": "assistant", "content": "I will go"}, {"role": "user", "content": invalid},
+            {"role": "assistant", "content": "right"}]  # fmt: skip
+    full = render(tok, conv, generation_prompt=False)
+    assert prompt + comp == full[: len(prompt) + len(comp)]
+    k = len(first)
+    assert comp[k] == tok.eos_token_id and batch.completion_mask[0, k] == 0 and turn[k] == -1  # added, not sampled
+    assert batch.finish_reason == ["length"] and batch.step_rewards == [[0.0, 0.0]]
+
+
+def test_tiny_model_rows_hold_exactly_the_sampled_tokens_and_the_env_tokens():
+    model, tok = load("tiny-llama")
+    engine = TorchEngine(model, tokenizer=tok, dtype="fp32")
+    calls = []
+    real = engine.generate
+
+    def recording(prompts, n, sp):
+        gen = real(prompts, n, sp)
+        calls.append([(list(map(int, p)), gen.completion_ids[i, : gen.lengths[i]].tolist(), gen.logprobs[i, : gen.lengths[i]].tolist())
+                      for i, p in enumerate(prompts)])  # fmt: skip
+        return gen
+
+    engine.generate = recording
+    items = MazeTask(size=3, n_train=2).examples("train")
+    batch, m = strategy({"name": "maze", "max_steps": 3}, max_turns=3).rollout(items, context(engine, tok, group=2, max_new_tokens=6))
+    assert len(batch) == 4 and batch.group.tolist() == [0, 0, 1, 1] and m["episodes/count"] == 4
+    delta = TemplateDelta(tok)
+    for i in range(len(batch)):
+        prompt, comp, turn = split_row(batch, i)
+        env = MazeEnv(max_steps=3)
+        env.reset(batch.items[i], seed=0)
+        pos = 0
+        for t in range(len(batch.step_rewards[i])):
+            # the engine's output for this episode's turn t (the G episodes of an item share turn 0's prompt)
+            found = [c for c in calls[t] if c[0] == prompt + comp[:pos] and c[1] == comp[pos : pos + len(c[1])]]
+            assert found, f"row {i} turn {t}: no engine output matches"
+            calls[t].remove(found[0])
+            _, out, lps = found[0]
+            assert comp[pos : pos + len(out)] == out and turn[pos : pos + len(out)] == [t] * len(out)
+            assert batch.completion_mask[i, pos : pos + len(out)].tolist() == [1.0] * len(out)
+            assert batch.behaviour_logprobs[i, pos : pos + len(out)].tolist() == pytest.approx(lps)
+            pos += len(out)
+            res = env.step(Action(tok.decode(out, skip_special_tokens=True), out, []))
+            assert batch.step_rewards[i][t] == res.reward
+            if pos < len(comp):  # env tokens follow: exactly the template delta of the env's messages
+                want = delta.tokens(res.messages, closed=out[-1] == tok.eos_token_id)
+                assert comp[pos : pos + len(want)] == want and set(turn[pos : pos + len(want)]) == {-1}
+                assert batch.completion_mask[i, pos : pos + len(want)].sum() == 0
+                pos += len(want)
+        assert pos == len(comp)
+
+
+def test_a_template_that_rewrites_history_is_refused():
+    tok = build_tiny_tokenizer()
+    tok.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}"
+        "{{ '<|im_start|>assistant\n' + m['content'].split('</think>')[-1].lstrip('\n') + '<|im_end|>\n' }}"
+        "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    )  # Qwen3-like: earlier <think> blocks are dropped
+    with pytest.raises(TemplateError, match="rewrites earlier turns"):
+        TemplateDelta(tok)
+    TemplateDelta(build_tiny_tokenizer())  # the plain ChatML template appends
+
+
+# ---------------------------------------------------------------------------- limits and failures
+def tiny_script(text_of):
+    tok = build_tiny_tokenizer()
+    return tok, ScriptedEngine(lambda p, k: (tok.encode(text_of(p, k)) + [tok.eos_token_id], "stop"))
+
+
+def maze_item(i):
+    from covey.envs.maze import first_prompt
+
+    return {"id": i, "prompt": first_prompt(MAZE), "maze": MAZE}
+
+
+def test_max_turns_invalid_streak_and_success_are_counted():
+    tok, engine = tiny_script(lambda p, k: "right" if k == 0 else "??")
+    batch, m = strategy({"name": "maze"}, max_turns=5, max_invalid=2).rollout([maze_item(0)], context(engine, tok))
+    assert m["episodes/end/invalid_streak"] == 1.0 and batch.step_rewards == [[0.0] * 3] * 2
+    assert m["episodes/invalid_action_rate"] == pytest.approx(4 / 6) and m["episodes/length_mean"] == 3
+    tok, engine = tiny_script(lambda p, k: "up")
+    _, m = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0)], context(engine, tok))
+    assert m["episodes/end/max_turns"] == 1.0 and m["episodes/success_rate"] == 0.0
+    moves = ["right", "down", "down", "right"]
+    tok, engine = tiny_script(lambda p, k: moves[k])
+    batch, m = strategy({"name": "maze"}).rollout([maze_item(0)], context(engine, tok))
+    assert m["episodes/end/terminated"] == 1.0 and m["episodes/success_rate"] == 1.0 and batch.rewards.tolist() == [[1.0], [1.0]]
+    # the G episodes of a group start in the same state, and repeated states share an anchor
+    assert batch.step_anchors[0] == batch.step_anchors[1] and batch.step_anchors[0][0] == "A.#\n#..\n#.G"
+
+
+def test_each_turn_budget_is_clipped_to_the_context_left():
+    tok, engine = tiny_script(lambda p, k: "up")
+    prompt_len = len(render(tok, maze_item(0)["prompt"], generation_prompt=True))
+    st = strategy({"name": "maze"}, max_turns=8, max_context_tokens=prompt_len + 60)
+    batch, m = st.rollout([maze_item(0)], context(engine, tok, group=1, max_new_tokens=32))
+    assert engine.calls[0]["limits"] is None  # 60 left >= 32: the plain budget
+    env = len(TemplateDelta(tok).tokens([{"role": "user", "content": "You hit a wall.\nA.#\n#..\n#.G"}], True))
+    assert 1 <= 60 - 3 - env < 32 and engine.calls[1]["limits"] == (60 - 3 - env,)  # "up" + eos = 3 tokens
+    assert len(engine.calls) == 2 and m["episodes/end/context"] == 1.0  # no room left after the second env answer
+    assert len(batch.prompt_ids[0]) + int((batch.turn[0] >= 0).nonzero().max()) + 1 <= prompt_len + 60
+
+
+class FlakyEnv(MazeEnv):
+    """Item 1 misbehaves at its second step: `mode` crash, hang or a bad return value."""
+
+    def __init__(self, *, mode: str = "crash"):
+        super().__init__()
+        self.mode, self.n = mode, 0
+
+    def reset(self, item, *, seed):
+        if self.mode == "reset_crash" and item["id"] == 1:
+            raise RuntimeError("cannot start")
+        self.item = item
+        return super().reset(item, seed=seed)
+
+    def step(self, action):
+        self.n += 1
+        if self.item["id"] == 1 and self.n == 2:
+            if self.mode == "crash":
+                raise RuntimeError("boom")
+            if self.mode == "hang":
+                time.sleep(3)
+            if self.mode == "bad":
+                return {"messages": []}
+        return super().step(action)
+
+
+@pytest.mark.parametrize(("mode", "reason"), [("crash", "env_error"), ("hang", "env_timeout"), ("bad", "env_error"),
+                                              ("reset_crash", "env_error")])  # fmt: skip
+def test_a_failing_env_fails_its_episodes_not_the_run(mode, reason):
+    tok, engine = tiny_script(lambda p, k: "up")
+    st = strategy({"name": "tests.strategies.test_episodes:FlakyEnv", "mode": mode}, max_turns=3, step_timeout_s=0.3)
+    t0 = time.perf_counter()
+    batch, m = st.rollout([maze_item(0), maze_item(1)], context(engine, tok))
+    assert time.perf_counter() - t0 < 2.5  # the hung step was abandoned at the timeout
+    assert m[f"episodes/end/{reason}"] == 0.5 and m["episodes/failed"] == 2.0
+    assert len(batch) == 2 and batch.prompt_id.tolist() == [0, 0] and batch.step_rewards == [[0.0] * 3] * 2
+
+
+def test_malformed_tool_calls_go_back_as_errors_and_are_counted():
+    tok, engine = tiny_script(lambda p, k: "<tool_call>{not json</tool_call>")
+    item = {"id": 0, "prompt": "2+2?", "answer": "4"}
+    batch, m = strategy({"name": "calculator", "max_calls": 9}, max_invalid=3).rollout([item], context(engine, tok, group=1))
+    assert m["episodes/end/invalid_streak"] == 1.0 and m["episodes/tool_malformed"] == 3.0
+    assert m["episodes/tool_error_rate"] == 1.0 and m["episodes/invalid_action_rate"] == 1.0
+    stream = tok.decode(batch.completion_ids[0].tolist())
+    assert stream.count("error: tool call is not valid JSON") == 2  # the env answered the first two turns
+
+
+def test_all_failed_gives_an_empty_batch_and_bad_params_fail_early():
+    tok, engine = tiny_script(lambda p, k: "up")
+    st = strategy({"name": "tests.strategies.test_episodes:FlakyEnv", "mode": "reset_crash"})
+    batch, m = st.rollout([maze_item(1)], context(engine, tok))
+    assert len(batch) == 0 and m["episodes/failed"] == 2.0 and engine.calls == []
+    with pytest.raises(ValueError, match="per_step"):
+        strategy({"name": "maze"}, layout="per_step")
+    with pytest.raises(ValueError, match="max_turns"):
+        strategy({"name": "maze"}, max_turns=0)
+
+
+# ---------------------------------------------------------------------------- Rollouts fields
+def test_rollouts_episode_fields_select_concat_and_validate():
+    tok, engine = tiny_script(lambda p, k: "up" if k == 0 else "?")
+    batch, _ = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0), maze_item(1)], context(engine, tok))
+    sub = batch.select([1])
+    assert sub.step_rewards == [batch.step_rewards[1]] and torch.equal(sub.turn[0], batch.turn[1])
+    short = sub.select([0])
+    short.completion_ids, short.completion_mask = short.completion_ids[:, :5], short.completion_mask[:, :5]
+    short.behaviour_logprobs, short.policy_version, short.turn = short.behaviour_logprobs[:, :5], short.policy_version[:, :5], short.turn[:, :5]
+    short.step_rewards, short.step_anchors = [short.step_rewards[0][:1]], [short.step_anchors[0][:1]]
+    joined = Rollouts.concat([short.validate(), sub])
+    assert joined.turn[0, 5:].eq(-1).all() and joined.step_rewards[0] == [0.0]
+    bad = batch.select([0])
+    bad.turn = torch.full_like(bad.turn, -1)
+    with pytest.raises(RolloutsError, match="turn -1"):
+        bad.validate()
+    bad = batch.select([0])
+    bad.step_anchors = [[]]
+    with pytest.raises(RolloutsError, match="one entry per turn"):
+        bad.validate()
