@@ -382,7 +382,7 @@ def _metrics(episodes: list[_Episode], kept: list[_Episode], counts: Counter, en
     out["episodes/failed"] = float(len(episodes) - len(kept))
     if kept:
         out["episodes/length_mean"] = sum(len(ep.rewards) for ep in kept) / len(kept)
-        out["episodes/return_mean"] = sum(sum(ep.rewards) for ep in kept) / len(kept)
+        out["episodes/return_mean"] = out["reward/mean"] = sum(sum(ep.rewards) for ep in kept) / len(kept)
         judged = [ep.success for ep in kept if ep.success is not None]
         if judged:
             out["episodes/success_rate"] = sum(judged) / len(judged)
