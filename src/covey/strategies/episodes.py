@@ -193,6 +193,7 @@ class Episodes:
             raise ValueError(f"episodes: layout {layout!r} is not built yet; only 'concat' (one row per episode)")
         self.env_name, self.env_params = env["name"], {k: v for k, v in env.items() if k != "name"}
         ENVS.check_params(self.env_name, self.env_params)
+        self.new_env().close()  # bad env parameter values fail now (before the model loads), not at the first step
         self.max_turns, self.max_context, self.max_invalid = max_turns, max_context_tokens, max_invalid
         self.timeout = float(step_timeout_s)
         self._delta: tuple[Any, TemplateDelta] | None = None  # (tokenizer, its TemplateDelta)
