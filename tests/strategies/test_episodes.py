@@ -347,3 +347,18 @@ def test_trainer_updates_the_policy_from_episodes_with_step_credit(tmp_path):
         assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
     finally:
         trainer.close()
+
+
+@pytest.mark.slow  # three CLI runs of 3 steps of episodes with the tiny model
+def test_episodes_resume_exactly_after_sigkill(tmp_path):
+    from tests._kill_resume import kill_and_resume
+
+    cfg = {"model": {"name": "tiny-llama", "dtype": "fp32"}, "engine": {"dtype": "fp32"},
+           "task": {"name": "maze", "params": {"size": 3, "n_train": 4, "n_test": 1}},
+           "env": {"name": "tests.strategies.test_episodes:VariedEnv"},
+           "rollout": {"prompts_per_step": 2, "group_size": 2, "strategy": {"name": "episodes", "max_turns": 2}},
+           "sampling": {"max_new_tokens": 4}, "reward_workers": 0, "algo": {"preset": "grpo", "advantage": {"name": "gigpo"}, "kl": None},
+           "optim": {"lr": 1e-2}, "steps": 3, "checkpoint": {"every": 1},
+           "log": {"report_to": ["jsonl"], "progress": False, "dir": str(tmp_path)}}  # fmt: skip
+    a, _, _ = kill_and_resume(tmp_path, cfg, kill_at=2)
+    assert [r["step"] for r in a] == [1, 2, 3] and any(r["adv/std"] > 0 for r in a)
