@@ -46,10 +46,12 @@ class Rollouts:
         tree_path:           list of N tuples of node ids from root to leaf (tree rollouts).
         trajectory, step:    [N] long, for multi-turn agents (one row per step).
         episode, turn, step_rewards, step_anchors: multi-turn episodes (`covey.strategies.episodes`,
-                             layout concat: one row per episode): episode [N] long (id, unique per
-                             episode in the batch); turn [N, T] long (the agent turn of each token,
-                             -1 on environment tokens and padding); step_rewards / step_anchors: N
-                             lists, one entry per turn (env reward; hashable state or None).
+                             layout concat: one row per episode): episode [N] long (id of the
+                             row's episode; rows of one episode share it in layout
+                             per_step, one row per turn); turn [N, T] long (the agent turn of each
+                             token, -1 on environment tokens and padding); step_rewards /
+                             step_anchors: N lists, one entry per turn of the row's episode (env
+                             reward; hashable state or None).
         items:               list of N dataset items (dicts, shared not copied): the item each row
                              answers; rewards read their columns from it (set by the rollout strategy).
         extras:              free-form per-batch annotations (e.g. a sampler's per-row baseline).
@@ -254,8 +256,8 @@ def _check_episodes(b: Rollouts, n: int, t: int) -> None:
         val = getattr(b, name)
         if val is None:
             raise RolloutsError(f"{name} must be set together with turn")
-        if len(val) != n or any(len(v) != k for v, k in zip(val, turns)):
-            raise RolloutsError(f"{name} must hold N={n} lists with one entry per turn of the row")
+        if len(val) != n or any(len(v) < k for v, k in zip(val, turns)):
+            raise RolloutsError(f"{name} must hold N={n} lists with one entry per turn of the row's episode")
 
 
 def _desc(x) -> str:

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from covey.engine import Generation, SamplingParams, TorchEngine
-from covey.envs import Action, StepResult
+from covey.envs import Action
 from covey.envs.maze import MazeEnv, MazeTask
-from covey.envs.tools import parse_tool_calls
 from covey.models import load
 from covey.models.tiny import build_tiny_tokenizer
 from covey.rollouts import Rollouts, RolloutsError
@@ -38,8 +37,10 @@ class ScriptedEngine:
         for i, (toks, _) in enumerate(outs):
             ids[i, : len(toks)] = torch.tensor(toks)
             mask[i, : len(toks)] = 1.0
+        ent = (ids % 7).float() * 0.1 * mask  # deterministic per token, for EMPG
         return Generation(prompt_ids=[torch.tensor(p) for p in prompts], completion_ids=ids, completion_mask=mask,
-                          logprobs=-0.5 * mask, finish_reason=[o[1] for o in outs], prompt_index=torch.arange(len(outs)))  # fmt: skip
+                          logprobs=-0.5 * mask, finish_reason=[o[1] for o in outs], prompt_index=torch.arange(len(outs)),
+                          entropies=ent)  # fmt: skip
 
     def load_weights(self, source, version=None):
         pass
@@ -162,17 +163,78 @@ def test_tiny_model_rows_hold_exactly_the_sampled_tokens_and_the_env_tokens():
         assert pos == len(comp)
 
 
-def test_a_template_that_rewrites_history_is_refused():
+THINK_DROPPING = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}"
+    "{{ '<|im_start|>assistant\n' + m['content'].split('</think>')[-1].lstrip('\n') + '<|im_end|>\n' }}"
+    "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)  # Qwen3-like: earlier <think> blocks are dropped from the history
+
+
+def test_a_template_that_rewrites_history_is_detected():
     tok = build_tiny_tokenizer()
-    tok.chat_template = (
-        "{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}"
-        "{{ '<|im_start|>assistant\n' + m['content'].split('</think>')[-1].lstrip('\n') + '<|im_end|>\n' }}"
-        "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-    )  # Qwen3-like: earlier <think> blocks are dropped
+    tok.chat_template = THINK_DROPPING
     with pytest.raises(TemplateError, match="rewrites earlier turns"):
         TemplateDelta(tok)
     TemplateDelta(build_tiny_tokenizer())  # the plain ChatML template appends
+    engine = ScriptedEngine(lambda p, k: (tok.encode("right") + [tok.eos_token_id], "stop"))
+    with pytest.raises(TemplateError, match="layout per_step"):
+        strategy({"name": "maze"}, layout="concat").rollout([maze_item(0)], context(engine, tok))
+
+
+def test_per_step_rows_hold_each_turn_with_the_context_the_engine_saw():
+    tok = build_tiny_tokenizer()
+    tok.chat_template = THINK_DROPPING
+    texts = ["<think>\nwall?\n</think>\n\nright", "<think>\nok\n</think>\n\ndown"]
+    sampled = [tok.encode(t) + [tok.eos_token_id] for t in texts]
+    engine = ScriptedEngine(lambda p, k: (sampled[k], "stop"))
+    batch, m = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0)], context(engine, tok, group=1))  # auto
+    assert m["episodes/per_step_layout"] == 1.0 and len(batch) == 2
+    conv = [*maze_item(0)["prompt"]]
+    for t in range(2):
+        assert batch.prompt_ids[t].tolist() == engine.calls[t]["prompts"][0] == render(tok, conv, generation_prompt=True)
+        k = len(sampled[t])
+        assert batch.completion_ids[t, :k].tolist() == sampled[t] and batch.completion_mask[t].sum() == k
+        assert batch.turn[t, :k].tolist() == [t] * k and batch.turn[t, k:].eq(-1).all()
+        conv += [{"role": "assistant", "content": texts[t]}, {"role": "user", "content": "OK.\n.A#\n#..\n#.G"}]
+    assert "wall?" not in tok.decode(batch.prompt_ids[1].tolist())  # the template dropped the earlier think block
+    assert batch.episode.tolist() == [0, 0] and batch.step_rewards == [[0.0, 0.0]] * 2 and batch.rewards.tolist() == [[0.0]] * 2
+
+
+def by_step(batch, adv):
+    """{(episode, turn): value} of [N, T] advantages (one value per step's tokens)."""
+    out = {}
+    for i in range(len(batch)):
+        for t in sorted(set(batch.turn[i].tolist()) - {-1}):
+            v = adv[i][batch.turn[i] == t]
+            assert torch.allclose(v, v[0].expand_as(v))
+            out[(int(batch.episode[i]), t)] = round(float(v[0]), 5)
+    return out
+
+
+def test_step_estimators_give_the_same_step_values_in_both_layouts():
+    from covey.algos import ADVANTAGES
+
+    moves = {0: ["right", "up", "down"], 1: ["right", "down", "down"], 2: ["up", "up", "up"]}
+
+    def script(p, k):
+        who = sum(p) % 3  # a deterministic "policy" that differs between episodes of a group
+        return tok.encode(moves[who][min(k, 2)]) + [tok.eos_token_id], "stop"
+
+    tok = build_tiny_tokenizer()
+    items = [maze_item(0), maze_item(1)]
+    got = {}
+    for layout in ("concat", "per_step"):
+        engine = ScriptedEngine(script)
+        st = strategy({"name": "tests.strategies.test_episodes:VariedEnv"}, layout=layout, max_turns=3)
+        batch, m = st.rollout(items, context(engine, tok, group=3))
+        assert m["episodes/per_step_layout"] == float(layout == "per_step")
+        got[layout] = {name: by_step(batch, ADVANTAGES[name].bind({})(batch).advantages) for name in ("gigpo", "hgpo", "salt", "empg")}
+        first = {int(e): i for i, e in reversed(list(enumerate(batch.episode.tolist())))}
+        turns = sum(len(batch.step_rewards[i]) for i in first.values())
+        assert len(first) == 6 and turns > 6 and len(batch) == (6 if layout == "concat" else turns)
+    assert got["concat"] == got["per_step"]
+    assert any(v != 0 for v in got["concat"]["gigpo"].values())
 
 
 # ---------------------------------------------------------------------------- limits and failures
@@ -267,8 +329,8 @@ def test_all_failed_gives_an_empty_batch_and_bad_params_fail_early():
     st = strategy({"name": "tests.strategies.test_episodes:FlakyEnv", "mode": "reset_crash"})
     batch, m = st.rollout([maze_item(1)], context(engine, tok))
     assert len(batch) == 0 and m["episodes/failed"] == 2.0 and engine.calls == []
-    with pytest.raises(ValueError, match="per_step"):
-        strategy({"name": "maze"}, layout="per_step")
+    with pytest.raises(Exception, match="layout"):
+        strategy({"name": "maze"}, layout="rows")
     with pytest.raises(ValueError, match="max_turns"):
         strategy({"name": "maze"}, max_turns=0)
 
@@ -282,6 +344,7 @@ def test_rollouts_episode_fields_select_concat_and_validate():
     short = sub.select([0])
     short.completion_ids, short.completion_mask = short.completion_ids[:, :5], short.completion_mask[:, :5]
     short.behaviour_logprobs, short.policy_version, short.turn = short.behaviour_logprobs[:, :5], short.policy_version[:, :5], short.turn[:, :5]
+    short.entropies = short.entropies[:, :5]
     short.step_rewards, short.step_anchors = [short.step_rewards[0][:1]], [short.step_anchors[0][:1]]
     joined = Rollouts.concat([short.validate(), sub])
     assert joined.turn[0, 5:].eq(-1).all() and joined.step_rewards[0] == [0.0]

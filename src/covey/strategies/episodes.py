@@ -2,23 +2,31 @@
 
 Per item, G episodes share one environment seed (so their initial states coincide). Each turn, all
 live episodes go to the engine in ONE `generate` call (n=1 per episode); each turn's output is
-parsed (`<tool_call>` JSON, Qwen/Hermes) into an `Action` and handed to its environment, whose new
-messages are appended to the token stream. Nothing sampled is ever re-tokenized:
+parsed (`<tool_call>` JSON, Qwen/Hermes) into an `Action` and handed to its environment. The
+sampled ids are what the row trains on, never a re-tokenization of their text. Layouts:
+
+concat (one row per episode; `auto` picks it when the chat template appends turns):
 
     row tokens = prompt (chat template of the reset messages, generation prompt added)
                + turn 0 sampled ids (mask 1) + env tokens (mask 0) + turn 1 sampled ids (mask 1) + ...
 
-Environment messages are tokenized as the difference between the chat template rendered over a fixed
-dummy conversation with and without them (`TemplateDelta`), starting right after the assistant's
-end-of-turn token; when a turn was cut by its token budget, the end-of-turn token the template would
-have written is added as an env token. At start the template is checked to append turns without
-rewriting earlier ones (templates that drop earlier ``<think>`` blocks fail with an error: the
-per-step layout they need is not built yet).
+    Environment messages are tokenized as the difference between the chat template rendered over a
+    fixed dummy conversation with and without them (`TemplateDelta`), starting right after the
+    assistant's end-of-turn token; when a turn was cut by its token budget, the end-of-turn token
+    the template would have written is added as an env token. The engine's prompt at each turn is
+    the row so far.
 
-Layout `concat` (the only one built): one row per episode; `Rollouts.turn` marks each agent token's
-turn (-1 on env tokens and padding); `step_rewards` / `step_anchors` hold one entry per turn (the
-env reward of the turn and the anchor of the state the turn acted in). `rewards` is one column,
-`env_return` (the sum of step rewards); reward functions and shaping are not applied.
+per_step (one row per turn; `auto` picks it when the template rewrites earlier turns, e.g. drops
+    past ``<think>`` blocks, detected once per tokenizer): the prompt of turn t is the chat template
+    of the conversation so far (earlier turns as decoded text, rewritten as the template does), the
+    engine samples from exactly that prompt, and the row is (that prompt, the turn's sampled ids).
+
+Every row carries `Rollouts.episode` (rows of one episode share it), `turn` (each agent token's
+turn, -1 on env tokens and padding) and its episode's `step_rewards` / `step_anchors` (one entry
+per turn: the env reward, and the anchor of the state the turn acted in). `rewards` is one column,
+`env_return` (the episode's sum of step rewards, on each of its rows); reward functions and
+shaping are not applied. With per_step, an episode of k turns is k rows (no per-episode
+aggregation yet).
 
 Limits (each ends an episode with a counted reason, `episodes/end/<reason>`): the env's own
 terminated / truncated; `max_turns`; the context (`max_context_tokens`; each turn's budget is
@@ -95,8 +103,7 @@ class TemplateDelta:
         after = render(tokenizer, [*think, {"role": "user", "content": "z"}], generation_prompt=True, tools=tools)
         if after[: len(before)] != before:
             raise TemplateError("the chat template rewrites earlier turns (e.g. drops <think> from past assistant "
-                                "messages), so one row per episode cannot hold the sampled tokens; the per_step "
-                                "layout this needs is not built yet")  # fmt: skip
+                                "messages), so one row per episode cannot hold the sampled tokens")  # fmt: skip
 
     def tokens(self, messages: list[dict], closed: bool) -> list[int]:
         full = render(self.tok, [*self._DUMMY, *messages], generation_prompt=True, tools=self.tools)
@@ -107,18 +114,28 @@ class TemplateDelta:
 
 
 @dataclass
+class _Turn:
+    """One model turn: the prompt the engine saw, what it sampled, and the env tokens that follow it
+    in a concat row (empty after the last turn, and always in per_step rows)."""
+
+    prompt: list[int]
+    ids: list[int]
+    logprobs: list[float]
+    entropies: list[float] | None
+    versions: list[int]
+    finish: str
+    env_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
 class _Episode:
     env: Env | None
     item: dict
     group: int
-    prompt: list[int]
+    prompt: list[int]  # the first prompt (the reset messages, generation prompt added)
+    messages: list[dict] = field(default_factory=list)  # the conversation (per_step prompts are rendered from it)
     anchor: Any = None
-    ids: list[int] = field(default_factory=list)
-    mask: list[float] = field(default_factory=list)
-    turn: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
+    turns: list[_Turn] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     anchors: list[Any] = field(default_factory=list)
     invalid_streak: int = 0
@@ -126,9 +143,9 @@ class _Episode:
     terminated: bool = False
     success: bool | None = None
 
-    @property
-    def length(self) -> int:
-        return len(self.prompt) + len(self.ids)
+    def stream(self) -> list[int]:
+        """The concat row so far: the first prompt, then each turn's sampled ids and env tokens."""
+        return self.prompt + [x for t in self.turns for x in t.ids + t.env_ids]
 
 
 class _EnvFailure(Exception):
@@ -183,20 +200,24 @@ class Episodes:
     engine_protocols = (Engine,)
 
     def __init__(self, *, env: dict, max_turns: int = 8, max_context_tokens: int = 1024, max_invalid: int = 3,
-                 step_timeout_s: float = 30.0, layout: Literal["concat"] = "concat"):  # fmt: skip
+                 step_timeout_s: float = 30.0, layout: Literal["auto", "concat", "per_step"] = "auto"):  # fmt: skip
         if not isinstance(env, dict) or not isinstance(env.get("name"), str):
             raise ValueError(f"episodes: env must be a mapping with a 'name', got {env!r}")
         if max_turns < 1 or max_context_tokens < 2 or max_invalid < 1 or not step_timeout_s > 0:
             raise ValueError("episodes: need max_turns >= 1, max_context_tokens >= 2, max_invalid >= 1, step_timeout_s > 0 "
                              f"(got {max_turns}, {max_context_tokens}, {max_invalid}, {step_timeout_s})")  # fmt: skip
-        if layout != "concat":
-            raise ValueError(f"episodes: layout {layout!r} is not built yet; only 'concat' (one row per episode)")
+        if layout not in ("auto", "concat", "per_step"):
+            raise ValueError(f"episodes: layout must be auto, concat or per_step, got {layout!r}")
+        self.layout = layout
         self.env_name, self.env_params = env["name"], {k: v for k, v in env.items() if k != "name"}
         ENVS.check_params(self.env_name, self.env_params)
         self.new_env().close()  # bad env parameter values fail now (before the model loads), not at the first step
         self.max_turns, self.max_context, self.max_invalid = max_turns, max_context_tokens, max_invalid
         self.timeout = float(step_timeout_s)
-        self._delta: tuple[Any, TemplateDelta] | None = None  # (tokenizer, its TemplateDelta)
+        self._tok: Any = None  # the tokenizer the layout was chosen for
+        self._tools: list[dict] | None = None
+        self._delta: TemplateDelta | None = None  # concat: env messages -> tokens
+        self._per_step = layout == "per_step"
         self._warned: set[str] = set()
 
     def new_env(self) -> Env:
@@ -230,36 +251,37 @@ class Episodes:
             if isinstance(res, _EnvFailure):
                 self._fail(ep, res, counts)
                 continue
-            ep.anchor = res.anchor
-            delta = self._template(tok, ep.env)
-            ep.prompt = render(tok, res.messages, generation_prompt=True, tools=delta.tools)
+            ep.anchor, ep.messages = res.anchor, list(res.messages)
+            self._template(tok, ep.env)
+            ep.prompt = render(tok, res.messages, generation_prompt=True, tools=self._tools)
             if res.done:
                 self._fail(ep, _EnvFailure("env_error", "reset() returned a finished episode"), counts)
+        per_step = self._per_step
         for turn in range(self.max_turns):
-            live = [ep for ep in episodes if ep.end is None]
-            for ep in live:
-                if self.max_context - ep.length < 1:
+            live, prompts = [], []
+            for ep in episodes:
+                if ep.end is not None:
+                    continue
+                p = render(tok, ep.messages, generation_prompt=True, tools=self._tools) if per_step else ep.stream()
+                if self.max_context - len(p) < 1:
                     ep.end = "context"
-            live = [ep for ep in live if ep.end is None]
+                    continue
+                live.append(ep)
+                prompts.append(p)
             if not live:
                 break
             sp = ctx.sampling(turn)
-            budgets = tuple(min(sp.max_new_tokens, self.max_context - ep.length) for ep in live)
+            budgets = tuple(min(sp.max_new_tokens, self.max_context - len(p)) for p in prompts)
             call = sp if all(b == sp.max_new_tokens for b in budgets) else _with_limits(sp, budgets)
-            gen = ctx.engine.generate([ep.prompt + ep.ids for ep in live], 1, call)
+            gen = ctx.engine.generate(prompts, 1, call)
             lengths = gen.lengths.tolist()
             actions = []
             for i, ep in enumerate(live):
                 k = lengths[i]
                 ids = gen.completion_ids[i, :k].tolist()
-                ep.ids += ids
-                ep.mask += [1.0] * k
-                ep.turn += [turn] * k
-                ep.logprobs += gen.logprobs[i, :k].tolist()
-                if gen.entropies is not None:
-                    ep.entropies += gen.entropies[i, :k].tolist()
-                ep.versions += (gen.policy_version[i, :k].tolist() if gen.policy_version is not None
-                                else [ctx.policy_version] * k)  # fmt: skip
+                ent = gen.entropies[i, :k].tolist() if gen.entropies is not None else None
+                ver = gen.policy_version[i, :k].tolist() if gen.policy_version is not None else [ctx.policy_version] * k
+                ep.turns.append(_Turn(prompts[i], ids, gen.logprobs[i, :k].tolist(), ent, ver, gen.finish_reason[i]))
                 ep.anchors.append(ep.anchor)
                 text = tok.decode(ids, skip_special_tokens=True)
                 calls = parse_tool_calls(text)
@@ -291,22 +313,9 @@ class Episodes:
                 elif turn + 1 == self.max_turns:
                     ep.end = "max_turns"
                 else:
-                    closed = bool(action.token_ids) and action.token_ids[-1] == self._delta[1].eos
-                    try:
-                        env_ids = self._delta[1].tokens(res.messages, closed)
-                    except TemplateError as e:
-                        self._fail(ep, _EnvFailure("env_error", str(e)), counts)
-                        continue
-                    if ep.length + len(env_ids) >= self.max_context:  # no room for the answer and one more token
-                        ep.end = "context"
-                        continue
-                    ep.ids += env_ids
-                    ep.mask += [0.0] * len(env_ids)
-                    ep.turn += [-1] * len(env_ids)
-                    ep.logprobs += [0.0] * len(env_ids)
-                    if gen.entropies is not None:
-                        ep.entropies += [0.0] * len(env_ids)
-                    ep.versions += [ctx.policy_version] * len(env_ids)
+                    ep.messages += [{"role": "assistant", "content": action.text}, *res.messages]
+                    if not per_step:
+                        self._append_env_tokens(ep, action, res, counts)
         for ep in episodes:
             if ep.env is not None:
                 try:
@@ -315,12 +324,39 @@ class Episodes:
                     self._warn("close", f"environment close() raised {type(e).__name__}: {e}")
         kept = [ep for ep in episodes if ep.end not in ("env_error", "env_timeout") and ep.rewards]
         metrics = _metrics(episodes, kept, counts, env_times)
+        metrics["episodes/per_step_layout"] = float(self._per_step)
         return self._batch(kept, tok, ctx), metrics
 
-    def _template(self, tok, env: Env) -> TemplateDelta:
-        if self._delta is None or self._delta[0] is not tok:
-            self._delta = (tok, TemplateDelta(tok, getattr(env, "tools", None)))
-        return self._delta[1]
+    def _template(self, tok, env: Env) -> None:
+        """Once per tokenizer: the layout (`auto` takes per_step when the template rewrites earlier
+        turns, and says so once; `concat` refuses such a template) and, for concat, its `TemplateDelta`."""
+        if self._tok is tok:
+            return
+        self._tok, self._tools = tok, getattr(env, "tools", None)
+        self._delta, self._per_step = None, self.layout == "per_step"
+        if self._per_step:
+            return
+        try:
+            self._delta = TemplateDelta(tok, self._tools)
+        except TemplateError as e:
+            if self.layout == "concat":
+                raise TemplateError(f"{e}; use rollout.strategy.layout per_step (or auto)") from None
+            self._per_step = True
+            log.warning("episodes: layout auto chose per_step (one row per turn): %s", e)
+
+    def _append_env_tokens(self, ep: _Episode, action: Action, res: StepResult, counts: Counter) -> None:
+        """Concat layout: the env's messages as template-delta tokens after the turn (or end the episode
+        with `context` when they leave no room for one more token)."""
+        closed = bool(action.token_ids) and action.token_ids[-1] == self._delta.eos
+        try:
+            env_ids = self._delta.tokens(res.messages, closed)
+        except TemplateError as e:
+            self._fail(ep, _EnvFailure("env_error", str(e)), counts)
+            return
+        if len(ep.stream()) + len(env_ids) >= self.max_context:
+            ep.end = "context"
+            return
+        ep.turns[-1].env_ids = env_ids
 
     def _fail(self, ep: _Episode, failure: _EnvFailure, counts: Counter) -> None:
         ep.end = failure.kind
@@ -333,34 +369,48 @@ class Episodes:
             log.warning(msg)
 
     def _batch(self, eps: list[_Episode], tok, ctx: RolloutContext) -> Rollouts:
-        n = len(eps)
-        t = max([1, *(len(ep.ids) for ep in eps)])
-        pad = ctx.engine.pad_token_id
-        ids = torch.full((n, t), pad, dtype=torch.long)
-        mask, lp = torch.zeros(n, t), torch.zeros(n, t)
-        turn = torch.full((n, t), -1, dtype=torch.long)
-        ver = torch.zeros(n, t, dtype=torch.long)
-        ent = torch.zeros(n, t) if eps and all(len(ep.entropies) == len(ep.ids) for ep in eps) else None
-        for i, ep in enumerate(eps):
-            k = len(ep.ids)
-            ids[i, :k] = torch.tensor(ep.ids, dtype=torch.long)
-            mask[i, :k] = torch.tensor(ep.mask)
-            lp[i, :k] = torch.tensor(ep.logprobs)
-            turn[i, :k] = torch.tensor(ep.turn, dtype=torch.long)
-            ver[i, :k] = torch.tensor(ep.versions, dtype=torch.long)
-            if ent is not None:
-                ent[i, :k] = torch.tensor(ep.entropies)
+        """concat: one row per episode (turns and env tokens); per_step: one row per turn, its prompt
+        the context the engine saw. Every row carries its episode's id, return and step lists."""
+        rows = []  # (episode index, prompt, [(turn index or -1, _Turn or env ids)], finish reason)
+        for e, ep in enumerate(eps):
+            if self._per_step:
+                rows += [(e, tr.prompt, [(t, tr)], tr.finish) for t, tr in enumerate(ep.turns)]
+            else:
+                segs = [seg for t, tr in enumerate(ep.turns) for seg in ((t, tr), (-1, tr.env_ids))]
+                rows.append((e, ep.prompt, segs, "stop" if ep.terminated else "length"))
+        n = len(rows)
+        width = max([1, *(sum(len(x.ids) if t >= 0 else len(x) for t, x in segs) for _, _, segs, _ in rows)])
+        ids = torch.full((n, width), ctx.engine.pad_token_id, dtype=torch.long)
+        mask, lp = torch.zeros(n, width), torch.zeros(n, width)
+        turn = torch.full((n, width), -1, dtype=torch.long)
+        ver = torch.full((n, width), ctx.policy_version, dtype=torch.long)
+        has_ent = all(tr.entropies is not None for ep in eps for tr in ep.turns)
+        ent = torch.zeros(n, width) if has_ent else None
+        for i, (_, _, segs, _) in enumerate(rows):
+            pos = 0
+            for t, x in segs:
+                toks = x.ids if t >= 0 else x
+                k, end = len(toks), pos + len(toks)
+                ids[i, pos:end] = torch.tensor(toks, dtype=torch.long)
+                if t >= 0 and k:
+                    mask[i, pos:end], turn[i, pos:end] = 1.0, t
+                    lp[i, pos:end] = torch.tensor(x.logprobs)
+                    ver[i, pos:end] = torch.tensor(x.versions, dtype=torch.long)
+                    if ent is not None:
+                        ent[i, pos:end] = torch.tensor(x.entropies)
+                pos = end
+        of = [eps[e] for e, _, _, _ in rows]
         return Rollouts(
-            prompt_ids=[torch.tensor(ep.prompt, dtype=torch.long) for ep in eps],
+            prompt_ids=[torch.tensor(p, dtype=torch.long) for _, p, _, _ in rows],
             completion_ids=ids, completion_mask=mask, behaviour_logprobs=lp,
-            group=torch.tensor([ep.group for ep in eps], dtype=torch.long),
-            prompt_id=torch.tensor([int(ep.item["id"]) for ep in eps], dtype=torch.long),
-            finish_reason=["stop" if ep.terminated else "length" for ep in eps],
-            rewards=torch.tensor([[sum(ep.rewards)] for ep in eps], dtype=torch.float32).reshape(n, 1),
+            group=torch.tensor([ep.group for ep in of], dtype=torch.long),
+            prompt_id=torch.tensor([int(ep.item["id"]) for ep in of], dtype=torch.long),
+            finish_reason=[f for _, _, _, f in rows],
+            rewards=torch.tensor([[sum(ep.rewards)] for ep in of], dtype=torch.float32).reshape(n, 1),
             reward_names=("env_return",), entropies=ent, policy_version=ver,
-            episode=torch.arange(n, dtype=torch.long), turn=turn,
-            step_rewards=[list(ep.rewards) for ep in eps], step_anchors=[list(ep.anchors) for ep in eps],
-            items=[ep.item for ep in eps],
+            episode=torch.tensor([e for e, _, _, _ in rows], dtype=torch.long), turn=turn,
+            step_rewards=[ep.rewards for ep in of], step_anchors=[ep.anchors for ep in of],
+            items=[ep.item for ep in of],
         ).validate()  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from covey.algos.advantages._groups import F64, NonNegFloat, groups_of, result
-from covey.algos.advantages._steps import step_table, to_tokens
+from covey.algos.advantages._steps import step_table, to_tokens, turn_mean
 from covey.algos.advantages.grpo import grpo
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts, RolloutsError
@@ -38,24 +38,24 @@ def empg(batch: Rollouts, *, k: float = 1.0, k_f: float = 1.0, zeta: NonNegFloat
     step's tokens ([N, T]); H_t = mean sampling entropy of the step's tokens (old policy); A_i = GRPO
     advantage of episode i (eps); center: subtract the mean A_mod over all steps of the batch.
     """
-    rewards = step_table(batch, "empg")
+    st = step_table(batch, "empg")
     if batch.entropies is None:
         raise RolloutsError("advantage 'empg' needs Rollouts.entropies (requires=('entropies',))")
     g_rows = groups_of(batch)
-    a = grpo(batch, eps=eps).advantages.to(F64).tolist()
-    steps = [(i, t) for i, r in enumerate(rewards) for t in range(len(r))]
+    a = grpo(batch.select(st.rows), eps=eps).advantages.to(F64).tolist()  # one outcome advantage per episode
+    steps = [(j, t) for j, r in enumerate(st.rewards) for t in range(len(r))]
     if not steps:
         return result("empg", torch.zeros(batch.completion_ids.shape, dtype=F64), batch, g_rows)
-    ent, turn = batch.entropies.to(F64).cpu(), batch.turn.cpu()
-    h = torch.stack([ent[i][turn[i] == t].mean() for i, t in steps])
+    ent = turn_mean(batch, st, batch.entropies)
+    h = torch.tensor([ent[j][t] for j, t in steps], dtype=F64)
     g, f = modulation(h, k, k_f)
-    index = {st: s for s, st in enumerate(steps)}
+    index = {st_: s for s, st_ in enumerate(steps)}
     mod = []
-    for s, (i, t) in enumerate(steps):
-        nxt = index.get((i, t + 1))
-        mod.append(float(g[s]) * a[i] + (zeta * float(f[nxt]) if nxt is not None else 0.0))
+    for s, (j, t) in enumerate(steps):
+        nxt = index.get((j, t + 1))
+        mod.append(float(g[s]) * a[j] + (zeta * float(f[nxt]) if nxt is not None else 0.0))
     mean = sum(mod) / len(mod) if center else 0.0
-    values = [[0.0] * len(r) for r in rewards]
-    for s, (i, t) in enumerate(steps):
-        values[i][t] = mod[s] - mean
-    return result("empg", to_tokens(batch, values), batch, g_rows, metrics={"step_entropy_mean": float(h.mean())})
+    values = [[0.0] * len(r) for r in st.rewards]
+    for s, (j, t) in enumerate(steps):
+        values[j][t] = mod[s] - mean
+    return result("empg", to_tokens(batch, st, values), batch, g_rows, metrics={"step_entropy_mean": float(h.mean())})

@@ -6,7 +6,7 @@ checked against verl-agent's `gigpo/core_gigpo.py` (`compute_step_discounted_ret
 `are_similar`, `to_hashable`; read from the fork xlan156/verl-agent at 8ca3a46, whose file is the
 upstream one), spec rollouts-data-agents.md §19.
 
-covey's batch has one row per episode (layout concat); the code's rows are steps. The code's
+The code's rows are steps; covey reads the steps of either layout of the `episodes` strategy. The code's
 quirks are kept: the episode mean/std is taken over STEPS (an episode of k steps counts k times,
 ``compute_mean_std_cross_steps=True``), std is unbiased (torch.std), a one-step episode group gets
 mean 0 and std 1, a one-member step group gets A_S = 0. covey's one addition: a step whose anchor
@@ -20,7 +20,7 @@ from typing import Literal
 
 import torch
 
-from covey.algos.advantages._groups import F64, Fraction, NonNegFloat, groups_of, result, scalar_rewards
+from covey.algos.advantages._groups import F64, Fraction, NonNegFloat, groups_of, result
 from covey.algos.advantages._steps import discounted_returns, hashable, step_table, to_tokens
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts, RolloutsError
@@ -87,32 +87,30 @@ def gigpo(
     within its step group, the steps of the episode group taken from the same anchor state (Eq. 6).
     similarity_thresh None = exact anchors; a value in (0, 1) = the code's SequenceMatcher clustering.
     """
-    rewards = step_table(batch, "gigpo")
+    st = step_table(batch, "gigpo")
     g = groups_of(batch)
-    score = scalar_rewards(batch).tolist()
-    group = batch.group.tolist()
-    steps = [(i, t) for i, r in enumerate(rewards) for t in range(len(r))]
-    ep_val = [score[i] for i, _ in steps]
+    steps = [(j, t) for j, r in enumerate(st.rewards) for t in range(len(r))]
+    ep_val = [st.score[j] for j, _ in steps]
     by_group: dict[int, list[int]] = {}
-    for s, (i, _) in enumerate(steps):
-        by_group.setdefault(group[i], []).append(s)
+    for s, (j, _) in enumerate(steps):
+        by_group.setdefault(st.group[j], []).append(s)
     a_e: dict[int, float] = {}
     for members in by_group.values():
         a_e.update(norm(ep_val, members, mode, epsilon, singleton_mean_zero=True))
-    returns = {i: discounted_returns(r, gamma) for i, r in enumerate(rewards)}
-    ret = [returns[i][t] for i, t in steps]
-    keys = [hashable(batch.step_anchors[i][t]) for i, t in steps]
-    sg = step_groups(keys, [group[i] for i, _ in steps], similarity_thresh)
+    returns = [discounted_returns(r, gamma) for r in st.rewards]
+    ret = [returns[j][t] for j, t in steps]
+    keys = [hashable(st.anchors[j][t]) for j, t in steps]
+    sg = step_groups(keys, [st.group[j] for j, _ in steps], similarity_thresh)
     by_step_group: dict[int, list[int]] = {}
     for s, k in enumerate(sg):
         by_step_group.setdefault(k, []).append(s)
     a_s: dict[int, float] = {}
     for members in by_step_group.values():
         a_s.update(norm(ret, members, mode, epsilon, singleton_mean_zero=False))
-    values = [[0.0] * len(r) for r in rewards]
-    for s, (i, t) in enumerate(steps):
-        values[i][t] = a_e[s] + step_advantage_w * a_s[s]
+    values = [[0.0] * len(r) for r in st.rewards]
+    for s, (j, t) in enumerate(steps):
+        values[j][t] = a_e[s] + step_advantage_w * a_s[s]
     sizes = [len(m) for m in by_step_group.values()]
     metrics = {"step_group_size_mean": sum(sizes) / max(len(sizes), 1),
                "step_groups_multi_frac": sum(n > 1 for n in sizes) / max(len(sizes), 1)}  # fmt: skip
-    return result("gigpo", to_tokens(batch, values), batch, g, metrics=metrics)
+    return result("gigpo", to_tokens(batch, st, values), batch, g, metrics=metrics)

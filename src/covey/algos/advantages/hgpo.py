@@ -12,7 +12,7 @@ from typing import Literal
 
 import torch
 
-from covey.algos.advantages._groups import F64, NonNegFloat, NonNegInt, groups_of, result, scalar_rewards
+from covey.algos.advantages._groups import F64, NonNegFloat, NonNegInt, groups_of, result
 from covey.algos.advantages._steps import discounted_returns, hashable, step_table, to_tokens
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts
@@ -51,34 +51,33 @@ def hgpo(
     its (k, A_k) items (`aggregate`, weights (k + 1) ** alpha); base_group adds (0, the episode's
     reward normalised over the group's steps, population std, one step -> mean 0 std 1) first.
     """
-    rewards = step_table(batch, "hgpo")
+    st = step_table(batch, "hgpo")
     g = groups_of(batch)
-    group, score = batch.group.tolist(), scalar_rewards(batch).tolist()
-    returns = [discounted_returns(r, gamma) for r in rewards]
+    returns = [discounted_returns(r, gamma) for r in st.rewards]
     clusters: dict[tuple, list[tuple[int, int]]] = {}
-    for i, r in enumerate(rewards):
-        hist = [hashable(a) for a in batch.step_anchors[i]]
+    for j, r in enumerate(st.rewards):
+        hist = [hashable(a) for a in st.anchors[j]]
         for t in range(len(r)):
             for k in range(1, min(history_length + 1, t + 1) + 1):
-                clusters.setdefault((group[i], k, tuple(hist[t - k + 1 : t + 1])), []).append((i, t))
+                clusters.setdefault((st.group[j], k, tuple(hist[t - k + 1 : t + 1])), []).append((j, t))
     items: dict[tuple[int, int], list[tuple[int, float]]] = {}
     for (_, k, _), members in clusters.items():
         if len(members) <= 1:
             continue
-        x = torch.tensor([returns[i][t] for i, t in members], dtype=F64)
+        x = torch.tensor([returns[j][t] for j, t in members], dtype=F64)
         a = x - x.mean() if mode == "mean_norm" else (x - x.mean()) / (x.std(unbiased=False) + epsilon)
         for m, v in zip(members, a.tolist()):
             items.setdefault(m, []).append((k, v))
-    base = _base(score, group, [len(r) for r in rewards], mode, epsilon) if base_group else None
+    base = _base(st.score, st.group, [len(r) for r in st.rewards], mode, epsilon) if base_group else None
     values = []
-    for i, r in enumerate(rewards):
+    for j, r in enumerate(st.rewards):
         row = []
         for t in range(len(r)):
-            its = ([(0, base[i])] if base is not None else []) + items.get((i, t), [])
+            its = ([(0, base[j])] if base is not None else []) + items.get((j, t), [])
             row.append(aggregate(its, alpha, epsilon))
         values.append(row)
-    return result("hgpo", to_tokens(batch, values), batch, g, metrics={"groups_multi": float(sum(len(m) > 1 for m in clusters.values()))})
-
+    multi = float(sum(len(m) > 1 for m in clusters.values()))
+    return result("hgpo", to_tokens(batch, st, values), batch, g, metrics={"groups_multi": multi})
 
 def _base(score: list[float], group: list[int], turns: list[int], mode: str, epsilon: float) -> list[float]:
     """The port's `_compute_trajectory_advantages` (statistics over steps, population std)."""

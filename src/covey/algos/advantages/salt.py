@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from covey.algos.advantages._groups import NonNegFloat, groups_of, result
-from covey.algos.advantages._steps import hashable, step_table, to_tokens
+from covey.algos.advantages._steps import hashable, step_table, to_tokens, turn_tokens
 from covey.algos.advantages.grpo import grpo, rloo
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts
@@ -28,24 +28,22 @@ def salt(batch: Rollouts, *, outcome: Literal["grpo", "rloo"] = "grpo", eps: Non
 
     A(tau) is the `outcome` estimator over episodes (grpo: (r - mean) / (std + eps); rloo).
     """
-    rewards = step_table(batch, "salt")
+    st = step_table(batch, "salt")
     g = groups_of(batch)
-    outer = grpo(batch, eps=eps) if outcome == "grpo" else rloo(batch)
-    a_tau = outer.advantages.tolist()
-    group = batch.group.tolist()
+    episodes = batch.select(st.rows)  # one row per episode: the outcome advantage is per episode
+    a_tau = (grpo(episodes, eps=eps) if outcome == "grpo" else rloo(episodes)).advantages.tolist()
+    actions = turn_tokens(batch, st)
     keys: list[list[tuple]] = []
-    for i, r in enumerate(rewards):
-        turn, ids = batch.turn[i].tolist(), batch.completion_ids[i].tolist()
-        actions = [tuple(x for x, s in zip(ids, turn) if s == t) for t in range(len(r))]
-        hist, row = (group[i],), []
+    for j, r in enumerate(st.rewards):
+        hist, row = (st.group[j],), []
         for t in range(len(r)):
-            hist = (*hist, (hashable(batch.step_anchors[i][t]), actions[t]))
+            hist = (*hist, (hashable(st.anchors[j][t]), actions[j][t]))
             row.append(hist)
         keys.append(row)
     through: dict[tuple, list[int]] = {}
-    for i, row in enumerate(keys):
+    for j, row in enumerate(keys):
         for key in row:
-            through.setdefault(key, []).append(i)
-    values = [[sum(a_tau[j] for j in through[key]) / len(through[key]) for key in row] for row in keys]
+            through.setdefault(key, []).append(j)
+    values = [[sum(a_tau[k] for k in through[key]) / len(through[key]) for key in row] for row in keys]
     shared = sum(len(v) > 1 for v in through.values()) / max(len(through), 1)
-    return result("salt", to_tokens(batch, values), batch, g, metrics={"shared_edge_frac": shared})
+    return result("salt", to_tokens(batch, st, values), batch, g, metrics={"shared_edge_frac": shared})
