@@ -45,7 +45,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -163,6 +163,8 @@ def _check_result(out: Any) -> StepResult:
             raise TypeError(f"environment message {m!r} must be a dict with 'role' and 'content' strings")
     if not isinstance(out.reward, (int, float)) or not math.isfinite(out.reward):
         raise TypeError(f"environment reward must be a finite number, got {out.reward!r}")
+    if not isinstance(out.info, dict) or not isinstance(out.info.get("tool_errors", 0), int):
+        raise TypeError(f"environment info must be a dict (with an int 'tool_errors' if any), got {out.info!r}")
     return out
 
 
@@ -228,94 +230,19 @@ class Episodes:
         tok = ctx.tokenizer
         counts: Counter = Counter()
         env_times: list[float] = []
-        sizes = ctx.group_sizes(items)
         base_seed = ctx.sampling(0).seed or 0
-        episodes: list[_Episode] = []
-        resets = []
-        for g, (item, size) in enumerate(zip(items, sizes)):
-            for _ in range(size):
-                ep = _Episode(env=None, item=item, group=g, prompt=[])
-                episodes.append(ep)
-                resets.append((ep, base_seed + g))
-        # reset every env (one thread each, bounded by step_timeout_s)
-        built = []
-        for ep, seed in resets:
-            try:
-                ep.env = self.new_env()
-                built.append((ep, seed))
-            except Exception as e:  # noqa: BLE001 - a factory that fails fails its episode
-                self._fail(ep, _EnvFailure("env_error", f"{type(e).__name__}: {e}"), counts)
-        results = run_with_timeout([lambda ep=ep, s=seed: ep.env.reset(ep.item, seed=s) for ep, s in built], self.timeout)
-        for (ep, _), (res, secs) in zip(built, results):
-            env_times.append(secs)
-            if isinstance(res, _EnvFailure):
-                self._fail(ep, res, counts)
-                continue
-            ep.anchor, ep.messages = res.anchor, list(res.messages)
-            self._template(tok, ep.env)
-            ep.prompt = render(tok, res.messages, generation_prompt=True, tools=self._tools)
-            if res.done:
-                self._fail(ep, _EnvFailure("env_error", "reset() returned a finished episode"), counts)
-        per_step = self._per_step
+        episodes = [_Episode(env=None, item=item, group=g, prompt=[])
+                    for g, (item, size) in enumerate(zip(items, ctx.group_sizes(items))) for _ in range(size)]  # fmt: skip
+        self._reset(episodes, base_seed, tok, counts, env_times)
         for turn in range(self.max_turns):
-            live, prompts = [], []
-            for ep in episodes:
-                if ep.end is not None:
-                    continue
-                p = render(tok, ep.messages, generation_prompt=True, tools=self._tools) if per_step else ep.stream()
-                if self.max_context - len(p) < 1:
-                    ep.end = "context"
-                    continue
-                live.append(ep)
-                prompts.append(p)
+            live, prompts = self._live(episodes, tok)
             if not live:
                 break
-            sp = ctx.sampling(turn)
-            budgets = tuple(min(sp.max_new_tokens, self.max_context - len(p)) for p in prompts)
-            call = sp if all(b == sp.max_new_tokens for b in budgets) else _with_limits(sp, budgets)
-            gen = ctx.engine.generate(prompts, 1, call)
-            lengths = gen.lengths.tolist()
-            actions = []
-            for i, ep in enumerate(live):
-                k = lengths[i]
-                ids = gen.completion_ids[i, :k].tolist()
-                ent = gen.entropies[i, :k].tolist() if gen.entropies is not None else None
-                ver = gen.policy_version[i, :k].tolist() if gen.policy_version is not None else [ctx.policy_version] * k
-                ep.turns.append(_Turn(prompts[i], ids, gen.logprobs[i, :k].tolist(), ent, ver, gen.finish_reason[i]))
-                ep.anchors.append(ep.anchor)
-                text = tok.decode(ids, skip_special_tokens=True)
-                calls = parse_tool_calls(text)
-                counts["tool_calls"] += len(calls)
-                counts["tool_malformed"] += sum(c.error is not None for c in calls)
-                actions.append(Action(text, ids, calls, gen.finish_reason[i]))
+            actions = self._generate(live, prompts, ctx, turn, counts)
             results = run_with_timeout([lambda ep=ep, a=a: ep.env.step(a) for ep, a in zip(live, actions)], self.timeout)
             for ep, action, (res, secs) in zip(live, actions, results):
                 env_times.append(secs)
-                counts["turns"] += 1
-                if isinstance(res, _EnvFailure):
-                    ep.rewards.append(0.0)
-                    self._fail(ep, res, counts)
-                    continue
-                ep.rewards.append(float(res.reward))
-                ep.anchor = res.anchor
-                info = res.info or {}
-                counts["tool_errors"] += int(info.get("tool_errors", 0))
-                if "success" in info:
-                    ep.success = bool(info["success"])
-                malformed_only = bool(action.tool_calls) and all(c.error is not None for c in action.tool_calls)
-                invalid = info.get("valid") is False or malformed_only
-                counts["invalid"] += invalid
-                ep.invalid_streak = ep.invalid_streak + 1 if invalid else 0
-                if res.terminated or res.truncated:
-                    ep.end, ep.terminated = ("terminated" if res.terminated else "truncated"), res.terminated
-                elif ep.invalid_streak >= self.max_invalid:
-                    ep.end = "invalid_streak"
-                elif turn + 1 == self.max_turns:
-                    ep.end = "max_turns"
-                else:
-                    ep.messages += [{"role": "assistant", "content": action.text}, *res.messages]
-                    if not per_step:
-                        self._append_env_tokens(ep, action, res, counts)
+                self._record(ep, action, res, turn, counts)
         for ep in episodes:
             if ep.env is not None:
                 try:
@@ -326,6 +253,90 @@ class Episodes:
         metrics = _metrics(episodes, kept, counts, env_times)
         metrics["episodes/per_step_layout"] = float(self._per_step)
         return self._batch(kept, tok, ctx), metrics
+
+    def _reset(self, episodes: list[_Episode], base_seed: int, tok, counts: Counter, env_times: list[float]) -> None:
+        """Build and reset every episode's env (group g gets seed base_seed + g); choose the layout."""
+        built = []
+        for ep in episodes:
+            try:
+                ep.env = self.new_env()
+                built.append(ep)
+            except Exception as e:  # noqa: BLE001 - a factory that fails fails its episode
+                self._fail(ep, _EnvFailure("env_error", f"{type(e).__name__}: {e}"), counts)
+        calls = [lambda ep=ep: ep.env.reset(ep.item, seed=base_seed + ep.group) for ep in built]
+        for ep, (res, secs) in zip(built, run_with_timeout(calls, self.timeout)):
+            env_times.append(secs)
+            if isinstance(res, _EnvFailure):
+                self._fail(ep, res, counts)
+                continue
+            ep.anchor, ep.messages = res.anchor, list(res.messages)
+            self._template(tok, ep.env)
+            ep.prompt = render(tok, res.messages, generation_prompt=True, tools=self._tools)
+            if res.done:
+                self._fail(ep, _EnvFailure("env_error", "reset() returned a finished episode"), counts)
+
+    def _live(self, episodes: list[_Episode], tok) -> tuple[list[_Episode], list[list[int]]]:
+        """The episodes that go on, with this turn's prompt (ending those with no room left)."""
+        live, prompts = [], []
+        for ep in episodes:
+            if ep.end is not None:
+                continue
+            p = render(tok, ep.messages, generation_prompt=True, tools=self._tools) if self._per_step else ep.stream()
+            if self.max_context - len(p) < 1:
+                ep.end = "context"
+                continue
+            live.append(ep)
+            prompts.append(p)
+        return live, prompts
+
+    def _generate(self, live: list[_Episode], prompts: list[list[int]], ctx: RolloutContext, turn: int,
+                  counts: Counter) -> list[Action]:  # fmt: skip
+        """One engine call for every live episode (each turn's budget clipped to its context left);
+        records each turn and parses it into an `Action`."""
+        sp = ctx.sampling(turn)
+        budgets = tuple(min(sp.max_new_tokens, self.max_context - len(p)) for p in prompts)
+        call = sp if all(b == sp.max_new_tokens for b in budgets) else replace(sp, prompt_max_new_tokens=budgets)
+        gen = ctx.engine.generate(prompts, 1, call)
+        actions = []
+        for i, (ep, k) in enumerate(zip(live, gen.lengths.tolist())):
+            ids = gen.completion_ids[i, :k].tolist()
+            ent = gen.entropies[i, :k].tolist() if gen.entropies is not None else None
+            ver = gen.policy_version[i, :k].tolist() if gen.policy_version is not None else [ctx.policy_version] * k
+            ep.turns.append(_Turn(prompts[i], ids, gen.logprobs[i, :k].tolist(), ent, ver, gen.finish_reason[i]))
+            ep.anchors.append(ep.anchor)
+            text = ctx.tokenizer.decode(ids, skip_special_tokens=True)
+            calls = parse_tool_calls(text)
+            counts["tool_calls"] += len(calls)
+            counts["tool_malformed"] += sum(c.error is not None for c in calls)
+            actions.append(Action(text, ids, calls, gen.finish_reason[i]))
+        return actions
+
+    def _record(self, ep: _Episode, action: Action, res: StepResult | _EnvFailure, turn: int, counts: Counter) -> None:
+        """The env's answer to one turn: reward, anchor, counters, and whether (and why) the episode ends."""
+        counts["turns"] += 1
+        if isinstance(res, _EnvFailure):
+            ep.rewards.append(0.0)
+            self._fail(ep, res, counts)
+            return
+        ep.rewards.append(float(res.reward))
+        ep.anchor = res.anchor
+        counts["tool_errors"] += int(res.info.get("tool_errors", 0))
+        if "success" in res.info:
+            ep.success = bool(res.info["success"])
+        malformed_only = bool(action.tool_calls) and all(c.error is not None for c in action.tool_calls)
+        invalid = res.info.get("valid") is False or malformed_only
+        counts["invalid"] += invalid
+        ep.invalid_streak = ep.invalid_streak + 1 if invalid else 0
+        if res.terminated or res.truncated:
+            ep.end, ep.terminated = ("terminated" if res.terminated else "truncated"), res.terminated
+        elif ep.invalid_streak >= self.max_invalid:
+            ep.end = "invalid_streak"
+        elif turn + 1 == self.max_turns:
+            ep.end = "max_turns"
+        else:
+            ep.messages += [{"role": "assistant", "content": action.text}, *res.messages]
+            if not self._per_step:
+                self._append_env_tokens(ep, action, res, counts)
 
     def _template(self, tok, env: Env) -> None:
         """Once per tokenizer: the layout (`auto` takes per_step when the template rewrites earlier
@@ -418,12 +429,6 @@ class Episodes:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
-
-
-def _with_limits(sp, budgets: tuple[int, ...]):
-    import dataclasses
-
-    return dataclasses.replace(sp, prompt_max_new_tokens=budgets)
 
 
 def _metrics(episodes: list[_Episode], kept: list[_Episode], counts: Counter, env_times: list[float]) -> dict[str, float]:
