@@ -53,8 +53,11 @@ def test_make_maze_is_seeded_and_solvable_and_task_splits_differ():
         task.examples("dev")
 
 
-def test_maze_task_verifier_scores_a_plan():
+def test_maze_task_verifier_scores_a_plan_and_demonstrations_solve():
     task = MazeTask()
+    assert task.demonstration({"maze": MAZE}) == "right down down right"
+    for item in MazeTask(size=4, n_train=10).examples("train"):
+        assert task.reward([None], [task.demonstration(item)], maze=[item["maze"]]) == [1.0]
     got = task.reward([None] * 3, ["right down down right", "down right", [{"role": "assistant", "content": "right, down, down, right!"}]],
                       maze=[MAZE] * 3)  # fmt: skip
     assert got == [1.0, 0.0, 1.0]

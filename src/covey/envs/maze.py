@@ -18,7 +18,7 @@ from covey.envs.base import Action, StepResult, register_env
 from covey.tasks._common import check_split
 from covey.tasks.registry import register_task
 
-__all__ = ["MazeEnv", "MazeTask", "make_maze", "render", "solve"]
+__all__ = ["MazeEnv", "MazeTask", "make_maze", "render", "shortest_path", "solve"]
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _MOVE = re.compile(r"\b(up|down|left|right)\b", re.IGNORECASE)
@@ -55,20 +55,32 @@ def _move(rows: list[str], pos: tuple[int, int], move: str) -> tuple[int, int]:
     return pos
 
 
-def solve(rows: list[str]) -> int | None:
-    """Length of the shortest path from A to G (BFS), or None when G cannot be reached."""
+def shortest_path(rows: list[str]) -> list[str] | None:
+    """The moves of a shortest path from A to G (BFS, moves tried in the order up, down, left, right),
+    or None when G cannot be reached."""
     start, goal = _find(rows, "A"), _find(rows, "G")
-    seen, todo = {start: 0}, deque([start])
+    came: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
+    todo = deque([start])
     while todo:
         p = todo.popleft()
         if p == goal:
-            return seen[p]
+            moves = []
+            while came[p] is not None:
+                p, m = came[p]
+                moves.append(m)
+            return moves[::-1]
         for m in MOVES:
             q = _move(rows, p, m)
-            if q not in seen:
-                seen[q] = seen[p] + 1
+            if q not in came:
+                came[q] = (p, m)
                 todo.append(q)
     return None
+
+
+def solve(rows: list[str]) -> int | None:
+    """Length of the shortest path from A to G, or None when G cannot be reached."""
+    path = shortest_path(rows)
+    return None if path is None else len(path)
 
 
 def render(rows: list[str], pos: tuple[int, int]) -> str:
@@ -149,6 +161,11 @@ class MazeTask:
             rows = make_maze(self.size, base + i, self.density)
             out.append({"id": i, "prompt": first_prompt(rows), "maze": rows})
         return out
+
+    def demonstration(self, item: dict) -> str:
+        """A shortest plan, e.g. "right down down right" (for `covey sft`: a warm start whose first
+        word is also the right first move of an episode)."""
+        return " ".join(shortest_path(item["maze"]))
 
     def reward(self, prompts, completions, maze, **_) -> list[float]:
         out = []
