@@ -1,7 +1,7 @@
 """EMPG: Entropy-Modulated Policy Gradients (step advantages scaled by the step's confidence).
 
-Paper: "Harnessing Uncertainty: Entropy-Modulated Policy Gradients for Long-Horizon LLM Agents",
-arXiv 2509.09265 (ByteDance Seed). Status: the step entropy, its batch min-max normalisation, g
+Paper: EMPG, Entropy-Modulated Policy Gradients for long-horizon LLM agents, arXiv 2509.09265
+(ByteDance Seed; the full title was not checked). Status: the step entropy, its batch min-max normalisation, g
 (Eq. 10, normalised to mean 1) and f (Eq. 11) follow the official pseudocode on the project page
 (empgseed-seed.github.io, `compute_empg_advantage(tokenizer, batch, k=1.0, k_f=1.0, zeta=0.1)`); the
 final combination A_mod = g(H_t) A_i + zeta f(H_{t+1}) and the zero-mean centring are RECONSTRUCTED
