@@ -62,7 +62,8 @@ def test_wrong_signature_import_path_component_fails_at_config_time(tmp_path, mo
 
 
 def test_component_returning_the_wrong_type_is_named(tmp_path, monkeypatch):
-    from covey.algos import ADVANTAGES, ComponentError
+    from covey.algos import ADVANTAGES
+    from covey.registry import RegistryError
     from covey.rollouts import Rollouts
 
     (tmp_path / "wrong_adv.py").write_text(WRONG_TYPE_ADV)
@@ -73,7 +74,7 @@ def test_component_returning_the_wrong_type_is_named(tmp_path, monkeypatch):
     z = torch.zeros(2, 1)
     batch = Rollouts([torch.tensor([1])] * 2, z.long(), z + 1, z, torch.tensor([0, 0]), torch.tensor([0, 0]),
                      rewards=torch.tensor([[1.0], [0.0]]), reward_names=("r",))  # fmt: skip
-    with pytest.raises(ComponentError, match=r"advantage 'wrong_adv:adv' returned a Tensor; it must return AdvantageResult"):
+    with pytest.raises(RegistryError, match=r"advantage 'wrong_adv:adv' returned a Tensor; it must return AdvantageResult"):
         fn(batch)
 
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 from _make import rollouts
 
-from covey.algos import ADVANTAGES, ComponentError
+from covey.algos import ADVANTAGES
+from covey.registry import RegistryError
 
 
 def run(batch, **params):
@@ -38,5 +39,5 @@ def test_edge_cases():
     a = run(rollouts([1, 0, 1, 0], lengths=[2, 2, 0, 0], width=2)).advantages
     assert torch.allclose(a[:2], torch.tensor([1.0, -1.0]), atol=1e-5) and torch.isfinite(a).all()
     assert torch.equal(run(rollouts([1, 0], lengths=[0, 0], width=2)).advantages, torch.zeros(2))  # all-empty group
-    with pytest.raises(ComponentError, match="advantage 'hapo' parameter 'fallback_abs'"):
+    with pytest.raises(RegistryError, match="advantage 'hapo' parameter 'fallback_abs'"):
         ADVANTAGES["hapo"].bind({"fallback_abs": 0.0})

@@ -6,7 +6,8 @@ import pytest
 import torch
 from _make import rollouts
 
-from covey.algos import ADVANTAGES, ComponentError
+from covey.algos import ADVANTAGES
+from covey.registry import RegistryError
 from covey.rollouts import RolloutsError
 from covey.samplers.spo import SPOSampler
 
@@ -16,7 +17,7 @@ def run(batch, **params):
 
 
 def with_baseline(batch, base):
-    batch.extras["spo_baseline"] = torch.tensor(base, dtype=torch.float32)
+    batch.baseline = torch.tensor(base, dtype=torch.float32)
     return batch
 
 
@@ -45,7 +46,7 @@ def test_the_spo_sampler_writes_the_baseline_and_updates_the_posterior():
     sampler.beta[:] = 2.0
     batch = rollouts([1.0], groups=[0], width=3, entropies=[[0.5, 2.0, 0.1]])
     sampler.observe(batch)
-    assert torch.allclose(batch.extras["spo_baseline"], torch.tensor([0.6]))
+    assert torch.allclose(batch.baseline, torch.tensor([0.6]))
     assert (float(sampler.alpha[0]), float(sampler.beta[0])) == (4.0, 2.0)  # spec: posterior after r = 1 (rho = 1)
     assert torch.allclose(run(batch).advantages[0], torch.tensor([0.6, 0.6, 0.44]), atol=1e-6)
 
@@ -72,7 +73,7 @@ def test_zero_gap_gives_no_shaping_and_masked_tokens_are_zero():
 
 def test_missing_inputs_and_bad_params_are_clear_errors():
     batch = rollouts([1.0], entropies=[1.0])
-    with pytest.raises(RolloutsError, match=r"spo_baseline.*sampler: \{name: spo\}"):
+    with pytest.raises(RolloutsError, match=r"baseline.*sampler: \{name: spo\}"):
         run(batch)
     with pytest.raises(RolloutsError, match=r"rollouts.entropies"):
         run(with_baseline(rollouts([1.0]), [0.5]))
@@ -80,5 +81,5 @@ def test_missing_inputs_and_bad_params_are_clear_errors():
         run(with_baseline(rollouts([1.0], entropies=[1.0]), [0.5, 0.5]))
     with pytest.raises(RolloutsError, match="NaN/inf"):
         run(with_baseline(rollouts([float("nan")], entropies=[1.0]), [0.5]))
-    with pytest.raises(ComponentError, match="advantage 'mssr' parameter 'kappa'"):
+    with pytest.raises(RegistryError, match="advantage 'mssr' parameter 'kappa'"):
         ADVANTAGES["mssr"].bind({"kappa": 0.0})

@@ -7,7 +7,8 @@ import torch
 from _make import rollouts
 
 import covey.algos.advantages as advantages_pkg
-from covey.algos import ADVANTAGES, ComponentError
+from covey.algos import ADVANTAGES
+from covey.registry import RegistryError
 from covey.rollouts import RolloutsError
 
 NAMES = [
@@ -64,7 +65,7 @@ def test_every_estimator_is_registered_with_paper_and_arxiv_id_and_exported():
 def test_every_estimator_validates_its_params(name):
     comp = ADVANTAGES[name]
     assert comp.validate_params(comp.defaults) == comp.defaults
-    with pytest.raises(ComponentError, match="has no parameter 'bogus'"):
+    with pytest.raises(RegistryError, match=r"has no parameter\(s\) \['bogus'\]"):
         comp.bind({"bogus": 1})
 
 
@@ -88,7 +89,7 @@ def test_every_estimator_validates_its_params(name):
 )
 def test_bad_parameter_values_fail_at_config_time_naming_the_parameter(name, params):
     key = next(iter(params))
-    with pytest.raises(ComponentError, match=f"advantage '{name}' parameter '{key}'"):
+    with pytest.raises(RegistryError, match=f"advantage '{name}' parameter '{key}'"):
         ADVANTAGES[name].bind(params)
 
 

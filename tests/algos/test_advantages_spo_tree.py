@@ -18,7 +18,7 @@ def tree(rewards, paths, seg=2, groups=None, logprobs=None, lengths=None):
     width = seg * max(len(p) for p in paths)
     b = rollouts(rewards, groups=groups, width=width, lengths=lengths, logprobs=logprobs)
     b.tree_path = [tuple(p) for p in paths]
-    b.extras["segment_tokens"] = seg
+    b.segment_tokens = seg
     return b
 
 
@@ -75,7 +75,7 @@ def test_edge_cases_and_errors():
     with pytest.raises(RolloutsError, match="tree_path"):
         run(rollouts([1.0, 0.0]))
     b = tree(**SPEC)
-    del b.extras["segment_tokens"]
+    b.segment_tokens = None
     with pytest.raises(RolloutsError, match="segment_tokens"):
         run(b)
     with pytest.raises(RolloutsError, match="both a leaf and an inner node"):

@@ -1,5 +1,5 @@
-"""Step-level credit estimators (gigpo, hgpo, salt, empg) against hand-computed vectors (spec
-rollouts-data-agents.md §19-§22) on hand-built multi-turn batches (layout concat)."""
+"""Step-level credit estimators (gigpo, hgpo, salt, empg) against hand-computed vectors (the team's
+method notes, GiGPO/HGPO/SALT/EMPG test cases and EMPG's g/f vector) on hand-built multi-turn batches."""
 
 import math
 
@@ -82,7 +82,7 @@ def close(got, want, tol=1e-6):
 
 # ---------------------------------------------------------------------------- GiGPO (§19)
 def diverge_once():
-    """Spec §19 test (iii): two trajectories from state s0 diverge there; only A goes on to succeed."""
+    """GiGPO unit case (iii): two trajectories from state s0 diverge there; only A goes on to succeed."""
     return episodes([
         {"group": 0, "rewards": [0.0, 1.0], "anchors": ["s0", "s1"]},
         {"group": 0, "rewards": [0.0, 0.0], "anchors": ["s0", "s2"]},

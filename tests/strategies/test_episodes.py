@@ -11,6 +11,7 @@ from covey.envs.maze import MazeEnv, MazeTask
 from covey.models import load
 from covey.models.tiny import build_tiny_tokenizer
 from covey.rollouts import Rollouts, RolloutsError
+from covey.samplers.base import Draw
 from covey.strategies import STRATEGIES, RolloutContext
 from covey.strategies.episodes import TemplateDelta, TemplateError, render
 
@@ -49,8 +50,8 @@ class ScriptedEngine:
         pass
 
 
-def context(engine, tok, group=2, max_new_tokens=32):
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [group] * len(items),
+def context(items, engine, tok, group=2, max_new_tokens=32):
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, group) for it in items],
                           sampling=lambda r: SamplingParams(max_new_tokens=max_new_tokens, seed=7 + r),
                           score=None, draw=None)  # fmt: skip
 
@@ -83,7 +84,7 @@ def test_smollm2_episode_stream_is_the_chat_template_of_the_conversation(smol_to
     sampled = [tok.encode(t) + [tok.eos_token_id] for t in texts]
     engine = ScriptedEngine(lambda p, k: (sampled[k], "stop"))
     item = {"id": 3, "prompt": "What is 12*3+4?", "answer": "40"}
-    batch, m = strategy({"name": "calculator"}).rollout([item], context(engine, tok, group=1))
+    batch, m = strategy({"name": "calculator"}).rollout([item], context([item], engine, tok, group=1))
     conv = [{"role": "system", "content": __import__("covey.envs.calculator", fromlist=["SYSTEM"]).SYSTEM},
             {"role": "user", "content": item["prompt"]}, {"role": "assistant", "content": texts[0]},
             {"role": "tool", "content": "36"}]  # fmt: skip
@@ -109,7 +110,7 @@ def test_a_turn_cut_by_its_budget_gets_the_closing_token_as_an_env_token(smol_to
     engine = ScriptedEngine(lambda p, k: (first, "length") if k == 0 else (second, "stop"))
     item = MazeTask(size=3).examples("train")[0] | {"maze": MAZE}
     item["prompt"] = __import__("covey.envs.maze", fromlist=["first_prompt"]).first_prompt(MAZE)
-    batch, _ = strategy({"name": "maze"}, max_turns=2).rollout([item], context(engine, tok, group=1))
+    batch, _ = strategy({"name": "maze"}, max_turns=2).rollout([item], context([item], engine, tok, group=1))
     prompt, comp, turn = split_row(batch, 0)
     invalid = "Invalid action. Reply with one move: up, down, left or right.\nA.#\n#..\n#.G"
     conv = [*item["prompt"], {"role": "assistant", "content": "I will go"}, {"role": "user", "content": invalid},
@@ -135,7 +136,7 @@ def test_tiny_model_rows_hold_exactly_the_sampled_tokens_and_the_env_tokens():
 
     engine.generate = recording
     items = MazeTask(size=3, n_train=2).examples("train")
-    batch, m = strategy({"name": "maze", "max_steps": 3}, max_turns=3).rollout(items, context(engine, tok, group=2, max_new_tokens=6))
+    batch, m = strategy({"name": "maze", "max_steps": 3}, max_turns=3).rollout(items, context(items, engine, tok, group=2, max_new_tokens=6))
     assert len(batch) == 4 and batch.group.tolist() == [0, 0, 1, 1] and m["episodes/count"] == 4
     delta = TemplateDelta(tok)
     for i in range(len(batch)):
@@ -179,7 +180,7 @@ def test_a_template_that_rewrites_history_is_detected():
     TemplateDelta(build_tiny_tokenizer())  # the plain ChatML template appends
     engine = ScriptedEngine(lambda p, k: (tok.encode("right") + [tok.eos_token_id], "stop"))
     with pytest.raises(TemplateError, match="layout per_step"):
-        strategy({"name": "maze"}, layout="concat").rollout([maze_item(0)], context(engine, tok))
+        strategy({"name": "maze"}, layout="concat").rollout([maze_item(0)], context([maze_item(0)], engine, tok))
 
 
 def test_per_step_rows_hold_each_turn_with_the_context_the_engine_saw():
@@ -188,7 +189,7 @@ def test_per_step_rows_hold_each_turn_with_the_context_the_engine_saw():
     texts = ["<think>\nwall?\n</think>\n\nright", "<think>\nok\n</think>\n\ndown"]
     sampled = [tok.encode(t) + [tok.eos_token_id] for t in texts]
     engine = ScriptedEngine(lambda p, k: (sampled[k], "stop"))
-    batch, m = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0)], context(engine, tok, group=1))  # auto
+    batch, m = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0)], context([maze_item(0)], engine, tok, group=1))  # auto
     assert m["episodes/per_step_layout"] == 1.0 and len(batch) == 2
     conv = [*maze_item(0)["prompt"]]
     for t in range(2):
@@ -227,7 +228,7 @@ def test_step_estimators_give_the_same_step_values_in_both_layouts():
     for layout in ("concat", "per_step"):
         engine = ScriptedEngine(script)
         st = strategy({"name": "tests.strategies.test_episodes:VariedEnv"}, layout=layout, max_turns=3)
-        batch, m = st.rollout(items, context(engine, tok, group=3))
+        batch, m = st.rollout(items, context(items, engine, tok, group=3))
         assert m["episodes/per_step_layout"] == float(layout == "per_step")
         got[layout] = {name: by_step(batch, ADVANTAGES[name].bind({})(batch).advantages) for name in ("gigpo", "hgpo", "salt", "empg")}
         first = {int(e): i for i, e in reversed(list(enumerate(batch.episode.tolist())))}
@@ -251,15 +252,15 @@ def maze_item(i):
 
 def test_max_turns_invalid_streak_and_success_are_counted():
     tok, engine = tiny_script(lambda p, k: "right" if k == 0 else "??")
-    batch, m = strategy({"name": "maze"}, max_turns=5, max_invalid=2).rollout([maze_item(0)], context(engine, tok))
+    batch, m = strategy({"name": "maze"}, max_turns=5, max_invalid=2).rollout([maze_item(0)], context([maze_item(0)], engine, tok))
     assert m["episodes/end/invalid_streak"] == 1.0 and batch.step_rewards == [[0.0] * 3] * 2
     assert m["episodes/invalid_action_rate"] == pytest.approx(4 / 6) and m["episodes/length_mean"] == 3
     tok, engine = tiny_script(lambda p, k: "up")
-    _, m = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0)], context(engine, tok))
+    _, m = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0)], context([maze_item(0)], engine, tok))
     assert m["episodes/end/max_turns"] == 1.0 and m["episodes/success_rate"] == 0.0
     moves = ["right", "down", "down", "right"]
     tok, engine = tiny_script(lambda p, k: moves[k])
-    batch, m = strategy({"name": "maze"}).rollout([maze_item(0)], context(engine, tok))
+    batch, m = strategy({"name": "maze"}).rollout([maze_item(0)], context([maze_item(0)], engine, tok))
     assert m["episodes/end/terminated"] == 1.0 and m["episodes/success_rate"] == 1.0 and batch.rewards.tolist() == [[1.0], [1.0]]
     # the G episodes of a group start in the same state, and repeated states share an anchor
     assert batch.step_anchors[0] == batch.step_anchors[1] and batch.step_anchors[0][0] == "A.#\n#..\n#.G"
@@ -269,7 +270,7 @@ def test_each_turn_budget_is_clipped_to_the_context_left():
     tok, engine = tiny_script(lambda p, k: "up")
     prompt_len = len(render(tok, maze_item(0)["prompt"], generation_prompt=True))
     st = strategy({"name": "maze"}, max_turns=8, max_context_tokens=prompt_len + 60)
-    batch, m = st.rollout([maze_item(0)], context(engine, tok, group=1, max_new_tokens=32))
+    batch, m = st.rollout([maze_item(0)], context([maze_item(0)], engine, tok, group=1, max_new_tokens=32))
     assert engine.calls[0]["limits"] is None  # 60 left >= 32: the plain budget
     env = len(TemplateDelta(tok).tokens([{"role": "user", "content": "You hit a wall.\nA.#\n#..\n#.G"}], True))
     assert 1 <= 60 - 3 - env < 32 and engine.calls[1]["limits"] == (60 - 3 - env,)  # "up" + eos = 3 tokens
@@ -308,7 +309,7 @@ def test_a_failing_env_fails_its_episodes_not_the_run(mode, reason):
     tok, engine = tiny_script(lambda p, k: "up")
     st = strategy({"name": "tests.strategies.test_episodes:FlakyEnv", "mode": mode}, max_turns=3, step_timeout_s=0.3)
     t0 = time.perf_counter()
-    batch, m = st.rollout([maze_item(0), maze_item(1)], context(engine, tok))
+    batch, m = st.rollout([maze_item(0), maze_item(1)], context([maze_item(0), maze_item(1)], engine, tok))
     assert time.perf_counter() - t0 < 2.5  # the hung step was abandoned at the timeout
     assert m[f"episodes/end/{reason}"] == 0.5 and m["episodes/failed"] == 2.0
     assert len(batch) == 2 and batch.prompt_id.tolist() == [0, 0] and batch.step_rewards == [[0.0] * 3] * 2
@@ -317,7 +318,7 @@ def test_a_failing_env_fails_its_episodes_not_the_run(mode, reason):
 def test_malformed_tool_calls_go_back_as_errors_and_are_counted():
     tok, engine = tiny_script(lambda p, k: "<tool_call>{not json</tool_call>")
     item = {"id": 0, "prompt": "2+2?", "answer": "4"}
-    batch, m = strategy({"name": "calculator", "max_calls": 9}, max_invalid=3).rollout([item], context(engine, tok, group=1))
+    batch, m = strategy({"name": "calculator", "max_calls": 9}, max_invalid=3).rollout([item], context([item], engine, tok, group=1))
     assert m["episodes/end/invalid_streak"] == 1.0 and m["episodes/tool_malformed"] == 3.0
     assert m["episodes/tool_error_rate"] == 1.0 and m["episodes/invalid_action_rate"] == 1.0
     stream = tok.decode(batch.completion_ids[0].tolist())
@@ -327,7 +328,7 @@ def test_malformed_tool_calls_go_back_as_errors_and_are_counted():
 def test_all_failed_gives_an_empty_batch_and_bad_params_fail_early():
     tok, engine = tiny_script(lambda p, k: "up")
     st = strategy({"name": "tests.strategies.test_episodes:FlakyEnv", "mode": "reset_crash"})
-    batch, m = st.rollout([maze_item(1)], context(engine, tok))
+    batch, m = st.rollout([maze_item(1)], context([maze_item(1)], engine, tok))
     assert len(batch) == 0 and m["episodes/failed"] == 2.0 and engine.calls == []
     with pytest.raises(Exception, match="layout"):
         strategy({"name": "maze"}, layout="rows")
@@ -338,7 +339,7 @@ def test_all_failed_gives_an_empty_batch_and_bad_params_fail_early():
 # ---------------------------------------------------------------------------- Rollouts fields
 def test_rollouts_episode_fields_select_concat_and_validate():
     tok, engine = tiny_script(lambda p, k: "up" if k == 0 else "?")
-    batch, _ = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0), maze_item(1)], context(engine, tok))
+    batch, _ = strategy({"name": "maze"}, max_turns=2).rollout([maze_item(0), maze_item(1)], context([maze_item(0), maze_item(1)], engine, tok))
     sub = batch.select([1])
     assert sub.step_rewards == [batch.step_rewards[1]] and torch.equal(sub.turn[0], batch.turn[1])
     short = sub.select([0])

@@ -26,7 +26,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from covey.plugins import PluginRegistry
+from covey.registry import Registry
 
 __all__ = ["ENVS", "Action", "Env", "StepResult", "ToolCall", "register_env"]
 
@@ -91,5 +91,5 @@ class Env(Protocol):
     def close(self) -> None: ...
 
 
-ENVS = PluginRegistry("environment", Env, context=())
+ENVS = Registry("environment", protocol=Env, signature="Env(**params) with reset(item, *, seed), step(action), close(), tools")
 register_env = ENVS.register

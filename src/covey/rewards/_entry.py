@@ -21,6 +21,7 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from covey.rewards.model import ModelReward, is_reward_model
 from covey.rewards.registry import get_reward
 
 __all__ = ["Entry", "build_entry"]
@@ -93,7 +94,13 @@ def _signature(fn, label: str) -> tuple[frozenset[str] | None, frozenset[str]]:
 
 
 def build_entry(r, workers: int, spec_type) -> Entry:
-    """An Entry from a RewardSpec / dict / callable / (callable, RewardSpec) pair (see RewardRunner)."""
+    """An Entry from a RewardSpec / dict / callable / (callable, RewardSpec) pair (see RewardRunner).
+
+    A loaded model (a torch module with a HF config, e.g. `AutoModelForSequenceClassification`) is a
+    reward model: wrapped in `ModelReward`. A reward with ``in_process = True`` (reward models) always
+    runs in the calling process."""
+    if is_reward_model(r):
+        r = ModelReward(r)
     if isinstance(r, tuple):  # (callable, RewardSpec): a ready function with its config, e.g. a task's verifier
         (fn, spec), named = r, False
     elif callable(r) and not isinstance(r, (dict, spec_type)):
@@ -102,7 +109,7 @@ def build_entry(r, workers: int, spec_type) -> Entry:
         spec, named = (r if isinstance(r, spec_type) else spec_type(**r)), True
         fn = get_reward(spec.name, **spec.params)  # fails now, before any model loads
     payload, why = None, ""
-    if workers > 0 and not spec.in_process:
+    if workers > 0 and not spec.in_process and not getattr(fn, "in_process", False):
         if named:  # a worker builds it from the name too
             payload = pickle.dumps(("spec", spec.name, spec.params))
             if spec.name.startswith(("__main__:", "__mp_main__:")):

@@ -133,6 +133,7 @@ class _Episode:
     item: dict
     group: int
     prompt: list[int]  # the first prompt (the reset messages, generation prompt added)
+    max_new_tokens: int | None = None  # the sampler's cap on each turn (Draw.max_new_tokens)
     messages: list[dict] = field(default_factory=list)  # the conversation (per_step prompts are rendered from it)
     anchor: Any = None
     turns: list[_Turn] = field(default_factory=list)
@@ -231,8 +232,8 @@ class Episodes:
         counts: Counter = Counter()
         env_times: list[float] = []
         base_seed = ctx.sampling(0).seed or 0
-        episodes = [_Episode(env=None, item=item, group=g, prompt=[])
-                    for g, (item, size) in enumerate(zip(items, ctx.group_sizes(items))) for _ in range(size)]  # fmt: skip
+        episodes = [_Episode(env=None, item=d.item, group=g, prompt=[], max_new_tokens=d.max_new_tokens)
+                    for g, d in enumerate(ctx.draws) for _ in range(d.n)]  # fmt: skip
         self._reset(episodes, base_seed, tok, counts, env_times)
         for turn in range(self.max_turns):
             live, prompts = self._live(episodes, tok)
@@ -294,7 +295,8 @@ class Episodes:
         """One engine call for every live episode (each turn's budget clipped to its context left);
         records each turn and parses it into an `Action`."""
         sp = ctx.sampling(turn)
-        budgets = tuple(min(sp.max_new_tokens, self.max_context - len(p)) for p in prompts)
+        budgets = tuple(min(sp.max_new_tokens, ep.max_new_tokens or sp.max_new_tokens, self.max_context - len(p))
+                        for ep, p in zip(live, prompts))  # fmt: skip
         call = sp if all(b == sp.max_new_tokens for b in budgets) else replace(sp, prompt_max_new_tokens=budgets)
         gen = ctx.engine.generate(prompts, 1, call)
         actions = []

@@ -15,7 +15,10 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from covey.compat import check_combination
 from covey.algos.presets import AlgoConfig, resolve_algo
+from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
+from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
 
 __all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
@@ -44,6 +47,7 @@ class ModelConfig(_Strict):
     """A built-in alias (smollm2-135m-instruct, tiny-llama, tiny-qwen2), a local folder or a hub id."""
     dtype: Literal["bf16", "fp32", "auto"] = "bf16"
     """Learner compute dtype: bf16 autocast (fast on AMX CPUs and GPUs) or full fp32. Weights stay fp32.
+    The engine generates in the same dtype unless `engine.dtype` names another (bf16 or fp32).
     auto: bf16 on CUDA; on CPU bf16 only where a quick matmul measurement finds it faster (a resumed run
     keeps the dtype its checkpoint was written with)."""
     lora: LoraConfig | None = None
@@ -58,9 +62,12 @@ class ModelConfig(_Strict):
         return str(p.resolve()) if p.is_dir() else v
 
 
-class TaskConfig(_Strict):
+class TaskConfig(Spec):
+    """The task (`covey.tasks.TASKS`): a registered name or ``package.module:Task``, its parameters
+    (flat keys or under ``params:``; a parameter named like a field below goes under ``params:``)."""
+
     name: str = "arithmetic"
-    """A registered task (`covey tasks`): arithmetic, countdown, gsm8k, math500, mbpp, humaneval."""
+    """A registered task (`covey list`): arithmetic, countdown, gsm8k, math500, mbpp, humaneval, dataset."""
     params: dict[str, Any] = {}
     """Keyword arguments of the task (e.g. digits, operands, path)."""
     split: str = "train"
@@ -92,80 +99,27 @@ class SamplingConfig(_Strict):
     """Never stop at EOS: every completion is max_new_tokens long (benchmarks; stop_strings still apply)."""
 
 
-class PluginSpec(BaseModel):
-    """A runtime plugin: `name` (registered, or ``package.module:Name``) plus its parameters as the
-    other keys. A bare string is accepted as ``{name: ...}``."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
-class SamplerSpec(PluginSpec):
+class SamplerSpec(Spec):
     """`covey.samplers.SAMPLERS`: uniform (default), or your own ``package.module:Class``."""
 
     name: str = "uniform"
 
 
-class StrategySpec(PluginSpec):
+class StrategySpec(Spec):
     """`covey.strategies.STRATEGIES`: group (default), dynamic, or your own ``package.module:Class``."""
 
     name: str = "group"
 
 
-class EnvSpec(PluginSpec):
+class EnvSpec(Spec):
     """`covey.envs.ENVS`: maze, calculator, or your own ``package.module:Class`` (multi-turn agents;
     needs ``rollout.strategy: episodes``, which receives it as its `env` parameter)."""
 
 
-class EngineSpec(PluginSpec):
+class EngineSpec(Spec):
     """`covey.engine.ENGINES`: torch (default; params dtype, max_rows, ...), or ``package.module:Class``."""
 
     name: str = "torch"
-
-
-SAMPLER_AS_STRATEGY: dict[str, tuple[str, dict[str, Any]]] = {
-    "dynamic": ("dynamic", {}),
-    "dars": ("dars", {}),
-    "dars_b": ("dars", {}),
-}
-"""Sampling methods that must generate again inside a step (refill, extra rollouts for hard prompts)
-live as rollout strategies; `sampler: {name: dars, ...}` selects that strategy with the given
-parameters and draws prompts uniformly. dars_b is DARS with breadth (its preset below)."""
-
-SAMPLER_PRESETS: dict[str, dict[str, Any]] = {
-    # DARS-B (arXiv 2508.13755, code yangzhch6/DARS): a large prompt batch, one full-batch update per
-    # epoch, 2 epochs (the paper: 3072 prompts; 64 here, a CPU-scale choice)
-    "dars_b": {"rollout": {"prompts_per_step": 64}, "optim": {"mini_batches": 1, "epochs": 2}},
-    # BroRL (arXiv 2510.01180, ABSTRACT): hundreds of rollouts per prompt with DAPO-style dynamic
-    # sampling (the paper's N ~ 512 is UNVERIFIED; 128 here), learner memory bounded by micro-batches
-    "brorl": {"rollout": {"group_size": 128}, "algo": {"dynamic_sampling": True}, "optim": {"micro_batch_size": 32}},
-}
-"""Sampling recipes that are settings of other sections: `sampler: {name: brorl}` fills these keys
-wherever the config does not set them itself (the user's values win; `covey config show` shows the
-result). Their samplers draw uniformly (dars_b: through the dars strategy)."""
-
-
-def _fill_defaults(raw: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
-    """`raw` with `preset`'s keys added where `raw` has none (nested sections merged)."""
-    out = dict(raw)
-    for key, value in preset.items():
-        mine = out.get(key)
-        if key == "algo" and isinstance(mine, str):  # `algo: dapo` is `algo: {preset: dapo}`
-            mine = {"preset": mine}
-        if mine is None and key not in out:
-            out[key] = value
-        elif isinstance(value, dict) and isinstance(mine, dict):
-            out[key] = _fill_defaults(mine, value)
-    return out
 
 
 class RolloutConfig(_Strict):
@@ -251,7 +205,8 @@ class RunConfig(_Strict):
     env: EnvSpec | None = None
     """The environment of multi-turn episodes (`covey.envs.ENVS`); only with rollout.strategy: episodes."""
     engine: EngineSpec = EngineSpec()
-    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 | auto."""
+    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 |
+    auto; unset or auto, it follows the learner (model.dtype)."""
     device: str = "auto"
     """Where the model, engine and every per-step tensor live: auto (CUDA when present), cpu, cuda, cuda:N."""
     threads: int = Field(0, ge=0)
@@ -268,16 +223,7 @@ class RunConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _sampler_preset(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        spec = raw.get("sampler")
-        name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
-        if name not in SAMPLER_PRESETS:
-            return raw
-        if name == "brorl" and isinstance(spec, dict) and set(spec) - {"name"}:
-            raise ValueError(f"sampler brorl is a preset and takes no parameters (got {sorted(set(spec) - {'name'})}); "
-                             f"set the keys it fills instead: rollout.group_size, algo.dynamic_sampling, optim.micro_batch_size")  # fmt: skip
-        return _fill_defaults(raw, SAMPLER_PRESETS[name])
+        return apply_sampler_preset(raw) if isinstance(raw, dict) else raw
 
     @field_validator("algo", mode="before")
     @classmethod
@@ -293,27 +239,17 @@ class RunConfig(_Strict):
 
         return check_device(v)
 
-    def sampler_spec(self) -> SamplerSpec:
-        """The sampler to build: `sampler`, or `uniform` when the named method is a rollout strategy."""
-        plain = self.sampler.name in SAMPLER_AS_STRATEGY or self.sampler.name in SAMPLER_PRESETS
-        return SamplerSpec(name="uniform") if plain else self.sampler
+    def sampler_spec(self) -> Spec:
+        """The sampler to build: `sampler`, or `uniform` when it names a sampler preset."""
+        return sampler_spec(self.sampler)
 
-    def strategy_spec(self) -> StrategySpec:
-        """The rollout strategy to build: `rollout.strategy` (or the strategy a sampler name stands for,
-        `SAMPLER_AS_STRATEGY`), wrapped in `dynamic` when the algorithm asks for DAPO dynamic sampling
-        (`algo.dynamic_sampling`)."""
+    def strategy_spec(self) -> Spec:
+        """The rollout strategy to build: `rollout.strategy` (`episodes` gets the `env:` section as its
+        `env` parameter), wrapped for `algo.dynamic_sampling`."""
         s = self.rollout.strategy
-        if self.sampler.name in SAMPLER_AS_STRATEGY:
-            name, defaults = SAMPLER_AS_STRATEGY[self.sampler.name]
-            if s.name != "group":
-                raise ValueError(f"sampler {self.sampler.name!r} runs as the rollout strategy {name!r}; it cannot be combined "
-                                 f"with rollout.strategy={s.name!r} (choose one)")  # fmt: skip
-            s = StrategySpec(name=name, **{**defaults, **self.sampler.params})
-        if self.env is not None and s.name == "episodes":  # the strategy gets the env spec as a parameter
-            s = StrategySpec(name="episodes", **{**s.params, "env": self.env.model_dump()})
-        if not self.algo.dynamic_sampling or s.name == "dynamic":
-            return s
-        return StrategySpec(name="dynamic", inner=s.name, inner_params=s.params, max_rounds=self.algo.max_gen_batches)
+        if self.env is not None and s.name == "episodes":
+            s = Spec(name="episodes", params={**s.params, "env": {"name": self.env.name, **self.env.params}})
+        return strategy_spec(s, self.algo)
 
     def resolved_device(self) -> str:
         from covey.devices import resolve_device
@@ -339,32 +275,43 @@ class RunConfig(_Strict):
             raise ValueError("rollout.strategy.env: give the environment as the top-level `env:` section")
         if self.env is not None:
             from covey.envs import ENVS
-            from covey.plugins import PluginError
 
             try:
                 ENVS.check_params(self.env.name, self.env.params)
-            except PluginError as e:
+            except RegistryError as e:
                 raise ValueError(f"env: {e}") from None
         return self
 
     @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
-        from covey.samplers import SAMPLERS
         from covey.engine import ENGINES
-        from covey.plugins import PluginError
+        from covey.samplers import SAMPLERS
         from covey.strategies import STRATEGIES
         from covey.strategies.base import check_engine_protocols
 
-        for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
-                                    ("engine", ENGINES, self.engine)):  # fmt: skip
+        for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("engine", ENGINES, self.engine)):
             try:
                 registry.check_params(spec.name, spec.params)
-                if key == "rollout.strategy" and spec.name == "dynamic":
-                    inner = spec.params.get("inner", "group")
-                    STRATEGIES.check_params(inner, spec.params.get("inner_params") or {})
-            except PluginError as e:
+            except RegistryError as e:
                 raise ValueError(f"{key}: {e}") from None
         check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
+        check_combination(self)  # sampler x strategy x advantage: covey.compat
+        spec = self.strategy_spec()
+        try:  # built now (cheap, no context): a strategy that wraps another (dynamic) checks its inner one
+            STRATEGIES.build(spec.name, spec.params)
+        except ValueError as e:  # a RegistryError, or the strategy's own check of its parameters
+            raise ValueError(f"rollout.strategy: {e}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _check_reward_columns(self) -> "RunConfig":
+        """One name per reward column, one column per penalty (`covey.rewards.scoring.check_reward_columns`)."""
+        from covey.rewards.scoring import check_reward_columns
+
+        try:
+            check_reward_columns(self.rewards, self.algo, self.sampling.max_new_tokens)
+        except RegistryError as e:  # an unknown reward name: say where
+            raise ValueError(f"rewards: {e}") from None
         return self
 
     @model_validator(mode="after")
@@ -374,11 +321,6 @@ class RunConfig(_Strict):
             raise ValueError(
                 f"optim.mini_batches={self.optim.mini_batches} must divide the batch of "
                 f"rollout.prompts_per_step*rollout.group_size = {n} rows"
-            )
-        mb = self.optim.micro_batch_size
-        if mb is not None and mb > n // self.optim.mini_batches:
-            raise ValueError(
-                f"optim.micro_batch_size={mb} is larger than a mini-batch ({n // self.optim.mini_batches} rows)"
             )
         if self.eval.every and not self.eval.size:
             raise ValueError(f"eval.every={self.eval.every} evaluates nothing because eval.size is 0: "
@@ -509,10 +451,16 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def validate_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    from covey.engine.support import UnsupportedModel, check_model_support
+
     try:
-        return RunConfig.model_validate(raw)
+        cfg = RunConfig.model_validate(raw)
+        check_model_support(cfg.model.name, cfg.engine.name)  # from config.json, before anything loads
     except pydantic.ValidationError as e:
         raise ConfigError(_explain(e, source)) from None
+    except UnsupportedModel as e:
+        raise ConfigError(str(e)) from None
+    return cfg
 
 
 def _explain(e: pydantic.ValidationError, source: str) -> str:

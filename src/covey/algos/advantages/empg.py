@@ -5,7 +5,7 @@ Paper: EMPG, Entropy-Modulated Policy Gradients for long-horizon LLM agents, arX
 (Eq. 10, normalised to mean 1) and f (Eq. 11) follow the official pseudocode on the project page
 (empgseed-seed.github.io, `compute_empg_advantage(tokenizer, batch, k=1.0, k_f=1.0, zeta=0.1)`); the
 final combination A_mod = g(H_t) A_i + zeta f(H_{t+1}) and the zero-mean centring are RECONSTRUCTED
-(the part of the pseudocode that was readable stops before them; spec rollouts-data-agents.md §22).
+(the part of the pseudocode that was readable stops before them).
 """
 
 from __future__ import annotations

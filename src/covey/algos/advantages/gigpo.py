@@ -4,8 +4,7 @@ Paper: "Group-in-Group Policy Optimization for LLM Agent Training", arXiv 2505.1
 checked against verl-agent's `gigpo/core_gigpo.py` (`compute_step_discounted_returns`,
 `compute_gigpo_outcome_advantage`, `episode_norm_reward`, `build_step_group`, `step_norm_reward`,
 `are_similar`, `to_hashable`; read from a verl-agent-derived copy in the code index whose GiGPO
-functions are upstream's; the design notes' snapshot is the fork xlan156/verl-agent at 8ca3a46), spec
-rollouts-data-agents.md §19.
+functions are upstream's; the team's snapshot is the fork xlan156/verl-agent at 8ca3a46).
 
 The code's rows are steps; covey reads the steps of either layout of the `episodes` strategy. The code's
 quirks are kept: the episode mean/std is taken over STEPS (an episode of k steps counts k times,

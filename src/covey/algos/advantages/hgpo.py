@@ -2,8 +2,7 @@
 
 Paper: arXiv 2602.22817. Status CODE-3P: checked against a third-party port of verl-agent's
 `recipe/hgpo` (`compute_hgpo_advantage`, `_build_exact_history_clusters`, `_aggregate_items`,
-`_compute_trajectory_advantages`; the official recipe was not reachable), spec
-rollouts-data-agents.md §20. Similarity clustering (SequenceMatcher / LLM) is not built.
+`_compute_trajectory_advantages`; the official recipe was not reachable). Similarity clustering (SequenceMatcher / LLM) is not built.
 """
 
 from __future__ import annotations

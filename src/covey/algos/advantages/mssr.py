@@ -20,15 +20,15 @@ __all__ = ["mssr"]
 
 
 def _baseline(batch: Rollouts) -> torch.Tensor:
-    base = batch.extras.get("spo_baseline")
+    base = batch.baseline
     if base is None:
         raise RolloutsError(
-            "advantage 'mssr' needs batch.extras['spo_baseline'], the per-prompt Beta baseline the spo sampler writes: "
+            "advantage 'mssr' needs batch.baseline, the per-prompt Beta baseline the spo sampler writes: "
             "set sampler: {name: spo}"
         )
     if not isinstance(base, torch.Tensor) or tuple(base.shape) != (len(batch),):
         got = tuple(base.shape) if isinstance(base, torch.Tensor) else type(base).__name__
-        raise RolloutsError(f"advantage 'mssr': batch.extras['spo_baseline'] must be a [N]=({len(batch)},) tensor, got {got}")
+        raise RolloutsError(f"advantage 'mssr': batch.baseline must be a [N]=({len(batch)},) tensor, got {got}")
     return base.to(F64)
 
 
@@ -49,7 +49,7 @@ def mssr(
     """MSSR token advantage: a_i = r_i - p_hat_i, plus a bounded entropy bonus. Shapes: r [N], H [N, T] -> A [N, T].
 
         p_hat_i = alpha_q / (alpha_q + beta_q)        the spo sampler's per-prompt Beta posterior mean,
-                                                      before this step's update (extras["spo_baseline"])
+                                                      before this step's update (batch.baseline)
         a_i     = r_i - p_hat_i                       (normalise=True: (a - mean_batch a) / (std_batch a + eps),
                                                       as `spo`; whether MSSR does this is UNVERIFIED)
         psi_it  = min(alpha_h * sg(H_it), |a_i| / kappa)         H: sampling entropy (rollouts.entropies)

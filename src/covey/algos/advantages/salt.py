@@ -1,7 +1,7 @@
 """SALT: step-level advantages from a trajectory graph of the group's episodes.
 
 Paper: SALT, step-level advantages via a trajectory graph, arXiv 2510.20022 (Amazon; the full title
-was not checked). Status RECONSTRUCTED (spec rollouts-data-agents.md §21: the idea is
+was not checked). Status RECONSTRUCTED (the idea is
 confirmed by the abstract, the formula is UNVERIFIED; no code was read): identical steps
 (same history of (anchor, action) pairs) of one group are merged into one graph edge, and each step
 gets the mean outcome advantage of the episodes passing through its edge, so steps shared by good

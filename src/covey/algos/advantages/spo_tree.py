@@ -71,7 +71,7 @@ def spo_tree(
         A(edge)  = V(child) - V(parent)                               adv "rloo" (the code's default)
                  = (V(child) - V(parent)) / (std of the parent's children's V + 1e-8)   adv "grpo"
         token t of segment d of a leaf (tokens [d L, (d + 1) L), the last segment to the end) gets
-        A of the edge (path[:d] -> path[:d+1]); L = extras["segment_tokens"] (the `branch` strategy)
+        A of the edge (path[:d] -> path[:d+1]); L = batch.segment_tokens (the `branch` strategy)
         drop_zero:       edges with A = 0 are not trained (`only_adv_greater_than_zero`): 0, and out of
                          the whitening statistics
         prob_threshold:  tokens with exp(behaviour_logprob) >= threshold get A = 0 and stay out of the
@@ -84,9 +84,9 @@ def spo_tree(
     child passes its value on (A = 0 on unsplit segments).
     """
     paths = _paths(batch, "spo_tree")
-    seg = batch.extras.get("segment_tokens")
+    seg = batch.segment_tokens
     if not isinstance(seg, int) or seg < 1:
-        raise RolloutsError("spo_tree needs batch.extras['segment_tokens'] (set by rollout.strategy branch)")
+        raise RolloutsError("spo_tree needs batch.segment_tokens (set by rollout.strategy branch)")
     g = groups_of(batch)
     r = scalar_rewards(batch).tolist()
     gi = g.index.tolist()
