@@ -124,3 +124,13 @@ def test_env_config_needs_the_episodes_strategy_and_vice_versa(tmp_path):
         load_config(None, ["env.name=nope", "rollout.strategy.name=episodes"])
     with pytest.raises(ConfigError, match="top-level `env:`"):
         load_config(None, ["env.name=maze", "rollout.strategy.name=episodes", "rollout.strategy.env=x"])
+
+
+def test_covey_list_shows_the_environments():
+    from typer.testing import CliRunner
+
+    from covey.cli import app
+
+    res = CliRunner().invoke(app, ["list", "environment"])
+    assert res.exit_code == 0 and "environment (env)" in res.output
+    assert "maze" in res.output and "calculator" in res.output

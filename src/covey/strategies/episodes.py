@@ -30,7 +30,7 @@ aggregation yet).
 
 Limits (each ends an episode with a counted reason, `episodes/end/<reason>`): the env's own
 terminated / truncated; `max_turns`; the context (`max_context_tokens`; each turn's budget is
-`min(sampling.max_new_tokens, max_context_tokens - tokens so far)`); `max_invalid` invalid actions in
+`min(sampling.max_new_tokens, the draw's max_new_tokens, max_context_tokens - tokens so far)`); `max_invalid` invalid actions in
 a row (``info["valid"] = False`` or only malformed tool calls); an env call that raises
 (`env_error`) or takes longer than `step_timeout_s` (`env_timeout`, its thread is abandoned). Failed
 episodes, and episodes whose first prompt leaves no room to generate, are dropped from the batch
