@@ -155,6 +155,7 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     from covey.algos import REGISTRIES
     from covey.algos.presets import PRESET_NOTES, PRESETS, SAMPLER_PRESETS
     from covey.engine import ENGINES
+    from covey.envs import ENVS
     from covey.rewards import REWARDS
     from covey.samplers import SAMPLERS
     from covey.strategies import STRATEGIES
@@ -171,7 +172,8 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
 
     kinds = [("task", "task", rows(TASKS)), ("reward", "rewards", rows(REWARDS)), ("sampler", "sampler", rows(SAMPLERS)),
              ("sampler preset", "sampler", [(n, p["about"], "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
-             ("strategy", "rollout.strategy", rows(STRATEGIES)), ("engine", "engine", rows(ENGINES))]  # fmt: skip
+             ("strategy", "rollout.strategy", rows(STRATEGIES)), ("environment", "env", rows(ENVS)),
+             ("engine", "engine", rows(ENGINES))]  # fmt: skip
     kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
     return kinds

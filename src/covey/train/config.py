@@ -111,6 +111,11 @@ class StrategySpec(Spec):
     name: str = "group"
 
 
+class EnvSpec(Spec):
+    """`covey.envs.ENVS`: maze, calculator, or your own ``package.module:Class`` (multi-turn agents;
+    needs ``rollout.strategy: episodes``, which receives it as its `env` parameter)."""
+
+
 class EngineSpec(Spec):
     """`covey.engine.ENGINES`: torch (default; params dtype, max_rows, ...), or ``package.module:Class``."""
 
@@ -197,6 +202,8 @@ class RunConfig(_Strict):
     sampler: SamplerSpec = SamplerSpec()
     """Which prompts each step rolls out (`covey.samplers.SAMPLERS`)."""
     rollout: RolloutConfig = RolloutConfig()
+    env: EnvSpec | None = None
+    """The environment of multi-turn episodes (`covey.envs.ENVS`); only with rollout.strategy: episodes."""
     engine: EngineSpec = EngineSpec()
     """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 |
     auto; unset or auto, it follows the learner (model.dtype)."""
@@ -237,8 +244,12 @@ class RunConfig(_Strict):
         return sampler_spec(self.sampler)
 
     def strategy_spec(self) -> Spec:
-        """The rollout strategy to build: `rollout.strategy`, wrapped for `algo.dynamic_sampling`."""
-        return strategy_spec(self.rollout.strategy, self.algo)
+        """The rollout strategy to build: `rollout.strategy` (`episodes` gets the `env:` section as its
+        `env` parameter), wrapped for `algo.dynamic_sampling`."""
+        s = self.rollout.strategy
+        if self.env is not None and s.name == "episodes":
+            s = Spec(name="episodes", params={**s.params, "env": {"name": self.env.name, **self.env.params}})
+        return strategy_spec(s, self.algo)
 
     def resolved_device(self) -> str:
         from covey.devices import resolve_device
@@ -251,6 +262,24 @@ class RunConfig(_Strict):
         bad = _non_finite(self.model_dump(mode="python"))
         if bad:
             raise ValueError(f"{bad[0]}: must be a finite number, got {bad[1]!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _check_env(self) -> "RunConfig":
+        episodes = self.rollout.strategy.name == "episodes"
+        if episodes and self.env is None:
+            raise ValueError("rollout.strategy episodes needs an environment: add `env: {name: maze}` (see docs/agents.md)")
+        if self.env is not None and not episodes:
+            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: episodes (got {self.rollout.strategy.name!r})")
+        if episodes and "env" in self.rollout.strategy.params:
+            raise ValueError("rollout.strategy.env: give the environment as the top-level `env:` section")
+        if self.env is not None:
+            from covey.envs import ENVS
+
+            try:
+                ENVS.check_params(self.env.name, self.env.params)
+            except RegistryError as e:
+                raise ValueError(f"env: {e}") from None
         return self
 
     @model_validator(mode="after")
