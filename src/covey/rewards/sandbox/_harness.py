@@ -25,6 +25,7 @@ compares its output.
 
 import builtins
 import ctypes
+import fcntl
 import resource
 import select
 import signal
@@ -407,18 +408,41 @@ def _normalise_output(text):
     return "\n".join(lines)
 
 
-def _run_io(spec, stdin_text, expected, i):
-    """The program as its own fresh process (it never sees the expected output); we compare."""
-    prog = f"prog_{i}.py"
-    with open(prog, "w") as f:
-        f.write(spec["setup"] + "\n" + spec["code"])
+def _program_fd(text):
+    """A sealed, read-only memfd holding `text`: no path the program could plant a symlink at.
+
+    (Writing the program to a named file in the shared /tmp let an earlier program point that name
+    at our result descriptor and have us write its own text, with forged verdict lines, into it.)
+    """
+    fd = os.memfd_create("program", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        proc = subprocess.run([sys.executable, "-I", "-B", "-S", prog], input=stdin_text.encode(), capture_output=True,
-                              timeout=spec["timeout_s"], preexec_fn=_limit_cpu(spec["timeout_s"]), start_new_session=True)
+        data = memoryview(text.encode("utf-8", "replace"))
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _run_io(spec, stdin_text, expected):
+    """The program as its own fresh process (it never sees the expected output); we compare.
+
+    It reads its text from an inherited memfd (``/proc/self/fd/N`` is its own descriptor), so the
+    harness opens no path in the sandbox's /tmp, where the program may have planted symlinks.
+    """
+    prog = _program_fd(spec["setup"] + "\n" + spec["code"])
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-B", "-S", f"/proc/self/fd/{prog}"], input=stdin_text.encode(),
+                              capture_output=True, timeout=spec["timeout_s"], pass_fds=(prog,),
+                              preexec_fn=_limit_cpu(spec["timeout_s"]), start_new_session=True)
     except subprocess.TimeoutExpired:
         return "timeout", f"test did not finish within {spec['timeout_s']} s", False
     finally:
-        os.unlink(prog)
+        os.close(prog)
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         return "error", (err[-1] if err else f"exit code {proc.returncode}")[:MAX_MESSAGE], False
@@ -471,7 +495,7 @@ def main():
                     cand.close()
                     cand = None
         else:
-            status, message, suspect = _run_io(spec, test[0], test[1], i)
+            status, message, suspect = _run_io(spec, test[0], test[1])
         res = {"i": i, "passed": status == "pass", "status": status, "message": message, "suspect": suspect}
         os.write(result_fd, (json.dumps(res) + "\n").encode())
 
