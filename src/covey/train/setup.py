@@ -187,18 +187,18 @@ def load_run_policy(run_dir, *, merge: bool = True):
     peft model with `merge=False` (for exporting the adapter)."""
     from pathlib import Path
 
-    from covey.train.checkpoint import latest_checkpoint, load_checkpoint
+    from covey.train.checkpoint import load_latest_checkpoint
     from covey.train.config import load_config
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a covey run folder (no config.yaml)")
     cfg = load_config(run_dir / "config.yaml")
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is None:
+    found = load_latest_checkpoint(run_dir, map_location="cpu")
+    if found is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint yet")
+    ckpt, payload, _ = found
     model, tok = load_policy(cfg.model)
-    payload, _ = load_checkpoint(ckpt, map_location="cpu")
     missing = set(trainable_state(model)) - set(payload["model"])
     if missing:
         raise ValueError(f"checkpoint {ckpt} lacks weights {sorted(missing)[:3]}: it does not belong to {cfg.model.name!r}")
