@@ -260,3 +260,37 @@ def test_eval_runs_on_an_explicit_cpu_device():
                               "--device", "cpu", "--dtype", "fp32"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(res.output.strip().splitlines()[-1])["problems"] == 2
+
+
+COLUMN_REWARDS = '''
+def needs_x(prompts, completions, x):
+    return [float(v == "1") for v in x]
+
+def maybe_x(prompts, completions, x=None, **kw):
+    return [0.0 for _ in completions]
+'''
+
+
+@pytest.mark.parametrize("rows, reward, message", [
+    ([{"prompt": "a", "x": "1"}, {"prompt": "b"}, {"prompt": "c", "x": "2"}, {"prompt": "d"}], "needs_x",
+     "error: reward 'needs_x' reads column 'x', missing in rows 2, 4 of the train split (4 rows): every row needs it"),
+    ([{"prompt": "a"}, {"prompt": "b", "x": "2"}], "maybe_x",  # a default does not help: those rows would get None
+     "error: reward 'maybe_x' reads column 'x', missing in row 1 of the train split (2 rows)"),
+    ([{"prompt": "a"}, {"prompt": "b"}], "needs_x",
+     "error: reward 'needs_x' reads column 'x', which no row of the train split has"),
+])  # fmt: skip
+def test_a_reward_column_missing_from_rows_is_refused_at_start(tmp_path, monkeypatch, rows, reward, message):
+    (tmp_path / "col_rewards.py").write_text(COLUMN_REWARDS)
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["model.name=tiny-llama", "reward_workers=0", "task.name=dataset", f"task.params={{path: {tmp_path / 'd.jsonl'}}}",
+            f"rewards=[{{name: 'col_rewards:{reward}'}}]"]  # fmt: skip
+    res = runner.invoke(app, ["config", "show", *args])
+    assert res.exit_code == 2 and message in res.output, res.output
+    for row in rows:  # every row has it: accepted; none has it and the parameter has a default: accepted
+        row["x"] = "1"
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert runner.invoke(app, ["config", "show", *args]).exit_code == 0
+    if reward == "maybe_x":
+        (tmp_path / "d.jsonl").write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows))
+        assert runner.invoke(app, ["config", "show", *args]).exit_code == 0

@@ -164,7 +164,11 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         task.examples(cfg.task.split)  # data files exist and parse
         if cfg.eval.size:
             task.examples(cfg.task.eval_split)
-    build_rewards(cfg, task, reward_funcs, workers=0).close()  # names, import paths and params resolve
+    runner = build_rewards(cfg, task, reward_funcs, workers=0)  # names, import paths and params resolve
+    try:
+        check_reward_columns(runner.entries, task.examples(cfg.task.split), cfg.task.split)
+    finally:
+        runner.close()
     if "wandb" in cfg.log.report_to:
         import importlib.util
 
@@ -178,6 +182,27 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
             "rollout.group_size=1 with the group-relative estimator %r: every advantage is zero, nothing will be "
             "learned; use group_size >= 2", advantage.name)  # fmt: skip
     return task
+
+
+SCORER_COLUMNS = frozenset({"prompts", "completions", "group", "completion_ids", "completion_length"})
+"""Arguments every reward call gets whatever the dataset holds (`covey.rewards.scoring`)."""
+
+
+def check_reward_columns(entries, rows: list[dict], split: str) -> None:
+    """Each column a reward names as a parameter is in every row of the split, or (for a parameter
+    with a default) in none: a column missing from some rows would reach the reward as None there,
+    and a required one missing from all would stop the run at its first step."""
+    for entry in entries:
+        for name in sorted(entry.reads - SCORER_COLUMNS - {"id", "prompt"}):
+            missing = [i for i, row in enumerate(rows, 1) if name not in row]
+            if not missing or (len(missing) == len(rows) and name not in entry.required):
+                continue
+            if len(missing) == len(rows):
+                raise ValueError(f"reward {entry.label!r} reads column {name!r}, which no row of the {split} split has "
+                                 "(add it to the dataset, or give the parameter a default)")  # fmt: skip
+            shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+            raise ValueError(f"reward {entry.label!r} reads column {name!r}, missing in row{'s' if len(missing) > 1 else ''} "
+                             f"{shown} of the {split} split ({len(rows)} rows): every row needs it")  # fmt: skip
 
 
 def load_run_policy(run_dir, *, merge: bool = True):
