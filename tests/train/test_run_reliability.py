@@ -330,3 +330,66 @@ def test_resume_past_a_damaged_checkpoint_through_the_cli(tmp_path, monkeypatch)
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: no intact checkpoint in {run / 'checkpoints'}: "), res.output
+
+
+EXITING_REWARD = '''
+import os
+calls = []
+
+def quit(prompts, completions, **kw):
+    calls.append(1)
+    if len(calls) == 2:
+        os._exit(0)
+    return [0.0 for _ in completions]
+
+def quit_caught(prompts, completions, **kw):
+    try:
+        os._exit(0)
+    except BaseException:
+        return [1.0 for _ in completions]
+'''
+
+
+@pytest.mark.parametrize("reward", ["quit", "quit_caught"])
+def test_an_in_process_reward_calling_os_exit_cannot_end_the_run_silently(tmp_path, reward):
+    """os._exit(0) in an in-process reward used to end `covey train` with status 0, no checkpoint and no
+    summary; now it is a RewardCrashed: one error line, exit 2, and the last checkpoint kept."""
+    (tmp_path / "exiting.py").write_text(EXITING_REWARD)
+    cfg = _yaml(tmp_path, steps=3, checkpoint={"every": 1, "keep": 2},
+                rewards=[{"name": f"exiting:{reward}", "in_process": True}])
+    run = tmp_path / "run"
+    res = subprocess.run(COVEY + ["train", str(cfg), "--run-dir", str(run)], env={**ENV, "PYTHONPATH": f"{tmp_path}:{ENV.get('PYTHONPATH', '')}"},
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 2, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and f"reward '{reward}' raised ProcessExit('os._exit(0) was called" in errors[0], res.stderr
+    assert "Traceback" not in res.stderr
+    done = 1 if reward == "quit" else 0  # the first call of `quit` returns; `quit_caught` exits on its first
+    found = latest_checkpoint(run)
+    assert found is not None and load_checkpoint(found)[1]["step"] == done
+
+
+def test_os_exit_interception_spares_forked_children_and_sees_other_threads():
+    import threading
+
+    from covey.rewards._deadline import ProcessExit, exit_intercepted
+
+    with exit_intercepted():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)  # a child the reward forked exits for real
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
+    def quietly_exit():  # another thread of the reward, which even catches what the call raises
+        try:
+            os._exit(3)
+        except BaseException as e:  # noqa: BLE001
+            seen.append(e)
+
+    seen = []
+    with pytest.raises(ProcessExit, match=r"os._exit\(3\)"):
+        with exit_intercepted():
+            t = threading.Thread(target=quietly_exit)
+            t.start()
+            t.join()
+    assert isinstance(seen[0], ProcessExit)
+    assert os._exit.__name__ == "_exit"  # restored

@@ -12,15 +12,24 @@ long C function (a catastrophic regex) is stopped only when that function return
 catches BaseException defeats the limit. Signal handlers exist only in the main thread, so off the
 main thread the call runs WITHOUT a limit (`time_limit` yields False). Worker processes need none
 of this: the parent kills a worker whose call overruns.
+
+`exit_intercepted` guards the same calls against ``os._exit``, which skips every ``finally``,
+``atexit`` and checkpoint: while an in-process reward runs, ``os._exit`` (and ``posix._exit``) raise
+`ProcessExit` instead, in whichever thread of this process calls them, and the call counts as
+having raised it even if the reward catches it. A fork's child (multiprocessing) still exits for real.
+What it cannot stop: a signal that kills the process (SIGKILL, a segfault), or ``_exit`` through
+ctypes; those end the run with a nonzero status, never silently with 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import posix
 import signal
 import threading
 
-__all__ = ["CallTimeout", "time_limit"]
+__all__ = ["CallTimeout", "ProcessExit", "exit_intercepted", "time_limit"]
 
 _SIGNAL = signal.SIGRTMAX - 2
 _active: _Limit | None = None  # the limit of the call now running in the main thread
@@ -74,3 +83,31 @@ def time_limit(timeout_s: float):
         with limit.lock:
             limit.open = False
         timer.cancel()
+
+
+class ProcessExit(BaseException):
+    """``os._exit`` was called while an in-process reward ran (the process was kept alive)."""
+
+
+_real_exit = os._exit
+
+
+@contextlib.contextmanager
+def exit_intercepted():
+    """Within the body, ``os._exit(n)`` raises `ProcessExit` in the calling thread instead of ending
+    this process; after the body, `ProcessExit` is raised if any call was made (caught or not)."""
+    owner, calls = os.getpid(), []
+
+    def intercepted(status):
+        if os.getpid() != owner:  # a forked child of the reward: exit as asked
+            _real_exit(status)
+        calls.append(status)
+        raise ProcessExit(f"os._exit({status!r}) was called, which would have ended the run without a checkpoint")
+
+    os._exit = posix._exit = intercepted
+    try:
+        yield
+    finally:
+        os._exit = posix._exit = _real_exit
+    if calls:
+        raise ProcessExit(f"os._exit({calls[0]!r}) was called, which would have ended the run without a checkpoint")

@@ -31,8 +31,9 @@ for `max_failed_steps` consecutive calls raises `RewardFailure` with its name an
 Bugs stop the run at once, with the reward's name: `RewardReturnError` when a reward returns the
 wrong number of scores (or not a list), `RewardCrashed` when an in-process reward raises SystemExit
 (``sys.exit``) or another BaseException (KeyboardInterrupt stays KeyboardInterrupt, with a note
-naming the reward). In a worker those count as exception failures. An in-process reward that kills
-the process itself (``os._exit``, a segfault) takes the run with it: give such rewards a worker.
+naming the reward). ``os._exit`` in an in-process reward raises instead (`_deadline.exit_intercepted`)
+and is a `RewardCrashed` too. In a worker those count as exception failures. An in-process reward
+that kills the process by a signal (a segfault) takes the run with it: give such rewards a worker.
 Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean).
 """
 
@@ -51,6 +52,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import Tensor
 
+from covey.rewards._deadline import exit_intercepted
 from covey.rewards._entry import Entry, build_entry
 from covey.rewards._pool import Job, WorkerPool
 from covey.rewards._scoring import FAILURE_KINDS, RETRY_BUDGET, ChunkOutcome, score_chunk
@@ -283,8 +285,9 @@ class RewardRunner:
         pos = {i: j for j, i in enumerate(idx)}
         kwargs = {name: [col[i] for i in idx] for name, col in args.items()}
         try:
-            return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
-                               timeout_s=e.timeout_s if main else None)
+            with exit_intercepted():
+                return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
+                                   timeout_s=e.timeout_s if main else None)
         except KeyboardInterrupt as exc:  # Ctrl-C (or a reward raising it) stays an interrupt
             exc.add_note(f"raised while reward {e.label!r} ran in the calling process")
             raise
