@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -36,11 +37,34 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 _COVEY_SRC = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+# A file covey was told to use cannot be written (read-only file system, no permission, full disk or
+# quota, file too large): the run folder's or an output's, not a bug.
+_FILE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                          errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EEXIST})
+
+
+def _file_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and bool(e.filename) and e.errno in _FILE_ERRNOS
+
+
+def _message(e: BaseException) -> str:
+    """The one line printed for a user error: a file error names the file and the cause."""
+    from covey.train.checkpoint import WriteError
+
+    if _file_error(e) and not isinstance(e, WriteError):  # a WriteError words its own message
+        reason = os.strerror(e.errno).lower()
+        if e.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return f"cannot write {e.filename}: {reason}"
+        return f"{e.filename}: {reason}"
+    return str(e).strip() or type(e).__name__
+
+
 def _is_user_error(e: BaseException) -> bool:
-    """A user-error type above, or a ValueError that covey raised on purpose: a covey error class
-    (RolloutsError, a task's ...) or a plain ValueError raised in covey's own code (where covey checks
-    its inputs). A ValueError from inside torch, transformers, json, ... is a bug: traceback."""
-    if isinstance(e, _user_errors()):
+    """A user-error type above, a file covey cannot write (`_FILE_ERRNOS`), or a ValueError that covey
+    raised on purpose: a covey error class (RolloutsError, a task's ...) or a plain ValueError raised
+    in covey's own code (where covey checks its inputs). A ValueError from inside torch, transformers,
+    json, ... is a bug: traceback."""
+    if isinstance(e, _user_errors()) or _file_error(e):
         return True
     if not isinstance(e, ValueError):
         return False
@@ -66,7 +90,7 @@ class _Typer(typer.Typer):
                 except Exception as e:
                     if _DEBUG["on"] or _env_debug() or not _is_user_error(e):
                         raise
-                    msg = str(e).strip() or type(e).__name__
+                    msg = _message(e)
                     typer.secho(f"error: {msg}", fg="red", err=True)
                     typer.secho("(run with --debug or COVEY_DEBUG=1 for the traceback)", err=True)
                     raise typer.Exit(2) from None

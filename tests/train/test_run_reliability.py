@@ -393,3 +393,34 @@ def test_os_exit_interception_spares_forked_children_and_sees_other_threads():
             t.join()
     assert isinstance(seen[0], ProcessExit)
     assert os._exit.__name__ == "_exit"  # restored
+
+
+def _read_only(path, cmd):
+    """`cmd` run with `path` read-only: a read-only bind mount as root (root ignores permissions),
+    mode 0555 otherwise; (command, the expected cause) or None where neither can be made."""
+    if os.geteuid() != 0:
+        os.chmod(path, 0o555)
+        return cmd, "permission denied"
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        return None
+    mount = f"mount --bind {path} {path} && mount -o remount,bind,ro {path} && exec \"$@\""
+    return ["unshare", "-m", "sh", "-c", mount, "sh", *cmd], "read-only file system"
+
+
+def test_a_read_only_run_folder_is_one_error_line_naming_the_file(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = load_config(_yaml(tmp_path, steps=2))
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    save_checkpoint(run, 1, {"model": {}}, {"config": cfg.model_dump(mode="json")})
+    for cmd, path in ((COVEY + ["train", "--resume", str(run)], run / ".lock"),
+                      (COVEY + ["train", str(_yaml(tmp_path)), "--run-dir", str(run / "sub")], run / "sub")):
+        made = _read_only(run, cmd)
+        if made is None:
+            pytest.skip("cannot make a read-only folder here (root without mount namespaces)")
+        res = subprocess.run(made[0], env=ENV, capture_output=True, text=True, timeout=300)
+        os.chmod(run, 0o755)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+        cause = made[1]
+        assert errors in ([f"error: cannot write {path}: {cause}"], [f"error: {path}: {cause}"]), res.stderr
