@@ -294,3 +294,52 @@ def test_a_reward_column_missing_from_rows_is_refused_at_start(tmp_path, monkeyp
     if reward == "maybe_x":
         (tmp_path / "d.jsonl").write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows))
         assert runner.invoke(app, ["config", "show", *args]).exit_code == 0
+
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh")) + "task: {name: arithmetic, params: {x: *h}}\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    (ALIAS_BOMB, "the config expands to more than 1,000,000 values through YAML aliases"),  # 9**8 = 43M values
+    ("a: &a [1, *a]\n", "a YAML alias refers to a value that contains it"),
+    ("steps: 3\nseed: 1\nsteps: 4\n", "duplicate key 'steps' (line 1 and line 3): give each key once"),
+    ("rollout:\n  group_size: 2\n  group_size: 4\n", "duplicate key 'group_size' (line 2 and line 3)"),
+])  # fmt: skip
+def test_yaml_that_would_exhaust_memory_or_hide_a_key_is_refused(tmp_path, text, message):
+    import time
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    start = time.monotonic()
+    res = runner.invoke(app, ["config", "show", str(path), *BASE])
+    assert res.exit_code == 2 and f"error: {path}: {message}" in res.output, res.output
+    assert time.monotonic() - start < 20  # the bomb took 28 s and 1.1 GB before
+
+
+def test_yaml_aliases_and_merge_keys_within_bounds_still_work(tmp_path):
+    from covey.train.config import load_yaml
+
+    assert load_yaml("a: &a {x: 1, y: 2}\nb: {<<: *a, y: 3}\nc: [*a, *a]\n", "t") == {
+        "a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}, "c": [{"x": 1, "y": 2}, {"x": 1, "y": 2}]}
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling: &s {max_new_tokens: 8, temperature: 0.5}\neval: {size: 2, max_new_tokens: 8}\n"
+                    "rollout: {<<: {group_size: 2}, group_size: 4}\n")
+    res = runner.invoke(app, ["config", "show", str(path), *BASE])
+    assert res.exit_code == 0 and "group_size: 4" in res.output, res.output
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rollout.group_size=1000000000", "rollout.group_size: Input should be less than or equal to 4096"),
+    ("rollout.prompts_per_step=1000000000", "rollout.prompts_per_step: Input should be less than or equal to 65536"),
+    ("rollout.prompts_per_step=65536", "rollout.prompts_per_step*rollout.group_size = 524288 rows per step; at most 262144"),
+    ("steps=true", "steps: must be an integer, got True"),
+    ("steps=2.5", "steps: must be an integer, got 2.5"),
+    ("rollout.group_size=4.0", "rollout: group_size: must be an integer, got 4.0"),
+    ("optim.micro_batch_size=false", "optim: micro_batch_size: must be an integer, got False"),
+    ("seed=99999999999999999999999", "seed: Input should be less than or equal to 4294967295"),
+    ("seed=-1", "seed: Input should be greater than or equal to 0"),
+])  # fmt: skip
+def test_numbers_that_never_start_or_are_not_integers_are_refused(override, message):
+    res = _show(override)
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
