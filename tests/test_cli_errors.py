@@ -343,3 +343,59 @@ def test_yaml_aliases_and_merge_keys_within_bounds_still_work(tmp_path):
 def test_numbers_that_never_start_or_are_not_integers_are_refused(override, message):
     res = _show(override)
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """A model load fails the test: these errors must come before it."""
+    import covey.models
+    import covey.train.setup
+
+    def loaded(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(covey.train.setup, "load_policy", loaded)
+    monkeypatch.setattr(covey.train.setup, "load_run_policy", loaded)
+    monkeypatch.setattr(covey.models, "load", loaded)
+
+
+EVAL = ["eval", "--task", "arithmetic", "--model", "tiny-llama"]
+SFT = ["sft", "--model", "tiny-llama", "--task", "arithmetic", "--task-param", "digits=1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (EVAL + ["--limit", "-1"], "--limit must be >= 0 (0 = all), got -1"),
+    (EVAL + ["--n", "0"], "--n must be >= 1, got 0"),
+    (EVAL + ["--k", "0"], "every k must be >= 1; got k=0"),
+    (EVAL + ["--temperature", "nan"], "--temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (EVAL + ["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    (EVAL + ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+    (EVAL + ["--dtype", "fp16"], "--dtype must be one of auto, bf16, bfloat16, fp32, float32, got 'fp16'"),
+    (EVAL + ["--seed", str(2**64)], f"--seed must be in 0..{2**32 - 1}, got {2**64}"),
+    (["eval", "--task", "arithmetic", "--model", "some-org/not-a-model"], "unknown model 'some-org/not-a-model'"),
+    (SFT + ["--out", "OUT", "--steps", "-1"], "--steps must be >= 1, got -1"),
+    (SFT + ["--out", "OUT", "--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (SFT + ["--out", "OUT", "--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
+    (SFT + ["--out", "OUT", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (SFT + ["--out", "OUT", "--seed", "-3"], f"--seed must be in 0..{2**32 - 1}, got -3"),
+    (["sft", "--model", "tiny-llama", "--task", "mbpp", "--out", "OUT"], "task 'mbpp' has no demonstrations"),
+    (["sft", "--model", "some-org/not-a-model", "--task", "arithmetic", "--out", "OUT"], "unknown model 'some-org/not-a-model'"),
+])  # fmt: skip
+def test_eval_and_sft_arguments_are_checked_before_the_model_loads(no_model_load, monkeypatch, tmp_path, args, message):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = runner.invoke(app, [str(tmp_path / "out") if a == "OUT" else a for a in args])
+    assert res.exit_code == 2 and f"error: {message}" in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_chat_role_is_refused_before_the_model_loads(tmp_path):
+    from covey.models.chat import apply_chat
+
+    rows = [{"prompt": [{"role": "user", "content": "hi"}], "answer": "1"},
+            {"prompt": [{"role": "system", "content": "s"}, {"role": "robot", "content": "beep"}], "answer": "2"}]  # fmt: skip
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _show("task.name=dataset", f"task.params={{path: {tmp_path / 'd.jsonl'}}}")
+    assert res.exit_code == 2, res.output
+    assert "message 1 of 'prompt': unknown chat role 'robot'; a message's role is one of system, user, assistant, tool" in res.output
+    with pytest.raises(ValueError, match="prompt message 0: unknown chat role 'robot'"):
+        apply_chat(object(), [{"role": "robot", "content": "x"}])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -118,6 +119,16 @@ def _options(debug: Annotated[bool, typer.Option("--debug", help="Show traceback
 def _fail(msg: str) -> None:
     typer.secho(f"error: {msg}", fg="red", err=True)
     raise typer.Exit(2)
+
+
+def _check_at_least(flag: str, value: int, low: int, note: str = "") -> None:
+    if value < low:
+        _fail(f"{flag} must be >= {low}{f' ({note})' if note else ''}, got {value}")
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**32:
+        _fail(f"--seed must be in 0..{2**32 - 1}, got {seed}")
 
 
 @app.command()
@@ -241,12 +252,28 @@ def eval_cmd(
         ks = tuple(int(x) for x in k.split(","))
     except ValueError:
         _fail(f"--k must be comma-separated integers (e.g. 1,4,8), got {k!r}")
+    _check_at_least("--limit", limit, 0, "0 = all")
+    _check_at_least("--n", n, 1)
+    _check_at_least("--max-new-tokens", max_new_tokens, 1)
+    _check_seed(seed)
+    if any(x < 1 for x in ks):
+        _fail(f"every k must be >= 1; got k={k}")
     if any(x > n for x in ks):
         _fail(f"every k must be <= n={n}; got k={k}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        _fail(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    from covey.dtypes import CHOICES as DTYPES
+
+    if dtype not in DTYPES:
+        _fail(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     try:
         dev = resolve_device(device)
     except ValueError as e:
         _fail(str(e))
+    if model is not None:
+        from covey.models.loading import check_name
+
+        check_name(model)  # an unknown model fails before anything loads
     try:
         t = get_task(task, **parse_overrides(task_param or []))
         items = list(t.examples(split))
@@ -281,11 +308,23 @@ def sft(
     seed: int = 0,
 ):
     """A short supervised warm start on task demonstrations (for tiny models before RL)."""
+    from covey.models.loading import check_name
     from covey.tasks import get_task
     from covey.train.config import parse_overrides
     from covey.train.sft import run_sft
 
+    _check_at_least("--steps", steps, 1)
+    _check_at_least("--batch-size", batch_size, 1)
+    _check_seed(seed)
+    if not (math.isfinite(lr) and lr > 0):
+        _fail(f"--lr must be a finite number > 0, got {lr}")
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} exists and is not a folder")
     t = get_task(task, **parse_overrides(task_param or []))
+    if getattr(t, "demonstration", None) is None:
+        _fail(f"task {task!r} has no demonstrations (a `demonstration(item)` method) to imitate")
+    t.examples("train")  # the data loads
+    check_name(model)  # an unknown model fails before anything loads
     res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
     typer.echo(json.dumps(res))
 
