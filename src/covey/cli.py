@@ -311,13 +311,12 @@ def sft(
     from covey.models.loading import check_name
     from covey.tasks import get_task
     from covey.train.config import parse_overrides
-    from covey.train.sft import run_sft
+    from covey.train.sft import check_sft_args, run_sft
 
-    _check_at_least("--steps", steps, 1)
-    _check_at_least("--batch-size", batch_size, 1)
-    _check_seed(seed)
-    if not (math.isfinite(lr) and lr > 0):
-        _fail(f"--lr must be a finite number > 0, got {lr}")
+    try:
+        check_sft_args(steps, batch_size, lr, seed)
+    except ValueError as e:
+        _fail(f"--{str(e).replace('_', '-')}")
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} exists and is not a folder")
     t = get_task(task, **parse_overrides(task_param or []))
