@@ -53,6 +53,8 @@ CALLBACKS = (
     "def safe(f):\n    try:\n        return f()\n    except ZeroDivisionError:\n        return None\n"
     "def swallow(f):\n    try:\n        f(0)\n    except BaseException:\n        pass\n    return 1\n"
     "_kept = []\ndef keep(f):\n    _kept.append(f)\ndef fire(x):\n    return [f(x) for f in _kept]\n"
+    "def ident(x):\n    return x\n"
+    "def apply_all(fs, x):\n    out = [f(x) for f in fs]\n    fs.append(None)\n    fs.pop()\n    return out\n"
 )
 
 
@@ -66,6 +68,8 @@ CALLBACKS = (
     ("try:\n    apply(lambda: int('x'), None)\nexcept TypeError:\n    pass\nelse:\n    assert False", True),
     ("def check(v):\n    assert v == 5\nassert swallow(check) == 1", False),  # a failed assert is never swallowed
     ("assert apply(lambda v: object(), 1) is None", False),  # the test's function returned no plain data
+    ("f = lambda v: v\nassert ident(f) is f and ident([f, 1])[0] is f", True),  # given back: the test's own
+    ("fs = [len]\nassert apply_all(fs, 'ab') == [2] and fs[0] is len", True),  # a list argument keeps it too
 ])  # fmt: skip
 def test_the_test_may_pass_its_functions_to_the_program(test, passes):
     rep = run_tests(CALLBACKS, [test], timeout_s=5)

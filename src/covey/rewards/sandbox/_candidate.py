@@ -54,7 +54,8 @@ def _serve(g, rfd, wfd):
 
         def call(*args, **kwargs):
             try:
-                send(wfd, {"callback": key, "args": encode(list(args), ref=ref), "kwargs": encode(dict(kwargs), ref=ref)})
+                send(wfd, {"callback": key, "args": encode(list(args), ref=ref, fn=stub_key),
+                           "kwargs": encode(dict(kwargs), ref=ref, fn=stub_key)})
             except Unsupported as e:
                 raise TypeError(f"cannot pass {e} to the test's function") from None
             while True:
@@ -69,7 +70,11 @@ def _serve(g, rfd, wfd):
                     raise (cls if isinstance(cls, type) and issubclass(cls, Exception) else RuntimeError)(str(text))
                 handle(msg)
 
+        call.covey_key = key  # sent back as the test's own function (`stub_key`)
         return call
+
+    def stub_key(x):
+        return getattr(x, "covey_key", None) if type(x) is type(_serve) else None
 
     def handle(req):
         try:
@@ -91,8 +96,8 @@ def _serve(g, rfd, wfd):
             send(wfd, {"raise": [type(e).__name__, str(e)[:300]]})
             return
         try:
-            mut = {str(i): encode(a, ref=ref) for i, a in enumerate(args) if type(a) in (list, dict, set)}
-            send(wfd, {"ok": encode(result, ref=ref), "mut": mut})
+            mut = {str(i): encode(a, ref=ref, fn=stub_key) for i, a in enumerate(args) if type(a) in (list, dict, set)}
+            send(wfd, {"ok": encode(result, ref=ref, fn=stub_key), "mut": mut})
         except Suspect as e:
             send(wfd, {"bad": ["suspect", str(e)]})
         except Unsupported as e:

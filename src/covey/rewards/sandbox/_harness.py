@@ -190,7 +190,13 @@ class _Candidate:
         return encode(x, ref=self._ref, fn=self._fn)
 
     def _decode(self, x):
-        return decode(x, obj=self._remote)
+        return decode(x, obj=self._remote, fn=self._own)
+
+    def _own(self, key):
+        """The test's own function the program sent back (one it was given), by its key."""
+        if key[0] == os.getpid() and 0 <= key[1] < len(self.callbacks):
+            return self.callbacks[key[1]]
+        raise ValueError("a function of an earlier test")
 
     def call(self, name, args, kwargs, key="call"):
         try:

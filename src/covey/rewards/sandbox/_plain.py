@@ -44,7 +44,7 @@ OPAQUE = ()  # types always sent by handle; the harness adds its remote objects 
 
 def encode(x, depth=0, ref=None, fn=None):
     """Tagged JSON of `x`. `ref(x)`: a handle for an object that stays on this side (or None);
-    `fn(x)`: a key for a callable of this side that the other side may call back (the test's lambda)."""
+    `fn(x)`: a key for a callable the other side may call back (the test's lambda), or None."""
     if depth > MAX_DEPTH:
         raise Unsupported("data nested too deeply")
     t = type(x)
@@ -74,11 +74,12 @@ def encode(x, depth=0, ref=None, fn=None):
     if t is type and getattr(builtins, getattr(x, "__name__", ""), None) is x and x.__name__ in _TYPES:
         return ["T", x.__name__]  # int, str, ... passed as arguments (e.g. "drop every int")
     name = getattr(t, "__qualname__", "object")
+    key = fn(x) if fn is not None and callable(x) and t not in OPAQUE else None
+    if key is not None:
+        return ["cb", key, str(name)]
     handle = ref(x) if ref is not None and (isinstance(x, _CALLABLES) or t in OPAQUE) else None
     if handle is not None:
         return ["o", handle, str(name)]
-    if fn is not None and callable(x) and t not in OPAQUE:
-        return ["cb", fn(x), str(name)]
     if isinstance(x, (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)):
         raise Suspect(f"a {name} object, a subclass of a plain type")
     if getattr(t, "__eq__", object.__eq__) is not object.__eq__ or getattr(t, "__ne__", object.__ne__) is not object.__ne__:
