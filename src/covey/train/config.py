@@ -8,6 +8,8 @@ overrides); this module only adds the run around it.
 from __future__ import annotations
 
 import copy
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -41,8 +43,13 @@ class _Strict(BaseModel):
 
 
 def _takes_int(annotation: Any) -> bool:
-    """int, or int | None; never bool (a bool field is not an int field here)."""
-    return annotation is int or (annotation is not bool and int in getattr(annotation, "__args__", ()) and bool not in annotation.__args__)
+    """int, or int | None (a bool field, or one that also takes bool or float, is not an int field)."""
+    if annotation is int:
+        return True
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return False
+    args = typing.get_args(annotation)
+    return int in args and not {bool, float} & set(args)
 
 
 MAX_GROUP_SIZE = 4096
@@ -402,6 +409,10 @@ MAX_YAML_VALUES = 1_000_000
 ("billion laughs") expand to gigabytes when validated."""
 
 
+class _NotYaml(ConfigError):
+    """The text does not parse as YAML (an override's value is then taken as a plain string)."""
+
+
 class _ConfigLoader(yaml.SafeLoader):
     """PyYAML's safe loader that refuses a key given twice in one mapping (YAML says keys are unique;
     PyYAML keeps the last one silently). Merge keys (``<<: *base``) may still be overridden."""
@@ -428,7 +439,7 @@ def load_yaml(text: str, source: str) -> Any:
     try:
         data = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML ({e})") from None
+        raise _NotYaml(f"{source}: not valid YAML ({e})") from None
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     except RecursionError:
@@ -478,9 +489,7 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
             raise ConfigError(f"override {arg!r} must look like key=value (e.g. rollout.group_size=4)")
         try:
             value = load_yaml(raw, f"override {arg!r}") if raw != "" else ""
-        except ConfigError as e:
-            if "not valid YAML" not in str(e):
-                raise
+        except _NotYaml:
             value = raw
         node = out
         parts = key.split(".")
