@@ -123,9 +123,9 @@ def _complete(root: Path, prefix: str = _PREFIX) -> list[Path]:
 def latest_checkpoint(run_dir: str | Path, *, skip: dict[Path, str] | None = None) -> Path | None:
     """The newest complete, intact checkpoint, or None when there is no complete one. Temporary folders
     are ignored; an old copy moved aside by a re-save that was killed before the new copy landed counts
-    as its step. A damaged checkpoint (`damage`) or one in `skip` (path -> what is wrong) is passed over with a warning naming
-    the file; if every complete one is damaged, `CheckpointDamaged` names them all. Read-only (a reader
-    may look while the run is writing); the next save settles leftovers."""
+    as its step. A damaged checkpoint (`damage`) or one in `skip` (path -> what is wrong) is passed
+    over with a warning naming the file; if every complete one is damaged, `CheckpointDamaged` names
+    them all. Read-only (a reader may look while the run is writing); the next save settles leftovers."""
     root = Path(run_dir) / "checkpoints"
     found = _complete(root)
     names = {p.name for p in found}
