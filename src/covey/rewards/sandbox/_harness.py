@@ -4,6 +4,7 @@
 Reads a JSON spec from stdin ``{"setup", "code", "asserts": [...], "io": [[stdin, stdout], ...],
 "timeout_s"}`` and writes one JSON line per test to the file descriptor argv[1]:
 ``{"i", "passed", "status", "message", "suspect"}``; status is pass, fail, error, timeout or crash.
+Exactly one line per test, in order: the host refuses anything else (`testing._verdicts`).
 
 Trust layout (docs/sandbox.md):
   harness (this process)  never runs model code; non-dumpable, so same-uid processes cannot read or
@@ -19,8 +20,10 @@ Trust layout (docs/sandbox.md):
                           as in MBPP's own evaluation (one exec of program + asserts).
 So rebinding builtins, walking frames, patching modules, exiting early, or returning an object that
 equals everything changes nothing the verdict depends on: the assert runs on values the test
-process rebuilt itself. stdin/stdout tests run the program as its own fresh process; the harness
-compares its output.
+process rebuilt itself. A function of the test passed to the program runs in the test process when
+the program calls it (`_Candidate._answer`). stdin/stdout tests run the program as its own fresh
+process, fed its text through a sealed memfd (no path in the shared /tmp); the harness compares its
+output.
 """
 
 import builtins
@@ -109,8 +112,9 @@ class _Candidate:
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-S", "-u", *NO_INT_LIMIT, CANDIDATE, str(req_r), str(rep_w)], pass_fds=(req_r, rep_w),
-            stdin=subprocess.DEVNULL, preexec_fn=_limit_cpu(cpu_s, new_group=True),  # prints go to our stdout
+            [sys.executable, "-I", "-B", "-S", "-u", *NO_INT_LIMIT, CANDIDATE, str(req_r), str(rep_w)],
+            pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
+            preexec_fn=_limit_cpu(cpu_s, new_group=True),  # prints go to our stdout
         )
         os.close(req_r)
         os.close(rep_w)
@@ -245,7 +249,6 @@ class _Candidate:
                 args[i].clear()
                 args[i].extend(new) if type(new) is list else args[i].update(new)
         return result
-
 
     def _answer(self, msg):
         """Run the test's function the program called, on the plain data it sent; reply with its
