@@ -21,6 +21,7 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import load
+from covey.samplers import Draw
 from covey.strategies import STRATEGIES, RolloutContext
 
 STOP_CHARS = "0123456789abcdefghij"  # --stops of these end a completion (the tiny tokenizer has 358 ids)
@@ -39,18 +40,19 @@ def main(a) -> dict:
         engine.version = step
         for name, strat in strategies.items():
             def draw(k, name=name):
-                out = pool[cursor[name] : cursor[name] + k]
+                out = [Draw(it, a.group) for it in pool[cursor[name] : cursor[name] + k]]
                 cursor[name] += k
                 return out
 
+            draws = draw(a.prompts)
             ctx = RolloutContext(
-                engine=engine, tokenizer=tok, group_sizes=lambda items: [a.group] * len(items),
+                engine=engine, tokenizer=tok, draws=draws,
                 sampling=lambda r, step=step: SamplingParams(seed=1000 * step + r, max_new_tokens=a.new_tokens,
                                                              stop_strings=tuple(STOP_CHARS[: a.stops]), ignore_eos=True),
                 score=lambda b: {}, draw=draw, step=step, policy_version=step,
             )  # fmt: skip
             t0 = time.perf_counter()
-            batch, m = strat.rollout(draw(a.prompts), ctx)
+            batch, m = strat.rollout([d.item for d in draws], ctx)
             s = stats[name]
             s["seconds"] += time.perf_counter() - t0
             s["samples"] += len(batch)

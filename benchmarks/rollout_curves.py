@@ -34,7 +34,7 @@ RUNS = {
     "group": ({"name": "group"}, {}),
     "treepo": ({"name": "treepo", "segment_tokens": 2}, {"advantage": {"name": "treepo"}}),
     "branch": ({"name": "branch", "segment_tokens": 1}, {"advantage": {"name": "branch_grpo"}}),
-    "latr": ({"name": "latr", "tau_abs": 0.05, "tau_rel": 0.5, "filter_steps": [3], "tau_ed": 0.3}, {}),
+    "latr": ({"name": "latr", "tau_abs": 0.05, "tau_rel": 0.5, "filter_steps": [3], "tau_ed": 0.3, "mix_ratio": 1.0}, {}),
     "latr_mix": ({"name": "latr", "tau_abs": 0.05, "tau_rel": 0.5, "filter_steps": [3], "tau_ed": 0.3, "mix_ratio": 0.5}, {}),
     "april": ({"name": "april", "chunk_tokens": 2}, {"correction": {"name": "tis"}}),
     "igrpo": ({"name": "igrpo"}, {}),

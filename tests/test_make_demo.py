@@ -31,5 +31,7 @@ def test_make_demo_runs(tmp_path, model):
     run = Path(summary["run_dir"])
     # the quickstart's dtype: auto resolves on this machine, and the run says what it chose
     assert summary["compute"]["device"] == "cpu" and {summary["compute"]["learner"], summary["compute"]["engine"]} <= {"bf16", "fp32"}
-    assert f"device cpu: learner {summary['compute']['learner']}, engine {summary['compute']['engine']}" in out.stdout
+    c = summary["compute"]
+    assert (f"compute: cpu, learner {c['learner']} (model.dtype auto), engine {c['engine']} (engine.dtype auto: follows the "
+            "learner)") in out.stdout and c["engine"] == c["learner"]  # fmt: skip
     assert (run / "final" / "config.json").is_file() and (run / "metrics.jsonl").is_file()

@@ -1,8 +1,9 @@
-"""covey: group-relative RL for language models. `GRPOTrainer` is the Python API (covey.api)."""
+"""covey: group-relative RL for language models. `GRPOTrainer` is the Python API (covey.api);
+`GRPOConfig` takes TRL's training arguments (covey.trl_args)."""
 
 from covey.rollouts import Rollouts
 
-__all__ = ["GRPOTrainer", "Rollouts"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "Rollouts"]
 __version__ = "0.1.0"
 
 
@@ -11,4 +12,8 @@ def __getattr__(name: str):
         from covey.api import GRPOTrainer
 
         return GRPOTrainer
+    if name == "GRPOConfig":
+        from covey.trl_args import GRPOConfig
+
+        return GRPOConfig
     raise AttributeError(f"module 'covey' has no attribute {name!r}")

@@ -19,6 +19,20 @@ other column reaches the reward functions as a keyword argument, and a column `a
 
 Reward callables that a worker process cannot import (closures, lambdas, functions defined in
 `__main__`) run in the calling process; worker processes never re-run your script.
+
+TRL scripts run with only the import changed (docs/from-trl.md):
+
+    from covey import GRPOConfig, GRPOTrainer           # was: from trl import GRPOConfig, GRPOTrainer
+
+    trainer = GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct", reward_funcs=[reward_len, "my/reward-model"],
+                          args=GRPOConfig(output_dir="out", num_generations=8, max_steps=100),
+                          train_dataset=dataset, processing_class=tokenizer, peft_config=LoraConfig(r=16))
+    trainer.train(resume_from_checkpoint=True)
+
+`args` (covey's `GRPOConfig`, TRL's, or a dict of TRL's fields) is mapped by `covey.trl_args`;
+`config` may still add covey keys on top. A string reward that is neither an import path
+(``module:function``) nor a covey reward name is a reward model (TRL's convention), as is a
+model object.
 """
 
 from __future__ import annotations
@@ -31,75 +45,170 @@ from covey.train.config import RunConfig, apply_overrides, load_config, validate
 
 __all__ = ["GRPOTrainer"]
 
+# TRL GRPOTrainer arguments covey has no equivalent for: passing one is an error, not a silent no-op.
+_UNSUPPORTED = {
+    "callbacks": "covey's loop has no TrainerCallback hooks",
+    "optimizers": "covey builds its own AdamW and schedule (args: learning_rate, lr_scheduler_type, ...)",
+    "quantization_config": "covey trains full-precision or LoRA weights",
+    "tools": "covey's rollouts have no tool calls",
+    "rollout_func": "use a covey rollout strategy (rollout.strategy)",
+    "environment_factory": "covey's rollouts have no environments",
+}
+
 
 class GRPOTrainer:
-    """Build a run from objects and train it (see the module docstring).
+    """Build a run from objects and train it (see the module docstring). Arguments in TRL's order:
 
     model:          alias / folder / hub id (str), or an HF `PreTrainedModel` (then also pass
-                    `tokenizer`, or keep the one saved with the model's `name_or_path`).
+                    `processing_class`, or keep the one saved with the model's `name_or_path`).
     reward_funcs:   a callable or import path, or a list of them; TRL's signature
-                    `fn(prompts, completions, **columns) -> list[float]`.
-    train_dataset:  `datasets.Dataset`, list of dicts, or a path (.jsonl, .parquet, save_to_disk
-                    folder); None keeps the config's task.
+                    `fn(prompts, completions, **columns) -> list[float | None]` (``async def`` too);
+                    a reward model (a loaded sequence-classification model, or a model id/folder).
+    args:           TRL's training arguments: `covey.GRPOConfig`, TRL's `GRPOConfig`, or a dict of
+                    its fields (`covey.trl_args` maps them; unmappable ones warn or fail).
+    train_dataset:  `datasets.Dataset` (a `DatasetDict`: its "train" split), list of dicts, or a
+                    path (.jsonl, .parquet, save_to_disk folder); None keeps the config's task.
     eval_dataset:   the same, for the held-out accuracy before/after training (needs `answer_key`).
+    processing_class: the policy's tokenizer (alias: `tokenizer`).
+    reward_processing_classes: tokenizers of the reward models, one per reward function (None elsewhere).
+    peft_config:    a peft `LoraConfig`: LoRA training (r, lora_alpha, lora_dropout, target_modules).
     config:         dict of covey config keys (`covey config show` lists them), a `RunConfig`, or a
-                    YAML path.
-    run_dir:        where checkpoints, metrics and `final/` go (default: log.dir/log.name).
+                    YAML path; applied on top of `args`.
+    run_dir:        where checkpoints, metrics and `final/` go (default: args.output_dir, else log.dir/log.name).
     dataset_params: extra parameters of the `dataset` task (prompt_key, system_prompt, answer_key, ...).
+
+    With `args` the run follows TRL: its defaults (e.g. beta=0, loss_type="dapo", learning_rate 1e-6),
+    and no extra verifier column (`answer` is a plain column unless dataset_params say verifier="math").
     """
 
     def __init__(
         self,
         model: Any = None,
         reward_funcs: Any = None,
+        args: Any = None,
         train_dataset: Any = None,
         eval_dataset: Any = None,
-        config: dict | RunConfig | str | os.PathLike | None = None,
+        processing_class: Any = None,
+        reward_processing_classes: Any = None,
+        callbacks: Any = None,
+        optimizers: Any = (None, None),
+        quantization_config: Any = None,
+        peft_config: Any = None,
+        tools: Any = None,
+        rollout_func: Any = None,
+        environment_factory: Any = None,
         *,
+        config: dict | RunConfig | str | os.PathLike | None = None,
         tokenizer: Any = None,
         run_dir: str | os.PathLike | None = None,
         **dataset_params: Any,
     ):
         from covey.train.run import default_run_dir
-        from covey.train.trainer import Trainer
+        from covey.trl_args import covey_config
 
-        raw = _raw_config(config)
+        given = {"callbacks": callbacks, "optimizers": None if optimizers == (None, None) else optimizers,
+                 "quantization_config": quantization_config, "tools": tools, "rollout_func": rollout_func,
+                 "environment_factory": environment_factory}  # fmt: skip
+        bad = [f"{k} ({why})" for k, why in _UNSUPPORTED.items() if given[k]]
+        if bad:
+            raise ValueError("GRPOTrainer argument(s) covey does not support: " + "; ".join(bad))
+        if processing_class is not None and tokenizer is not None and processing_class is not tokenizer:
+            raise ValueError("pass the tokenizer once: processing_class or tokenizer")
+        tokenizer = processing_class if processing_class is not None else tokenizer
+        funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        train_dataset, eval_dataset = _split(train_dataset, "train_dataset", ("train",)), _split(
+            eval_dataset, "eval_dataset", ("test", "validation", "eval"))
+        raw: dict[str, Any] = {}
+        weights, user_params = None, bool(dataset_params)
+        if args is not None:
+            rows = len(train_dataset) if train_dataset is not None and hasattr(train_dataset, "__len__") and not isinstance(
+                train_dataset, (str, os.PathLike)) else None  # fmt: skip
+            raw, extras = covey_config(args, n_rows=rows, n_rewards=len(funcs))
+            weights = extras["reward_weights"]
+            if run_dir is None and extras["output_dir"]:
+                run_dir = extras["output_dir"]
+            dataset_params = {"verifier": "none", **dataset_params}  # TRL adds no reward of its own
+            eval_dataset = None  # TRL's periodic evaluation is not run (covey_config warns when it was asked for)
+        if args is not None and config is not None and not isinstance(config, dict):
+            raise ValueError("with args, config may only be a dict of covey keys to apply on top (a RunConfig or YAML "
+                             "file sets every key and would undo args)")
+        raw = apply_overrides(raw, _raw_config(config))
+        if peft_config is not None:
+            raw = apply_overrides(raw, {"model": {"lora": _lora(peft_config)}})
         if isinstance(model, (str, os.PathLike)):
             raw = apply_overrides(raw, {"model": {"name": _model_name(model)}})
         task = None
         if train_dataset is not None:
             task, task_cfg = _dataset_task(train_dataset, eval_dataset, dataset_params)
-            kept = {k: v for k, v in raw.get("task", {}).items() if k not in ("name", "params")}  # splits
+            kept = {k: v for k, v in raw.get("task", {}).items() if k in ("split", "eval_split", "on_long_prompt")}  # not the old task's params
             raw = {**raw, "task": {**kept, **task_cfg}}
-            if eval_dataset is not None and getattr(task, "reward", None) is not None and not raw.get("eval", {}).get("size"):
+            if eval_dataset is not None and getattr(task, "reward", None) is None:
+                raise ValueError(f"eval_dataset is scored with the final-answer check, which needs an "
+                                 f"{dataset_params.get('answer_key', 'answer')!r} column (answer_key) in the rows (and "
+                                 "verifier not none); add one, or leave eval_dataset out")  # fmt: skip
+            if eval_dataset is not None and not raw.get("eval", {}).get("size"):
                 raw = apply_overrides(raw, {"eval": {"size": len(task.examples("test"))}})
-        elif eval_dataset is not None or dataset_params:
+        elif eval_dataset is not None or user_params:
             raise ValueError("eval_dataset and dataset parameters need a train_dataset")
         self.config = validate_config(raw, source="GRPOTrainer config")
         if self.config.eval.size and task is not None and getattr(task, "reward", None) is None:
             raise ValueError(f"eval.size={self.config.eval.size} needs a verifier: give the dataset an "
                              f"{dataset_params.get('answer_key', 'answer')!r} column or set eval.size=0")  # fmt: skip
-        funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        self.reward_funcs = _rewards(funcs, weights, reward_processing_classes)
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(self.config)
-        if (self.run_dir / "metrics.jsonl").exists():
-            raise FileExistsError(f"{self.run_dir} already holds a run: pass another run_dir")
-        self.trainer = Trainer(
-            self.config, self.run_dir, task=task, reward_funcs=list(funcs),
-            model=None if isinstance(model, (str, os.PathLike)) else model, tokenizer=tokenizer,
-        )  # fmt: skip
-        self.model, self.tokenizer = self.trainer.model, self.trainer.tokenizer
+        self._had_run = (self.run_dir / "metrics.jsonl").exists()  # refused at train() unless it resumes
+        self._build = dict(task=task, reward_funcs=self.reward_funcs, tokenizer=tokenizer,
+                           model=None if isinstance(model, (str, os.PathLike)) else model)  # fmt: skip
+        self.trainer = self._new_trainer(resume=False)
         self.summary: dict[str, Any] = {}
 
-    def train(self) -> dict[str, Any]:
+    def _new_trainer(self, resume: bool):
+        from covey.train.trainer import Trainer
+
+        trainer = Trainer(self.config, self.run_dir, resume=resume, **self._build)
+        self.model, self.tokenizer, self.processing_class = trainer.model, trainer.tokenizer, trainer.tokenizer
+        return trainer
+
+    def train(self, resume_from_checkpoint: bool | str | os.PathLike | None = None) -> dict[str, Any]:
         """Train for `config.steps` steps; returns the last step's metrics merged with the run
-        summary (run_dir, checkpoint, eval_before/eval_after when evaluated, plots)."""
+        summary (run_dir, checkpoint, eval_before/eval_after when evaluated, plots).
+
+        resume_from_checkpoint: True, or the run folder / its latest checkpoint: continue that run
+        (TRL's argument; covey resumes from the folder's latest checkpoint, as `covey train --resume`)."""
         from covey.train.run import train
 
+        if resume_from_checkpoint:
+            self._check_resume_target(resume_from_checkpoint)
+            if self._build["model"] is not None and self.config.model.lora is not None:
+                raise ValueError("resuming a LoRA run given as a model object is not supported (the object already "
+                                 "carries this trainer's adapters): pass the model by name or folder")
+            self.trainer.close()
+            self.trainer = self._new_trainer(resume=True)
+        elif self._had_run and self.trainer.step_num == 0:
+            raise FileExistsError(f"{self.run_dir} already holds a run: pass train(resume_from_checkpoint=True) to "
+                                  "continue it, or another output_dir / run_dir")  # fmt: skip
         self.summary = train(self.config, self.run_dir, trainer=self.trainer)
+        self._had_run = True
         return {**self.trainer.last_metrics, **self.summary}
+
+    def _check_resume_target(self, target) -> None:
+        from covey.train.checkpoint import latest_checkpoint
+
+        latest = latest_checkpoint(self.run_dir)
+        if latest is None:
+            raise FileNotFoundError(f"{self.run_dir} has no checkpoint to resume from")
+        if target is True:
+            return
+        p = Path(target).resolve()
+        if p not in (self.run_dir.resolve(), Path(latest).resolve()):
+            raise ValueError(f"resume_from_checkpoint={str(target)!r}: covey resumes the run in {self.run_dir} from its "
+                             f"latest checkpoint {latest}; pass True, the run folder or that checkpoint")  # fmt: skip
 
     def step(self) -> dict[str, Any]:
         """One training step (no progress bar, no end-of-run save); returns its metrics."""
+        if self._had_run and self.trainer.step_num == 0:
+            raise FileExistsError(f"{self.run_dir} already holds a run: use train(resume_from_checkpoint=True), or "
+                                  "another output_dir / run_dir")  # fmt: skip
         return self.trainer.step()
 
     def save_model(self, path: str | os.PathLike) -> Path:
@@ -123,6 +232,67 @@ class GRPOTrainer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _split(data, what: str, names: tuple[str, ...]):
+    """A `DatasetDict` (or a dict of datasets) becomes its split named first in `names` (TRL takes
+    the split you index; covey picks "train" for training and test/validation/eval for evaluation)."""
+    if data is None or isinstance(data, (str, os.PathLike, list)) or not hasattr(data, "keys"):
+        return data
+    for name in names:
+        if name in data:
+            return data[name]
+    raise ValueError(f"{what} is a DatasetDict with splits {sorted(data.keys())}; covey takes {' or '.join(names)}: "
+                     f"pass {what}=ds[<split>]")
+
+
+def _lora(peft_config) -> dict[str, Any]:
+    """covey's model.lora from a peft `LoraConfig` (a dict of its fields works too); settings covey's
+    LoRA does not have are an error, since dropping them would change what is trained."""
+    get = peft_config.get if isinstance(peft_config, dict) else lambda k, d=None: getattr(peft_config, k, d)
+    if type(peft_config).__name__ not in ("LoraConfig", "dict"):
+        raise ValueError(f"peft_config must be a peft LoraConfig, got {type(peft_config).__name__}")
+    target = get("target_modules")
+    if target is None:
+        raise ValueError("peft_config.target_modules=None (peft's per-architecture default) is not mapped: name them, "
+                         "e.g. 'all-linear' or ['q_proj', 'v_proj']")
+    checks = {"bias": "none", "use_rslora": False, "use_dora": False, "modules_to_save": None, "layers_to_transform": None,
+              "rank_pattern": {}, "alpha_pattern": {}, "init_lora_weights": True, "exclude_modules": None}
+    bad = [f"{k}={get(k)!r}" for k, default in checks.items() if get(k, default) not in (default, None, {}) or
+           (k == "init_lora_weights" and get(k, True) is not True)]  # fmt: skip
+    if bad:
+        raise ValueError(f"peft_config settings covey's LoRA does not have: {', '.join(bad)}")
+    return {"r": int(get("r", 8)), "alpha": float(get("lora_alpha", 8)), "dropout": float(get("lora_dropout", 0.0)),
+            "target_modules": target if isinstance(target, str) else sorted(target)}
+
+
+def _rewards(funcs: list, weights, processing_classes) -> list:
+    """The reward list for the runner: TRL's reward_weights, reward models (model objects, and strings
+    that are neither import paths nor covey reward names) with their tokenizers."""
+    from covey.rewards import REWARDS, ModelReward, RewardSpec
+    from covey.rewards.model import is_reward_model
+
+    n = len(funcs)
+    if processing_classes is None:
+        classes = [None] * n
+    else:  # as in TRL: one per reward function (a single one for a single function)
+        classes = list(processing_classes) if isinstance(processing_classes, (list, tuple)) else [processing_classes]
+    if len(classes) != n:
+        raise ValueError(f"{len(classes)} reward_processing_classes for {n} reward functions (as in TRL, one per function)")
+    out = []
+    for i, fn in enumerate(funcs):
+        if is_reward_model(fn) or (isinstance(fn, (str, os.PathLike)) and ":" not in str(fn) and str(fn) not in REWARDS
+                                   and ("/" in str(fn) or Path(fn).exists())):  # an id or folder; else a covey name
+            fn = ModelReward(fn, tokenizer=classes[i])
+        elif classes[i] is not None:
+            raise ValueError(f"reward_processing_classes[{i}] is given but reward {i} is not a reward model")
+        if weights is None:
+            out.append(fn)
+        elif isinstance(fn, str):
+            out.append({"name": fn, "weight": float(weights[i])})
+        else:
+            out.append((fn, RewardSpec(name=getattr(fn, "__name__", type(fn).__name__), weight=float(weights[i]))))
+    return out
 
 
 def _raw_config(config) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""`covey` command line: train, eval, sft, plot, algos, tasks, config, bench, models."""
+"""`covey` command line: train, eval, sft, plot, list (algos, tasks), config, bench, models."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -22,25 +24,47 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "your input is wrong" (a message, exit 2), not "covey has a bug" (traceback)."""
     from pydantic import ValidationError
 
-    from covey.algos.registry import ComponentError
-    from covey.plugins import PluginError
+    from covey.registry import RegistryError
     from covey.rewards.runner import RewardFailure
     from covey.train.checkpoint import WriteError
     from covey.train.config import ConfigError
     from covey.train.runlock import RunLocked
 
-    return (ConfigError, PluginError, ComponentError, ValidationError, FileNotFoundError, FileExistsError,
+    return (ConfigError, RegistryError, ValidationError, FileNotFoundError, FileExistsError,
             NotADirectoryError, PermissionError, WriteError, RunLocked, RewardFailure)  # fmt: skip
 
 
 _COVEY_SRC = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+# A file covey was told to use cannot be written (read-only file system, no permission, full disk or
+# quota, file too large): the run folder's or an output's, not a bug.
+_FILE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                          errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EEXIST})
+
+
+def _file_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and bool(e.filename) and e.errno in _FILE_ERRNOS
+
+
+def _message(e: BaseException) -> str:
+    """The one line printed for a user error: a file error names the file and the cause."""
+    from covey.train.checkpoint import WriteError
+
+    if _file_error(e) and not isinstance(e, WriteError):  # a WriteError words its own message
+        reason = os.strerror(e.errno).lower()
+        if e.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return f"cannot write {e.filename}: {reason}"
+        return f"{e.filename}: {reason}"
+    return str(e).strip() or type(e).__name__
+
+
 def _is_user_error(e: BaseException) -> bool:
-    """A user-error type above, or a ValueError that covey raised on purpose: a covey error class
-    (RolloutsError, a task's ...) or a plain ValueError raised in covey's own code (where covey checks
-    its inputs). A ValueError from inside torch, transformers, json, ... is a bug: traceback."""
-    if isinstance(e, _user_errors()):
+    """A user-error type above, a file covey cannot write (`_FILE_ERRNOS`), or a ValueError that covey
+    raised on purpose: a covey error class (RolloutsError, a task's ...) or a plain ValueError raised
+    in covey's own code (where covey checks its inputs). A ValueError from inside torch, transformers,
+    json, ... is a bug: traceback."""
+    if isinstance(e, _user_errors()) or _file_error(e):
         return True
     if not isinstance(e, ValueError):
         return False
@@ -66,7 +90,7 @@ class _Typer(typer.Typer):
                 except Exception as e:
                     if _DEBUG["on"] or _env_debug() or not _is_user_error(e):
                         raise
-                    msg = str(e).strip() or type(e).__name__
+                    msg = _message(e)
                     typer.secho(f"error: {msg}", fg="red", err=True)
                     typer.secho("(run with --debug or COVEY_DEBUG=1 for the traceback)", err=True)
                     raise typer.Exit(2) from None
@@ -94,6 +118,16 @@ def _options(debug: Annotated[bool, typer.Option("--debug", help="Show traceback
 def _fail(msg: str) -> None:
     typer.secho(f"error: {msg}", fg="red", err=True)
     raise typer.Exit(2)
+
+
+def _check_at_least(flag: str, value: int, low: int, note: str = "") -> None:
+    if value < low:
+        _fail(f"{flag} must be >= {low}{f' ({note})' if note else ''}, got {value}")
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**32:
+        _fail(f"--seed must be in 0..{2**32 - 1}, got {seed}")
 
 
 @app.command()
@@ -150,32 +184,69 @@ def config_show(
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
-@app.command()
-def algos():
-    """List every registered component per axis, with its paper and arXiv id."""
+def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
+    """(kind, config key, rows of (name, summary, paper/arXiv, parameters)) for every registry and
+    preset table, in the order a config file reads."""
+    from covey.algos import REGISTRIES
+    from covey.algos.presets import PRESET_NOTES, PRESETS, SAMPLER_PRESETS
+    from covey.engine import ENGINES
+    from covey.envs import ENVS
+    from covey.rewards import REWARDS
+    from covey.samplers import SAMPLERS
+    from covey.strategies import STRATEGIES
+    from covey.tasks import TASKS
+
+    def rows(registry):
+        out = []
+        for name in sorted(registry):
+            e = registry[name]
+            paper = ", ".join(x for x in (e.paper, f"arXiv {e.arxiv}" if e.arxiv else "") if x)
+            params = ", ".join(f"{k}={_short(v)}" for k, v in e.defaults.items())
+            out.append((name, e.summary, paper, params))
+        return out
+
+    kinds = [("task", "task", rows(TASKS)), ("reward", "rewards", rows(REWARDS)), ("sampler", "sampler", rows(SAMPLERS)),
+             ("sampler preset", "sampler", [(n, p["about"], "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
+             ("strategy", "rollout.strategy", rows(STRATEGIES)), ("environment", "env", rows(ENVS)),
+             ("engine", "engine", rows(ENGINES))]  # fmt: skip
+    kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
+    kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
+    return kinds
+
+
+def _short(value, width: int = 24) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "preset")
+
+
+@app.command("list")
+def list_cmd(kinds: Annotated[Optional[list[str]], typer.Argument(help="Only these kinds (e.g. sampler advantage preset).")] = None):
+    """Every registry: tasks, rewards, samplers (and sampler presets), rollout strategies, engines, each
+    algorithm axis and the algorithm presets, one line per entry with its summary and paper."""
     from rich.console import Console
     from rich.table import Table
 
-    from covey.algos import REGISTRIES
-    from covey.algos.presets import PRESETS
+    catalogue = _catalogue()
+    known = [k for k, _, _ in catalogue]
+    unknown = sorted(set(kinds or ()) - set(known))
+    if unknown:
+        _fail(f"unknown kind(s) {unknown}; kinds: {', '.join(known)}")
+    table = Table("kind (config key)", "name", "summary", "paper", "parameters (defaults)")
+    for kind, key, entries in catalogue:
+        if kinds and kind not in kinds:
+            continue
+        for name, summary, paper, params in entries:
+            table.add_row(f"{kind} ({key})", name, summary, paper, params)
+    Console(width=220).print(table)
 
-    table = Table("axis", "name", "paper", "arXiv", "parameters (defaults)")
-    for axis, registry in REGISTRIES.items():
-        for name in sorted(registry):
-            c = registry[name]
-            params = ", ".join(f"{k}={v!r}" for k, v in c.defaults.items())
-            table.add_row(axis, name, c.paper, c.arxiv, params)
-    for name in sorted(PRESETS):
-        table.add_row("preset", name, "", "", "")
-    from covey.samplers import SAMPLERS
-    from covey.engine import ENGINES
-    from covey.strategies import STRATEGIES
 
-    for kind, registry in (("sampler", SAMPLERS), ("rollout strategy", STRATEGIES), ("engine", ENGINES)):
-        for name in sorted(registry):
-            doc = (registry[name].__doc__ or "").strip().splitlines()
-            table.add_row(kind, name, doc[0] if doc else "", "", "")
-    Console(width=200).print(table)
+@app.command()
+def algos():
+    """The algorithm part of `covey list`: every component per axis (paper, arXiv id, parameters) and the presets."""
+    list_cmd(list(ALGO_KINDS))
 
 
 @app.command()
@@ -184,32 +255,37 @@ def tasks():
     from covey.tasks import TASKS
 
     for name in sorted(TASKS):
-        typer.echo(f"{name}: {getattr(TASKS[name], '__doc__', '') and TASKS[name].__doc__.strip().splitlines()[0]}")
+        typer.echo(f"{name}: {TASKS[name].summary}")
 
 
 @app.command("eval")
 def eval_cmd(
-    task: Annotated[str, typer.Option(help="A registered task (covey tasks).")],
+    task: Annotated[Optional[str], typer.Option(help="A registered task (covey tasks); with --run, default: the run's task.")] = None,
     model: Annotated[Optional[str], typer.Option(help="Model alias, folder or hub id.")] = None,
-    run: Annotated[Optional[Path], typer.Option(help="A training run folder: evaluate its latest checkpoint.")] = None,
-    split: str = "test",
+    run: Annotated[Optional[Path], typer.Option(help="A training run folder: evaluate its latest checkpoint with its task "
+                                                     "settings and rewards.")] = None,  # fmt: skip
+    split: Annotated[Optional[str], typer.Option(help="Split to evaluate (default: test; with --run the run's task.eval_split).")] = None,
     limit: Annotated[int, typer.Option(help="Evaluate the first N problems (0 = all).")] = 0,
     n: Annotated[int, typer.Option(help="Samples per problem.")] = 1,
     k: Annotated[str, typer.Option(help="Comma-separated k values for pass@k / maj@k (each <= n).")] = "1",
     temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
     max_new_tokens: int = 256,
-    dtype: Annotated[str, typer.Option(help="bf16, fp32 or auto (bf16 on CUDA; on CPU whichever a quick matmul finds faster).")] = "bf16",
+    dtype: Annotated[Optional[str], typer.Option(help="bf16, fp32 or auto (bf16 on CUDA; on CPU whichever a quick matmul "
+                                                      "finds faster); default bf16, with --run the run's model.dtype.")] = None,  # fmt: skip
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",
-    task_param: Annotated[Optional[list[str]], typer.Option(help="Task parameter key=value (repeatable).")] = None,
+    task_param: Annotated[Optional[list[str]], typer.Option(help="Task parameter key=value (repeatable; with --run, "
+                                                                 "overrides the run's).")] = None,  # fmt: skip
     seed: int = 0,
 ):
-    """Accuracy, unbiased pass@k and maj@k of a model or a run's checkpoint on a task."""
+    """Accuracy, unbiased pass@k and maj@k of a model or a run's checkpoint on a task (with --run
+    also the mean of each of the run's reward columns)."""
     from covey.devices import resolve_device
     from covey.engine import TorchEngine
-    from covey.eval.runner import evaluate
+    from covey.engine.support import check_model_support
+    from covey.eval.runner import eval_progress, evaluate
     from covey.tasks import get_task
-    from covey.train.config import parse_overrides
-    from covey.train.setup import load_policy, load_run_policy
+    from covey.train.config import load_config, parse_overrides
+    from covey.train.setup import build_rewards, load_policy, load_run_policy
 
     if (model is None) == (run is None):
         _fail("give exactly one of --model or --run")
@@ -217,32 +293,68 @@ def eval_cmd(
         ks = tuple(int(x) for x in k.split(","))
     except ValueError:
         _fail(f"--k must be comma-separated integers (e.g. 1,4,8), got {k!r}")
+    _check_at_least("--limit", limit, 0, "0 = all")
+    _check_at_least("--n", n, 1)
+    _check_at_least("--max-new-tokens", max_new_tokens, 1)
+    _check_seed(seed)
+    if any(x < 1 for x in ks):
+        _fail(f"every k must be >= 1; got k={k}")
     if any(x > n for x in ks):
         _fail(f"every k must be <= n={n}; got k={k}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        _fail(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    from covey.dtypes import CHOICES as DTYPES
+
+    if dtype is not None and dtype not in DTYPES:
+        _fail(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     try:
         dev = resolve_device(device)
     except ValueError as e:
         _fail(str(e))
+    run_cfg = None
+    if run is not None:
+        if not (run / "config.yaml").is_file():
+            _fail(f"{run} is not a covey run folder (no config.yaml)")
+        run_cfg = load_config(run / "config.yaml")
+    elif task is None:
+        _fail("--task is needed with --model (with --run the run's task is the default)")
+    same_task = run_cfg is not None and task in (None, run_cfg.task.name)
+    name = run_cfg.task.name if same_task else task
+    params = {**(run_cfg.task.params if same_task else {}), **parse_overrides(task_param or [])}
+    split = split or (run_cfg.task.eval_split if same_task else "test")
+    if model is not None:
+        from covey.models.loading import check_name
+
+        check_name(model)  # an unknown model fails before anything loads
     try:
-        t = get_task(task, **parse_overrides(task_param or []))
+        t = get_task(name, **params)
         items = list(t.examples(split))
     except (ValueError, FileNotFoundError) as e:
         _fail(str(e))
-    if getattr(t, "reward", None) is None:
-        _fail(f"task {task!r} has no verifier to score with (for `dataset`: give rows an answer column, see answer_key)")
-    if run is not None:
-        policy, tokenizer = load_run_policy(run)
-    else:
-        from covey.train.config import ModelConfig
-
-        policy, tokenizer = load_policy(ModelConfig(name=model))
-    items = items[:limit] if limit else items
+    if model is not None:
+        check_model_support(model, "torch")  # from its config.json, before anything loads
+    rewards = build_rewards(run_cfg, t, workers=run_cfg.reward_workers) if same_task else None  # the run's columns
+    if rewards is None and getattr(t, "reward", None) is None:
+        _fail(f"task {name!r} has no verifier to score with (for `dataset`: give rows an answer column, see answer_key)")
     try:
-        engine = TorchEngine(policy.to(dev), dtype=dtype, tokenizer=tokenizer)
-    except ValueError as e:
-        _fail(str(e))
-    res = evaluate(engine, tokenizer, t, items, n=n, ks=ks, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-    typer.echo(json.dumps({"task": task, "model": model or str(run), "split": split, **res}))
+        if run is not None:
+            policy, tokenizer = load_run_policy(run)
+        else:
+            from covey.train.config import ModelConfig
+
+            policy, tokenizer = load_policy(ModelConfig(name=model))
+        items = items[:limit] if limit else items
+        try:
+            engine = TorchEngine(policy.to(dev), dtype=dtype or (run_cfg.model.dtype if run_cfg else "bf16"), tokenizer=tokenizer)
+        except ValueError as e:
+            _fail(str(e))
+        with eval_progress(len(items), label="eval") as progress:
+            res = evaluate(engine, tokenizer, t, items, n=n, ks=ks, temperature=temperature, max_new_tokens=max_new_tokens,
+                           seed=seed, rewards=rewards, progress=progress)  # fmt: skip
+    finally:
+        if rewards is not None:
+            rewards.close()
+    typer.echo(json.dumps({"task": name, "model": model or str(run), "split": split, **res}))
 
 
 @app.command()
@@ -257,11 +369,22 @@ def sft(
     seed: int = 0,
 ):
     """A short supervised warm start on task demonstrations (for tiny models before RL)."""
+    from covey.models.loading import check_name
     from covey.tasks import get_task
     from covey.train.config import parse_overrides
-    from covey.train.sft import run_sft
+    from covey.train.sft import check_sft_args, run_sft
 
+    try:
+        check_sft_args(steps, batch_size, lr, seed)
+    except ValueError as e:
+        _fail(f"--{str(e).replace('_', '-')}")
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} exists and is not a folder")
     t = get_task(task, **parse_overrides(task_param or []))
+    if getattr(t, "demonstration", None) is None:
+        _fail(f"task {task!r} has no demonstrations (a `demonstration(item)` method) to imitate")
+    t.examples("train")  # the data loads
+    check_name(model)  # an unknown model fails before anything loads
     res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
     typer.echo(json.dumps(res))
 

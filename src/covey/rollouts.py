@@ -1,6 +1,6 @@
 """The `Rollouts` batch: one object that every stage of a training step reads and extends.
 
-Shapes use DESIGN.md's letters: N samples (rows), T completion tokens (right-padded), K reward columns.
+Shapes (the letters of docs/algorithms.md): N samples (rows), T completion tokens (right-padded), K reward columns.
 Everything here is plain tensors; no model, no tokenizer. `validate()` checks shapes and dtypes and
 fails with a message naming the field, what it got and what it needs.
 """
@@ -8,7 +8,7 @@ fails with a message naming the field, what it got and what it needs.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -38,16 +38,32 @@ class Rollouts:
         rewards:             [N, K] float32, one column per reward function, named by reward_names.
         reward_weights:      [K] float32, weights of the scalar reward (default: all ones).
         advantages:          [N] or [N, T] float32, written by the advantage estimator.
-        sample_mask:         [N] float32, 0 for rows an estimator excluded (e.g. MC-GRPO's pivot).
+        sample_mask:         [N] float32, 0 for rows an estimator excluded (e.g. MC-GRPO's pivot), or
+                             [N, T] for single tokens (BranchGRPO trains a shared tree edge once).
         entropies:           [N, T] float32, per-token entropy of the sampling distribution.
         ref_logprobs:        [N, T] float32, log pi_ref of each token (KL terms, ACE).
         old_logprobs:        [N, T] float32, log pi_old recomputed by the learner (proximal policy).
         policy_version:      [N, T] long, which weights produced each token (partial/async rollouts).
         tree_path:           list of N tuples of node ids from root to leaf (tree rollouts).
-        trajectory, step:    [N] long, for multi-turn agents (one row per step).
+        episode, turn, step_rewards, step_anchors: multi-turn episodes (`covey.strategies.episodes`):
+                             episode [N] long (id of the row's episode; rows of one episode share
+                             it in layout per_step, one row per turn); turn [N, T] long (the agent
+                             turn of each token, -1 on environment tokens and padding); step_rewards
+                             / step_anchors: N lists, one entry per turn of the row's episode (env
+                             reward; hashable state or None).
         items:               list of N dataset items (dicts, shared not copied): the item each row
                              answers; rewards read their columns from it (set by the rollout strategy).
-        extras:              free-form per-batch annotations (e.g. a sampler's per-row baseline).
+        baseline:            [N] float32, a per-row value baseline from outside the batch (the `spo`
+                             sampler's tracked success probability; read by the `spo` estimator).
+        token_advantages:    [N, T] float32, advantages computed at rollout time (the `tppo`
+                             strategy's Extended GAE; read by the `tppo` estimator), 0 on padding.
+        segment_tokens:      int, tokens per tree segment (scalar metadata of the whole batch, set by
+                             the `branch` strategy; read by `branch_grpo`).
+        recompute_old_logprobs: bool, the learner recomputes log pi_old with the current weights
+                             before the update even when the algorithm does not ask for it (APRIL's
+                             default for carried partial rollouts).
+    Every per-row field is sliced by `select` and joined by `concat`; `reward_names`,
+    `reward_weights`, `segment_tokens` and `recompute_old_logprobs` describe the whole batch and must agree across `concat`.
     """
 
     prompt_ids: list[Tensor]
@@ -67,10 +83,15 @@ class Rollouts:
     old_logprobs: Tensor | None = None
     policy_version: Tensor | None = None
     tree_path: list[tuple[int, ...]] | None = None
-    trajectory: Tensor | None = None
-    step: Tensor | None = None
+    episode: Tensor | None = None
+    turn: Tensor | None = None
+    step_rewards: list[list[float]] | None = None
+    step_anchors: list[list] | None = None
     items: list[dict] | None = None
-    extras: dict = field(default_factory=dict)
+    baseline: Tensor | None = None
+    token_advantages: Tensor | None = None
+    segment_tokens: int | None = None
+    recompute_old_logprobs: bool = False
 
     @classmethod
     def from_generation(cls, gen, group: Tensor, items: list[dict]) -> "Rollouts":
@@ -116,10 +137,11 @@ class Rollouts:
         return self.rewards[:, self.reward_names.index(name)]
 
     def loss_mask(self) -> Tensor:
-        """[N, T] float32: completion_mask with rows excluded by `sample_mask` zeroed."""
+        """[N, T] float32: completion_mask with rows (or tokens) excluded by `sample_mask` zeroed."""
         if self.sample_mask is None:
             return self.completion_mask
-        return self.completion_mask * self.sample_mask[:, None].to(self.completion_mask.dtype)
+        m = self.sample_mask if self.sample_mask.dim() == 2 else self.sample_mask[:, None]
+        return self.completion_mask * m.to(self.completion_mask.dtype)
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> "Rollouts":
@@ -163,18 +185,19 @@ class Rollouts:
             if shape not in ((n,), (n, t)):
                 raise RolloutsError(f"advantages must have shape [N]=({n},) or [N, T]=({n}, {t}), got {shape}")
             _check(self.advantages, "advantages", shape, (torch.float32,))
-        for name in ("entropies", "ref_logprobs", "old_logprobs"):
+        for name in ("entropies", "ref_logprobs", "old_logprobs", "token_advantages"):
             val = getattr(self, name)
             if val is not None:
                 _check(val, name, (n, t), (torch.float32,))
         if self.sample_mask is not None:
-            _check(self.sample_mask, "sample_mask", (n,), (torch.float32,))
+            _check(self.sample_mask, "sample_mask", (n, t) if self.sample_mask.dim() == 2 else (n,), (torch.float32,))
         if self.policy_version is not None:
             _check(self.policy_version, "policy_version", (n, t), (torch.long,))
-        for name in ("trajectory", "step"):
-            val = getattr(self, name)
-            if val is not None:
-                _check(val, name, (n,), (torch.long,))
+        if self.baseline is not None:
+            _check(self.baseline, "baseline", (n,), (torch.float32,))
+        if self.segment_tokens is not None and (not isinstance(self.segment_tokens, int) or self.segment_tokens < 1):
+            raise RolloutsError(f"segment_tokens must be a positive int, got {self.segment_tokens!r}")
+        _check_episodes(self, n, t)
         if self.tree_path is not None and len(self.tree_path) != n:
             raise RolloutsError(f"tree_path must hold N={n} tuples, got {len(self.tree_path)}")
         if self.items is not None and len(self.items) != n:
@@ -191,7 +214,7 @@ class Rollouts:
         out = {}
         for f in dataclasses.fields(self):
             val = getattr(self, f.name)
-            if isinstance(val, Tensor) and f.name != "reward_weights" and val.dim() >= 1:
+            if isinstance(val, Tensor) and f.name not in _BATCH_FIELDS and val.dim() >= 1:
                 out[f.name] = val[idx]
             elif isinstance(val, list):
                 out[f.name] = [val[i] for i in rows]
@@ -212,7 +235,9 @@ class Rollouts:
         for f in dataclasses.fields(Rollouts):
             vals = [getattr(p, f.name) for p in parts]
             present = [v is not None for v in vals]
-            if f.name in ("reward_names", "reward_weights", "extras"):
+            if f.name in _BATCH_FIELDS:
+                if any(not _same(v, vals[0]) for v in vals[1:]):
+                    raise RolloutsError(f"cannot concatenate: {f.name} differs between batches ({vals[0]!r} vs {vals[1]!r}, ...)")
                 out[f.name] = vals[0]
                 continue
             if not any(present):
@@ -223,10 +248,39 @@ class Rollouts:
             if isinstance(vals[0], list):
                 out[f.name] = [x for v in vals for x in v]
             elif vals[0].dim() == 2 and f.name != "rewards":
-                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1])) for v in vals])
+                fill = -1 if f.name == "turn" else 0  # turn marks padding with -1
+                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=fill) for v in vals])
             else:
                 out[f.name] = torch.cat(vals)
         return Rollouts(**out)
+
+
+_BATCH_FIELDS = ("reward_names", "reward_weights", "segment_tokens", "recompute_old_logprobs")
+"""Fields that describe the whole batch, not a row: kept by `select`, equal across `concat`."""
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and bool(torch.equal(a, b))
+    return a == b
+
+
+def _check_episodes(b: Rollouts, n: int, t: int) -> None:
+    """The multi-turn fields: shapes, an entry per turn in the step lists, no trained env token."""
+    if b.episode is not None:
+        _check(b.episode, "episode", (n,), (torch.long,))
+    if b.turn is None:
+        return
+    _check(b.turn, "turn", (n, t), (torch.long,))
+    if bool(((b.completion_mask > 0) & (b.turn < 0)).any()):
+        raise RolloutsError("completion_mask is 1 on a token with turn -1 (environment tokens are never trained)")
+    turns = (b.turn.amax(-1) + 1).tolist()
+    for name in ("step_rewards", "step_anchors"):
+        val = getattr(b, name)
+        if val is None:
+            raise RolloutsError(f"{name} must be set together with turn")
+        if len(val) != n or any(len(v) < k for v, k in zip(val, turns)):
+            raise RolloutsError(f"{name} must hold N={n} lists with one entry per turn of the row's episode")
 
 
 def _desc(x) -> str:

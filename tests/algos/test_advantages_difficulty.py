@@ -1,4 +1,4 @@
-"""NGRPO (§3.10), DGPO (§3.11), A-GRAE (§3.12) and RiskPO (§3.13): spec vectors, options, edge cases."""
+"""NGRPO, DGPO, A-GRAE and RiskPO: hand-computed vectors, options, edge cases."""
 
 import math
 

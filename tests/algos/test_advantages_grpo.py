@@ -1,4 +1,4 @@
-"""GRPO, Dr. GRPO, RLOO, REINFORCE++-baseline: spec vectors (losses-and-advantages.md §1, §3.1-3.2),
+"""GRPO, Dr. GRPO, RLOO, REINFORCE++-baseline: hand-computed vectors,
 edge cases and the vectorised-vs-loop equivalence on shuffled, non-contiguous group ids."""
 
 import random

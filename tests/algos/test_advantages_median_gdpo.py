@@ -1,4 +1,4 @@
-"""MC-GRPO (spec §3.8) and GDPO (spec §3.9, §4.8): spec vectors, options and edge cases."""
+"""MC-GRPO and GDPO: hand-computed vectors, options and edge cases."""
 
 import pytest
 import torch

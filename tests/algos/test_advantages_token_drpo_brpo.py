@@ -1,4 +1,4 @@
-"""GTPO (§3.18), DRPO (§3.20) and BRPO (§3.21): spec vectors, loss/gradient equivalences, edge cases."""
+"""GTPO, DRPO and BRPO: hand-computed vectors, loss/gradient equivalences, edge cases."""
 
 import math
 
@@ -25,7 +25,7 @@ def covey_grad(logp, mask, advantages):
     a = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(logp)
     inp = LossInputs(logp=logp, old_logp=logp.detach(), advantages=a, mask=mask)
     loss_tok, _ = SURROGATES["reinforce"].bind()(inp)
-    loss = AGGREGATIONS["seq-mean-token-mean"].bind()(loss_tok, mask, batch_totals(mask, logp.shape[1]))
+    loss, _ = AGGREGATIONS["seq-mean-token-mean"].bind()(loss_tok, mask, batch_totals(mask, logp.shape[1]))
     (g,) = torch.autograd.grad(loss, logp)
     return g
 

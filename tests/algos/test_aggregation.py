@@ -22,7 +22,7 @@ SPEC_2_2 = {
 @pytest.mark.parametrize("name", sorted(SPEC_2_2))
 def test_spec_vector(name):
     totals = batch_totals(MASK, max_new_tokens=3)
-    assert AGGREGATIONS[name].fn(LM, MASK, totals).item() == pytest.approx(SPEC_2_2[name], rel=1e-6)
+    assert AGGREGATIONS[name].fn(LM, MASK, totals)[0].item() == pytest.approx(SPEC_2_2[name], rel=1e-6)
 
 
 def test_every_registered_mode_has_a_spec_vector():
@@ -31,8 +31,8 @@ def test_every_registered_mode_has_a_spec_vector():
 
 def test_constant_normaliser_param_overrides_the_generation_budget():
     totals = batch_totals(MASK, max_new_tokens=3)
-    assert AGGREGATIONS["seq-mean-token-sum-norm"].fn(LM, MASK, totals, normaliser=5.0).item() == pytest.approx(2.0)
-    assert AGGREGATIONS["seq-mean-token-sum-constant"].fn(LM, MASK, totals, normaliser=5.0).item() == pytest.approx(1.0)
+    assert AGGREGATIONS["seq-mean-token-sum-norm"].fn(LM, MASK, totals, normaliser=5.0)[0].item() == pytest.approx(2.0)
+    assert AGGREGATIONS["seq-mean-token-sum-constant"].fn(LM, MASK, totals, normaliser=5.0)[0].item() == pytest.approx(1.0)
 
 
 def test_empty_rows_are_excluded_from_sequence_denominators():
@@ -41,14 +41,14 @@ def test_empty_rows_are_excluded_from_sequence_denominators():
     totals = batch_totals(mask, max_new_tokens=3)
     assert totals.num_seqs == 2 and totals.num_tokens == 4
     for name in ("seq-mean-token-sum", "seq-mean-token-mean", "token-mean"):
-        assert AGGREGATIONS[name].fn(lm, mask, totals).item() == pytest.approx(SPEC_2_2[name])
+        assert AGGREGATIONS[name].fn(lm, mask, totals)[0].item() == pytest.approx(SPEC_2_2[name])
 
 
 def test_all_masked_batch_gives_zero_not_nan():
     mask = torch.zeros(2, 3)
     totals = batch_totals(mask, max_new_tokens=3)
     for name in AGGREGATIONS:
-        assert AGGREGATIONS[name].fn(LM, mask, totals).item() == 0.0
+        assert AGGREGATIONS[name].fn(LM, mask, totals)[0].item() == 0.0
 
 
 @pytest.mark.parametrize("name", sorted(SPEC_2_2))
@@ -61,7 +61,10 @@ def test_three_uneven_micro_batches_give_the_full_batch_gradient(name):
     mask[4, 0] = 1.0
     weight = torch.randn(t, requires_grad=True)
     totals = batch_totals(mask, max_new_tokens=t)
-    fn = AGGREGATIONS[name].fn
+    def fn(*args):
+        value, metrics = AGGREGATIONS[name].fn(*args)
+        assert metrics == {}  # the built-in reductions report nothing
+        return value
 
     full = fn(x * weight, mask, totals)
     (g_full,) = torch.autograd.grad(full, weight)

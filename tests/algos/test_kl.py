@@ -21,10 +21,35 @@ SPEC_2_3 = {
 }
 
 
+def kl(name, logp, ref, mask=None):
+    """The estimator's kl_tok (mask: all ones by default)."""
+    out, metrics = KL_ESTIMATORS[name].fn(logp, ref, torch.ones_like(ref) if mask is None else mask)
+    assert "kl/mean" in metrics
+    return out
+
+
 @pytest.mark.parametrize("name", sorted(SPEC_2_3))
 def test_spec_vector(name):
-    out = KL_ESTIMATORS[name].fn(torch.tensor([[-1.0]]), torch.tensor([[-1.5]]))
+    out = kl(name, torch.tensor([[-1.0]]), torch.tensor([[-1.5]]))
     assert out.item() == pytest.approx(SPEC_2_3[name], rel=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_2_3))
+def test_metrics_hold_the_masked_mean(name):
+    logp = torch.tensor([[-1.0, -1.0, -5.0], [-1.0, -2.0, -2.0]])
+    ref = torch.tensor([[-1.5, -1.5, -1.0], [-1.5, -2.0, -2.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])  # the d = -4 token is padding
+    out, metrics = KL_ESTIMATORS[name].fn(logp, ref, mask)
+    assert metrics["kl/mean"] == pytest.approx(SPEC_2_3[name], rel=1e-6)  # three unmasked tokens, each d = 0.5
+    assert KL_ESTIMATORS[name].fn(logp, ref, torch.zeros_like(mask))[1]["kl/mean"] == 0.0
+
+
+def test_low_var_kl_reports_the_fraction_of_clamped_tokens():
+    logp = torch.tensor([[-31.0, -1.0, -1.0, -40.0]])  # d = -30 (clamped), 0, 0.5, -39 (masked)
+    ref = torch.tensor([[-1.0, -1.0, -1.5, -1.0]])
+    _, metrics = KL_ESTIMATORS["low_var_kl"].fn(logp, ref, torch.tensor([[1.0, 1.0, 1.0, 0.0]]))
+    assert metrics["kl/low_var_kl/clamped"] == pytest.approx(1 / 3)
+    assert metrics["kl/mean"] == pytest.approx((10.0 + 0.0 + SPEC_2_3["k3"]) / 3)
 
 
 def test_every_registered_estimator_has_a_spec_vector():
@@ -33,24 +58,24 @@ def test_every_registered_estimator_has_a_spec_vector():
 
 def test_abs_and_k3_are_non_negative_where_k1_is_negative():
     logp, ref = torch.tensor([[-2.0]]), torch.tensor([[-1.0]])  # d = -1
-    assert KL_ESTIMATORS["k1"].fn(logp, ref).item() == -1.0
-    assert KL_ESTIMATORS["abs"].fn(logp, ref).item() == 1.0
-    assert KL_ESTIMATORS["k3"].fn(logp, ref).item() == pytest.approx(math.e - 2)  # e^1 - 1 - 1
+    assert kl("k1", logp, ref).item() == -1.0
+    assert kl("abs", logp, ref).item() == 1.0
+    assert kl("k3", logp, ref).item() == pytest.approx(math.e - 2)  # e^1 - 1 - 1
 
 
 def test_low_var_kl_clamps_input_and_output_but_k3_does_not():
     # d = -30: k3 = e^30 - 31; verl: x = clamp(30, +-20) = 20 -> e^20 - 21 -> clamp at 10
     logp, ref = torch.tensor([[-31.0]]), torch.tensor([[-1.0]])
-    assert KL_ESTIMATORS["low_var_kl"].fn(logp, ref).item() == 10.0
-    assert KL_ESTIMATORS["k3"].fn(logp, ref).item() == pytest.approx(math.exp(30) - 31, rel=1e-5)
+    assert kl("low_var_kl", logp, ref).item() == 10.0
+    assert kl("k3", logp, ref).item() == pytest.approx(math.exp(30) - 31, rel=1e-5)
 
 
 @pytest.mark.parametrize("name,value", [("k1+", "k1"), ("k3+", "k3")])
 def test_straight_through_has_forward_value_of_its_base_and_gradient_of_k2(name, value):
     ref = torch.tensor([[-1.5, -0.2, -3.0]])
     logp = torch.tensor([[-1.0, -0.9, -0.5]], requires_grad=True)
-    out = KL_ESTIMATORS[name].fn(logp, ref)
-    assert torch.allclose(out, KL_ESTIMATORS[value].fn(logp.detach(), ref))
+    out = kl(name, logp, ref)
+    assert torch.allclose(out, kl(value, logp.detach(), ref))
     (g,) = torch.autograd.grad(out.sum(), logp)
     assert torch.allclose(g, (logp - ref).detach())  # d(0.5 d^2)/d logp = d
 
@@ -58,7 +83,7 @@ def test_straight_through_has_forward_value_of_its_base_and_gradient_of_k2(name,
 def test_k3_gradient_differs_from_k2_gradient():
     # k3 gradient: 1 - exp(-d); at d = 0.5 that is 0.393469, not 0.5: what k3+ replaces
     logp = torch.tensor([[-1.0]], requires_grad=True)
-    (g,) = torch.autograd.grad(KL_ESTIMATORS["k3"].fn(logp, torch.tensor([[-1.5]])).sum(), logp)
+    (g,) = torch.autograd.grad(kl("k3", logp, torch.tensor([[-1.5]])).sum(), logp)
     assert g.item() == pytest.approx(1 - math.exp(-0.5), rel=1e-6)
 
 
@@ -85,4 +110,6 @@ def test_entropy_bonus_is_minus_coef_times_aggregated_entropy():
 
 def test_shape_mismatch_names_both_tensors():
     with pytest.raises(ValueError, match="ref_logp"):
-        KL_ESTIMATORS["k3"].fn(torch.zeros(2, 3), torch.zeros(2, 2))
+        KL_ESTIMATORS["k3"].fn(torch.zeros(2, 3), torch.zeros(2, 2), torch.ones(2, 3))
+    with pytest.raises(ValueError, match="mask shape"):
+        KL_ESTIMATORS["k3"].fn(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 2))

@@ -85,8 +85,8 @@ def test_zero_kl_coef_is_inactive():
 def test_values_are_coerced_and_bound_functions_use_them():
     cfg = resolve_algo({"preset": "grpo", "surrogate": {"eps_high": "0.3"}})
     assert cfg.surrogate.params["eps_high"] == 0.3
-    assert cfg.bind("surrogate").component is SURROGATES["ppo_clip"]
-    assert cfg.bind("aggregation").component is AGGREGATIONS["seq-mean-token-mean"]
+    assert cfg.bind("surrogate").entry is SURROGATES["ppo_clip"]
+    assert cfg.bind("aggregation").entry is AGGREGATIONS["seq-mean-token-mean"]
 
 
 def test_dhpo_entropy_requirement_is_reported():
@@ -137,9 +137,40 @@ def test_mc_grpo_samples_one_extra_rollout():
 
 def test_import_path_component_is_accepted():
     cfg = resolve_algo({"aggregation": "covey.algos.aggregation:token_mean"})
-    assert cfg.bind("aggregation").component.name == "covey.algos.aggregation:token_mean"
+    assert cfg.bind("aggregation").entry.name == "covey.algos.aggregation:token_mean"
 
 
 def test_algo_config_passes_through():
     cfg = resolve_algo({"preset": "gspo"})
     assert resolve_algo(cfg) is cfg and isinstance(cfg, AlgoConfig)
+
+
+# ---------------------------------------------------------------------------- sampler presets (data)
+from covey.algos.presets import SAMPLER_PRESETS, apply_sampler_preset, sampler_spec  # noqa: E402
+from covey.registry import Spec  # noqa: E402
+
+
+def test_sampler_preset_writes_its_strategy_and_fills_only_silent_keys():
+    out = apply_sampler_preset({"sampler": {"name": "dars_b", "schedule": "hw"}, "optim": {"epochs": 3}})
+    assert out["sampler"] == {"name": "dars_b"}
+    assert out["rollout"] == {"strategy": {"name": "dars", "params": {"schedule": "hw"}}, "prompts_per_step": 64}
+    assert out["optim"] == {"epochs": 3, "mini_batches": 1}  # the user's epochs win
+    assert apply_sampler_preset(out) == out  # idempotent: a saved config.yaml reads back the same
+    assert sampler_spec(Spec.model_validate(out["sampler"])).name == "uniform"
+    assert sampler_spec(Spec(name="vade")).name == "vade"
+
+
+def test_sampler_preset_conflicts_and_parameters_are_refused():
+    with pytest.raises(ValueError, match="sampler 'dars' runs as the rollout strategy 'dars'; it cannot be combined "
+                                         "with rollout.strategy='treepo'"):
+        apply_sampler_preset({"sampler": "dars", "rollout": {"strategy": {"name": "treepo"}}})
+    with pytest.raises(ValueError, match="set the keys it fills instead: rollout.group_size, algo.dynamic_sampling, "
+                                         "optim.micro_batch_size"):
+        apply_sampler_preset({"sampler": {"name": "brorl", "params": {"n": 512}}})
+    plain = {"sampler": {"name": "vade"}, "rollout": {"group_size": 4}}
+    assert apply_sampler_preset(plain) is plain
+
+
+def test_every_sampler_preset_is_data_with_a_summary():
+    for name, preset in SAMPLER_PRESETS.items():
+        assert preset["about"] and set(preset) <= {"about", "strategy", "fill"}, name

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from _make import rollouts
-from covey.algos import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES, ComponentError
-from covey.algos.registry import AdvantageResult, CorrectionInputs, LossInputs
+from covey.algos import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
+from covey.registry import RegistryError
+from covey.algos.registry import AdvantageResult, BatchTotals, CorrectionInputs, LossInputs
 from covey.rollouts import RolloutsError
 
 USER_MODULE = '''
@@ -53,11 +54,15 @@ def sur_wrong_shape(inp):
 def sur_ok(inp, *, scale: float = 1.0):
     return (-(scale * inp.logp * inp.advantages), {})
 def agg_vector(loss_tok, mask, totals):
-    return (loss_tok * mask).sum(-1)
-def kl_one_input(logp):
-    return logp
-def kl_row(logp, ref_logp):
-    return (logp - ref_logp).sum(-1)
+    return (loss_tok * mask).sum(-1), {}
+def kl_two_inputs(logp, ref_logp):
+    return logp - ref_logp, {}
+def kl_row(logp, ref_logp, mask):
+    return (logp - ref_logp).sum(-1), {}
+def kl_tensor_only(logp, ref_logp, mask):
+    return logp - ref_logp
+def agg_no_metrics(loss_tok, mask, totals):
+    return (loss_tok * mask).sum()
 def corr_bad(inp):
     return (inp.mask[:, :1], {})
 '''
@@ -78,13 +83,13 @@ def um(tmp_path_factory):
     [
         (ADVANTAGES, "adv_no_batch", r"signature \(\), but a advantage is called as fn\(batch: Rollouts"),
         (ADVANTAGES, "adv_two_inputs", r"takes 1 positional input"),
-        (ADVANTAGES, "adv_param_without_default", r"keyword-only parameter 'scale' needs a default"),
+        (ADVANTAGES, "adv_param_without_default", r"parameter 'scale' needs a default"),
         (SURROGATES, "sur_three", r"surrogate 'user_components:sur_three' has signature \(logp, old_logp, advantages\)"),
-        (KL_ESTIMATORS, "kl_one_input", r"takes 2 positional input"),
+        (KL_ESTIMATORS, "kl_two_inputs", r"takes 3 positional input\(s\) \(logp, ref_logp, mask\)"),
     ],
 )
 def test_wrong_signature_is_a_component_error_at_lookup(um, registry, fn, message):
-    with pytest.raises(ComponentError, match=message):
+    with pytest.raises(RegistryError, match=message):
         registry.get(f"{um}:{fn}")
 
 
@@ -97,7 +102,7 @@ def test_good_component_params_are_validated_and_finite(um):
     c = ADVANTAGES.get(f"{um}:adv_ok")
     assert c.defaults == {"scale": 1.0} and c.group_relative
     assert not ADVANTAGES.get(f"{um}:adv_tensor").group_relative
-    with pytest.raises(ComponentError, match=r"parameter 'scale'.*finite"):
+    with pytest.raises(RegistryError, match=r"parameter 'scale'.*finite"):
         c.bind({"scale": float("nan")})
     out = c.bind({"scale": 2.0})(rollouts([1.0, 0.0, 0.0, 1.0], [0, 0, 1, 1]))
     assert torch.equal(out.advantages, torch.tensor([1.0, -1.0, -1.0, 1.0]))
@@ -114,7 +119,7 @@ def test_good_component_params_are_validated_and_finite(um):
 )
 def test_advantage_returning_the_wrong_thing_is_named(um, fn, message):
     bound = ADVANTAGES.get(f"{um}:{fn}").bind({})
-    with pytest.raises(ComponentError, match=rf"advantage '{um}:{fn}' {message}"):
+    with pytest.raises(RegistryError, match=rf"advantage '{um}:{fn}' {message}"):
         bound(rollouts([1.0, 0.0, 0.0, 1.0], [0, 0, 1, 1]))
 
 
@@ -128,14 +133,19 @@ def _loss_inputs(n=3, t=5) -> LossInputs:
     [
         (SURROGATES, "sur_tensor_only", lambda: (_loss_inputs(),), r"returned a Tensor; it must return \(loss_tok \[N,T\]"),
         (SURROGATES, "sur_wrong_shape", lambda: (_loss_inputs(),), r"returned loss_tok of shape \(3,\) \(expected \(3, 5\)\)"),
-        (AGGREGATIONS, "agg_vector", lambda: (torch.ones(3, 5), torch.ones(3, 5), None), r"returned a Tensor of shape \(3,\)"),
-        (KL_ESTIMATORS, "kl_row", lambda: (torch.zeros(3, 5), torch.zeros(3, 5)), r"returned kl_tok of shape \(3,\) \(expected \(3, 5\)\)"),
+        (AGGREGATIONS, "agg_vector", lambda: (torch.ones(3, 5), torch.ones(3, 5), None), r"returned a loss of shape \(3,\)"),
+        (AGGREGATIONS, "agg_no_metrics", lambda: (torch.ones(3, 5), torch.ones(3, 5), None),
+         r"returned a Tensor of shape \(\); it must return \(a scalar \(0-dim\) tensor, metrics dict\)"),
+        (KL_ESTIMATORS, "kl_row", lambda: (torch.zeros(3, 5), torch.zeros(3, 5), torch.ones(3, 5)),
+         r"returned kl_tok of shape \(3,\) \(expected \(3, 5\)\)"),
+        (KL_ESTIMATORS, "kl_tensor_only", lambda: (torch.zeros(3, 5), torch.zeros(3, 5), torch.ones(3, 5)),
+         r"returned a Tensor; it must return \(kl_tok \[N,T\] tensor, metrics dict\)"),
         (CORRECTIONS, "corr_bad", lambda: (CorrectionInputs(torch.zeros(3, 5), torch.zeros(3, 5), torch.ones(3, 5)),),
          r"returned weight_tok of shape \(3, 1\) \(expected \(3, 5\)\)"),
     ],
 )  # fmt: skip
 def test_other_axes_returning_the_wrong_thing_are_named(um, registry, fn, args, message):
-    with pytest.raises(ComponentError, match=rf"{registry.axis} '{um}:{fn}' {message}"):
+    with pytest.raises(RegistryError, match=rf"{registry.kind} '{um}:{fn}' {message}"):
         registry.get(f"{um}:{fn}").bind({})(*args())
 
 
@@ -156,10 +166,14 @@ def test_builtin_components_pass_their_return_checks():
         ran.append(name)
     assert {"grpo", "rloo", "gtpo", "drpo"} <= set(ran)
     inp = _loss_inputs()
-    for name in SURROGATES:
-        SURROGATES[name].bind({})(inp)
+    for name in SURROGATES:  # the learner passes the current-policy entropy to surrogates that require it
+        needs_entropy = "entropies" in SURROGATES[name].requires
+        SURROGATES[name].bind({})(LossInputs(inp.logp, inp.old_logp, inp.advantages, inp.mask, torch.rand_like(inp.logp)) if needs_entropy else inp)
     for name in KL_ESTIMATORS:
-        KL_ESTIMATORS[name].bind({})(inp.logp, inp.old_logp - 0.1)
+        _, metrics = KL_ESTIMATORS[name].bind({})(inp.logp, inp.old_logp - 0.1, inp.mask)
+        assert metrics["kl/mean"] > 0, name
+    for name in AGGREGATIONS:
+        AGGREGATIONS[name].bind({})(inp.logp, inp.mask, BatchTotals(15.0, 3.0, 5))
 
 
 def _singleton_groups():

@@ -1,4 +1,4 @@
-"""Surrogates: spec vectors (losses-and-advantages.md §2.1, §3.4-3.6, §3.16), gradients and edge cases."""
+"""Surrogates: hand-computed vectors, gradients and edge cases."""
 
 import math
 
@@ -120,7 +120,7 @@ def test_gspo_gradient_is_sequence_ratio_times_mean_token_gradient():
     inp = inputs(ratio, [2.0], mask=[[1.0, 1.0, 0.0]])
     loss, _ = SURROGATES["gspo"].fn(inp, eps_low=1.0, eps_high=1.0)
     totals = batch_totals(inp.mask, 3)
-    agg = AGGREGATIONS["seq-mean-token-mean"].fn(loss, inp.mask, totals)
+    agg, _ = AGGREGATIONS["seq-mean-token-mean"].fn(loss, inp.mask, totals)
     (g,) = torch.autograd.grad(agg, inp.logp)
     s = math.exp(-0.1)
     assert torch.allclose(g, torch.tensor([[-2 * s / 2, -2 * s / 2, 0.0]]), atol=1e-6)
@@ -131,7 +131,8 @@ def test_gspo_token_equals_gspo_for_sequence_advantages():
     ratio = torch.exp(0.05 * torch.randn(3, 4))
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.float32)
     totals = batch_totals(mask, 4)
-    agg = AGGREGATIONS["seq-mean-token-mean"].fn
+    def agg(*args):
+        return AGGREGATIONS["seq-mean-token-mean"].fn(*args)[0]
     out = {}
     for name in ("gspo", "gspo_token"):
         inp = inputs(ratio, torch.tensor([[1.0], [-0.5], [0.3]]).expand(3, 4), mask=mask)
@@ -224,7 +225,8 @@ def _luspo_batch():
 def test_luspo_matches_spec_vector():
     ratio, mask = _luspo_batch()
     totals = batch_totals(mask, 100)
-    agg = AGGREGATIONS["seq-mean-token-mean"].fn
+    def agg(*args):
+        return AGGREGATIONS["seq-mean-token-mean"].fn(*args)[0]
     params = {"eps_low": 0.5, "eps_high": 0.5}  # keep both sequences unclipped as in the spec
     gspo_loss, _ = SURROGATES["gspo"].fn(inputs(ratio, [[1.0], [-1.0]], mask=mask), **params)
     luspo_loss, _ = SURROGATES["luspo"].fn(inputs(ratio, [[1.0], [-1.0]], mask=mask), **params)
@@ -239,7 +241,7 @@ def test_luspo_equals_gspo_with_seq_mean_token_sum():
     for surrogate, aggregation in (("luspo", "seq-mean-token-mean"), ("gspo", "seq-mean-token-sum")):
         inp = inputs(ratio, [[1.0], [-1.0]], mask=mask)
         loss, _ = SURROGATES[surrogate].fn(inp, eps_low=0.5, eps_high=0.5)
-        value = AGGREGATIONS[aggregation].fn(loss, mask, totals)
+        value, _ = AGGREGATIONS[aggregation].fn(loss, mask, totals)
         results.append((value, torch.autograd.grad(value, inp.logp)[0]))
     assert torch.allclose(results[0][0], results[1][0], rtol=1e-6)
     assert torch.allclose(results[0][1], results[1][1], rtol=1e-5, atol=1e-7)
@@ -289,7 +291,7 @@ def test_fully_masked_row_adds_nothing_to_the_aggregated_loss(name):
     totals = BatchTotals(num_tokens=2.0, num_seqs=1.0, max_new_tokens=2)
     inp = inputs([[1.1, 0.9], [3.0, 0.2]], [[1.0], [5.0]], mask=mask, entropy=torch.ones(2, 2))
     loss, _ = SURROGATES[name].fn(inp)
-    value = AGGREGATIONS["token-mean"].fn(loss, mask, totals)
+    value, _ = AGGREGATIONS["token-mean"].fn(loss, mask, totals)
     (g,) = torch.autograd.grad(value, inp.logp)
     assert torch.isfinite(value) and torch.all(g[1] == 0)
 

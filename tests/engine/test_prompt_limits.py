@@ -5,6 +5,7 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import load
+from covey.samplers import Draw
 from covey.strategies.group import sample_groups
 
 
@@ -54,14 +55,14 @@ def test_limits_survive_waves(tiny):
     assert torch.equal(one.completion_ids, waves.completion_ids)
 
 
-def test_sample_groups_applies_item_limits_by_item_id(tiny):
+def test_sample_groups_applies_each_draws_limit(tiny):
     model, tok = tiny
     engine = TorchEngine(model, dtype="fp32", tokenizer=tok)
-    items = [{"id": 7, "prompt": "a"}, {"id": 9, "prompt": "b"}, {"id": 4, "prompt": "c"}]
-    sp = SamplingParams(max_new_tokens=6, ignore_eos=True, seed=2, item_max_new_tokens={9: 2, 4: 50, 123: 1})
-    batch = sample_groups(engine, tok, items, [2, 1, 2], sp)
+    draws = [Draw({"id": 7, "prompt": "a"}, 2), Draw({"id": 9, "prompt": "b"}, 1, 2), Draw({"id": 4, "prompt": "c"}, 2, 50)]
+    sp = SamplingParams(max_new_tokens=6, ignore_eos=True, seed=2)
+    batch = sample_groups(engine, tok, draws, sp)
     by_item = {(int(p), int(n)) for p, n in zip(batch.prompt_id, batch.lengths)}
-    assert by_item == {(7, 6), (9, 2), (4, 6)}  # 50 is capped at max_new_tokens; 123 is not in this batch
+    assert by_item == {(7, 6), (9, 2), (4, 6)}  # 50 is capped at max_new_tokens
 
 
 def test_bad_limits_raise_clear_errors(tiny):
@@ -70,7 +71,7 @@ def test_bad_limits_raise_clear_errors(tiny):
         SamplingParams(max_new_tokens=8, prompt_max_new_tokens=(3, 0))
     with pytest.raises(ValueError, match=r"prompt_max_new_tokens\[0\] = 9"):
         SamplingParams(max_new_tokens=8, prompt_max_new_tokens=(9,))
-    with pytest.raises(ValueError, match=r"item_max_new_tokens\[5\] = 2.5"):
-        SamplingParams(item_max_new_tokens={5: 2.5})
+    with pytest.raises(ValueError, match="max_new_tokens = 2.5 must be None or an int >= 1"):
+        Draw({"id": 5, "prompt": "a"}, 1, 2.5)
     with pytest.raises(ValueError, match="holds 2 limits for 3 prompts"):
         TorchEngine(model, dtype="fp32").generate(_prompts(tok), 1, SamplingParams(max_new_tokens=4, prompt_max_new_tokens=(2, 2)))

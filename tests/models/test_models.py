@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from covey.models import ALIASES, apply_chat, load, prepare, verify_folder
+from covey.models import ALIASES, apply_chat, load, portable_model_name, prepare, verify_folder
 from covey.models.convert import CHECKSUM_FILE
 
 
@@ -75,6 +75,8 @@ def test_smollm2_alias_converts_verifies_and_answers():
     assert verify_folder(folder)
     record = json.loads((folder / CHECKSUM_FILE).read_text())
     assert "model.safetensors" in record["files"]
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert portable_model_name(folder) == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
     model, tok = load("smollm2-135m-instruct")
     assert model.config.model_type == "llama" and model.lm_head.weight is model.model.embed_tokens.weight
@@ -107,7 +109,7 @@ def test_prepare_converts_once_and_reconverts_a_corrupt_folder(tmp_path, monkeyp
         calls.append(alias)
         (out / "model.safetensors").write_bytes(b"weights")
         sums = {"model.safetensors": convert._sha256(out / "model.safetensors")}
-        (out / CHECKSUM_FILE).write_text(json.dumps({"files": sums}))
+        (out / CHECKSUM_FILE).write_text(json.dumps({"alias": alias, "version": convert.CONVERT_VERSION, "files": sums}))
 
     monkeypatch.setattr(convert, "_convert_into", fake_convert)
     folder = prepare("smollm2-135m-instruct", cache_dir=tmp_path)
@@ -118,3 +120,19 @@ def test_prepare_converts_once_and_reconverts_a_corrupt_folder(tmp_path, monkeyp
     prepare("smollm2-135m-instruct", cache_dir=tmp_path)
     assert len(calls) == 2 and (folder / "model.safetensors").read_bytes() == b"weights"
     assert [p.name for p in (tmp_path / "models").iterdir()] == ["smollm2-135m-instruct"]  # no temp leftovers
+    record = json.loads((folder / CHECKSUM_FILE).read_text())
+    (folder / CHECKSUM_FILE).write_text(json.dumps({**record, "version": 1}))  # intact, but an older converter's
+    prepare("smollm2-135m-instruct", cache_dir=tmp_path)
+    assert len(calls) == 3 and json.loads((folder / CHECKSUM_FILE).read_text())["version"] == convert.CONVERT_VERSION
+
+
+def test_portable_model_name_of_alias_folders_and_hub_snapshots(tmp_path):
+    alias = tmp_path / "models" / "smollm2-135m-instruct"
+    alias.mkdir(parents=True)
+    (alias / CHECKSUM_FILE).write_text(json.dumps({"alias": "smollm2-135m-instruct", "files": {}}))
+    assert portable_model_name(alias) == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert portable_model_name(str(alias)) == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    snap = "/home/u/.cache/huggingface/hub/models--Qwen--Qwen2.5-0.5B-Instruct/snapshots/7ae557604adf67be50417f59c2c2f167def9a775"
+    assert portable_model_name(snap) == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert portable_model_name(str(tmp_path)) == str(tmp_path)  # a plain local folder stays as it is
+    assert portable_model_name("org/name") == "org/name" and portable_model_name("") is None

@@ -130,3 +130,18 @@ def alarm_then_hang(prompts, completions, **_):
     if "hang" in completions:
         time.sleep(60)
     return [1.0] * len(completions)
+
+
+async def async_length(prompts, completions, **_):
+    """TRL allows async rewards; awaits a real sleep so the event loop is exercised."""
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    return [float(len(c)) if c != "skip" else None for c in completions]
+
+
+async def async_hang(prompts, completions, **_):
+    import asyncio
+
+    await asyncio.sleep(60)
+    return [0.0] * len(completions)

@@ -57,16 +57,16 @@ def test_one_bad_sample_does_not_fail_its_neighbours(caplog):
     with caplog.at_level(logging.WARNING):
         batch = runner(["p"] * 6, ["ok", "boom", "nan", "none", "ok", "ok"])
     runner.close()
-    # flaky raised on the whole chunk, then was retried per sample: only "boom" is an exception
-    assert batch.rewards[:, 1].tolist() == [1.0, -1.0, -1.0, -1.0, 1.0, 1.0]
-    assert batch.failed[:, 1].tolist() == [False, True, True, True, False, False]
+    # flaky raised on the whole chunk, then was retried per sample: only "boom" is an exception;
+    # "none" (None: not applicable) is no failure and gets 0.0, not the fallback
+    assert batch.rewards[:, 1].tolist() == [1.0, -1.0, -1.0, 0.0, 1.0, 1.0]
+    assert batch.failed[:, 1].tolist() == [False, True, True, False, False, False]
+    assert batch.missing[:, 1].tolist() == [False, False, False, True, False, False]
     m = batch.metrics
-    assert (m["reward/flaky/failures/exception"], m["reward/flaky/failures/nan"], m["reward/flaky/failures/none"]) == (
-        1.0,
-        1.0,
-        1.0,
-    )
-    assert m["reward/flaky/failures"] == 3.0 and m["reward/flaky/failures/timeout"] == 0.0
+    assert (m["reward/flaky/failures/exception"], m["reward/flaky/failures/nan"], m["reward/flaky/none"]) == (1.0, 1.0, 1.0)
+    assert "reward/flaky/failures/none" not in m
+    assert m["reward/flaky/failures"] == 2.0 and m["reward/flaky/failures/timeout"] == 0.0
+    assert m["reward/flaky/mean"] == pytest.approx(1 / 5)  # over the 5 samples it applies to: (1 - 1 - 1 + 1 + 1) / 5
     assert "ValueError: boom completion" in caplog.text
 
 
@@ -101,7 +101,7 @@ def test_reward_failing_everywhere_stops_the_run_after_max_failed_steps():
     runner = RewardRunner([rr.always_raises, rr.length_reward], workers=0, max_failed_steps=3)
     runner(["p"], ["a"])
     runner(["p"], ["a"])
-    with pytest.raises(RewardFailure, match="'always_raises' failed on every sample for 3 consecutive") as e:
+    with pytest.raises(RewardFailure, match="'always_raises' failed on every sample it applies to for 3 consecutive") as e:
         runner(["p"], ["a"])
     assert "RuntimeError: this reward is broken" in str(e.value)
 
@@ -111,8 +111,9 @@ def test_a_partly_working_step_resets_the_failure_count():
     runner(["p"], ["nan"])
     runner(["p", "p"], ["nan", "ok"])  # one sample scored: not a fully failed step
     runner(["p"], ["nan"])
+    runner(["p", "p"], ["none", "none"])  # applies nowhere: neither resets nor adds to the count
     with pytest.raises(RewardFailure, match="'flaky'"):
-        runner(["p"], ["none"])
+        runner(["p", "p"], ["nan", "none"])  # failed on every sample it applies to
 
 
 def test_groups_are_never_split_across_calls():
@@ -154,12 +155,14 @@ def test_unknown_reward_lists_the_known_ones():
 def test_bad_params_and_fields_are_named():
     with pytest.raises(ValueError, match="no parameter"):
         get_reward("math", tol2=1)
-    with pytest.raises(ValueError, match="bad params"):
+    with pytest.raises(ValueError, match=r"reward 'format' has no parameter\(s\) \['colour'\]"):
         get_reward("format", colour="red")
     with pytest.raises(ValueError, match="timeout_s"):
         RewardSpec(name="format", timeout_s=0)
-    with pytest.raises(ValueError, match="extra"):
-        RewardSpec(name="format", wieght=2)
+    spec = RewardSpec(name="format", wieght=2)  # an unknown key is a parameter of the reward, refused there
+    assert spec.params == {"wieght": 2} and spec.weight == 1.0
+    with pytest.raises(ValueError, match=r"has no parameter\(s\) \['wieght'\]"):
+        RewardRunner([spec.model_dump()], workers=0)
 
 
 def test_duplicate_names_need_an_alias():
@@ -197,9 +200,67 @@ def test_apply_to_writes_rollouts_fields():
 
 def test_ready_callable_with_spec_takes_label_weight_and_fallback():
     def verifier(prompts, completions, **_):
-        return [1.0 if c == "ok" else None for c in completions]
+        return [1.0 if c == "ok" else None if c == "bad" else float("nan") for c in completions]
 
     spec = RewardSpec(name="accuracy", weight=2.0, fallback=-1.0)
-    batch = RewardRunner([(verifier, spec)], workers=0)(["p", "p"], ["ok", "bad"])
+    batch = RewardRunner([(verifier, spec)], workers=0)(["p", "p", "p"], ["ok", "bad", 5])
     assert batch.names == ("accuracy",)
-    assert batch.rewards[:, 0].tolist() == [1.0, -1.0] and batch.total.tolist() == [2.0, -2.0]
+    # "bad" -> None: not applicable, 0.0 (not the fallback); 5 -> NaN, a failure: the fallback
+    assert batch.rewards[:, 0].tolist() == [1.0, 0.0, -1.0] and batch.total.tolist() == [2.0, 0.0, -2.0]
+    assert batch.missing[:, 0].tolist() == [False, True, False] and batch.failed[:, 0].tolist() == [False, False, True]
+
+
+def test_none_means_not_applicable_as_in_trl_multi_task_rewards(caplog):
+    # TRL's multi-task pattern: each reward scores only its own task's samples and returns None elsewhere.
+    # TRL: rewards_per_func[None] = NaN; total = nansum(rewards_per_func * weights, dim=1); means are nanmean.
+    def math_reward(completions, task, **_):
+        return [float(c == "4") if t == "math" else None for c, t in zip(completions, task)]
+
+    def code_reward(completions, task, **_):
+        return [0.5 if t == "code" else None for c, t in zip(completions, task)]
+
+    runner = RewardRunner([(math_reward, RewardSpec(name="math_reward", weight=2.0)),
+                           (code_reward, RewardSpec(name="code_reward", weight=3.0))], workers=0, max_failed_steps=1)
+    task = ["math", "math", "code", "other"]
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):  # three steps in which code_reward never applies to "math" rows: no RewardFailure
+            batch = runner(["p"] * 4, ["4", "5", "x", "y"], task=task)
+    assert batch.rewards.tolist() == [[1.0, 0.0], [0.0, 0.0], [0.0, 0.5], [0.0, 0.0]]
+    assert batch.total.tolist() == [2.0, 0.0, 1.5, 0.0]  # nansum: 2*1, 2*0, 3*0.5, all-None row -> 0
+    assert not batch.failed.any()
+    assert batch.missing.tolist() == [[False, True], [False, True], [True, False], [True, True]]
+    m = batch.metrics
+    assert m["reward/math_reward/mean"] == 0.5 and m["reward/code_reward/mean"] == 0.5  # nanmean
+    assert m["reward/math_reward/std"] == 0.5 and m["reward/code_reward/std"] == 0.0
+    assert (m["reward/math_reward/none"], m["reward/code_reward/none"], m["reward/unscorable"]) == (2.0, 3.0, 1.0)
+    assert m["reward/math_reward/failures"] == 0.0 and m["reward/total/mean"] == pytest.approx(3.5 / 3)
+    assert caplog.text.count("every reward returned None for 1 sample(s) (first: #3)") == 1
+    only_none = runner(["p"], ["z"], task=["other"])  # no reward applies anywhere: NaN means, like TRL's nanmean
+    assert only_none.metrics["reward/math_reward/mean"] != only_none.metrics["reward/math_reward/mean"]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_async_rewards_are_awaited_in_process_and_in_workers(workers):
+    async def closure(completions, **_):  # a closure: always in-process
+        return [1.0 for _ in completions]
+
+    with RewardRunner([rr.async_length, closure], workers=workers) as runner:
+        batch = runner(["p"] * 3, ["ab", "skip", "abcd"])
+        assert runner.entries[0].in_process == (workers == 0) and runner.entries[1].in_process
+    assert batch.rewards.tolist() == [[2.0, 1.0], [0.0, 1.0], [4.0, 1.0]]
+    assert batch.missing[:, 0].tolist() == [False, True, False] and not batch.failed.any()
+
+
+def test_async_reward_past_its_timeout_fails_with_kind_timeout():
+    runner = RewardRunner([{"name": "_runner_rewards:async_hang", "timeout_s": 0.3}], workers=0)
+    batch = runner(["p"], ["a"])
+    assert batch.failed.all() and batch.metrics["reward/async_hang/failures/timeout"] == 1.0
+
+
+def test_async_reward_inside_a_running_event_loop():
+    import asyncio
+
+    async def main():  # e.g. a notebook: asyncio.run cannot nest, the reward runs on a helper thread's loop
+        return RewardRunner([rr.async_length], workers=0)(["p"], ["abc"]).rewards.tolist()
+
+    assert asyncio.run(main()) == [[3.0]]

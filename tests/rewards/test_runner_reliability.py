@@ -194,9 +194,9 @@ def test_wrong_length_return_raises_naming_the_reward(workers):
 
 def test_non_number_entries_stay_counted_fallbacks():
     batch = RewardRunner([rr.bad_entries], workers=0)(["p"] * 3, ["a", "b", "c"])
-    assert batch.failed[:, 0].tolist() == [False, True, True]
+    assert batch.failed[:, 0].tolist() == [False, True, False] and batch.missing[:, 0].tolist() == [False, False, True]
     m = batch.metrics
-    assert (m["reward/bad_entries/failures/exception"], m["reward/bad_entries/failures/none"]) == (1.0, 1.0)
+    assert (m["reward/bad_entries/failures/exception"], m["reward/bad_entries/none"]) == (1.0, 1.0)
 
 
 # ---------------------------------------------------------------- 6. TRL's conversational format and columns

@@ -7,6 +7,7 @@ import io
 import torch
 
 from covey.rollouts import Rollouts
+from covey.samplers import apply_feedback
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
 
@@ -47,8 +48,19 @@ def scored(prompt_ids, success, groups=None) -> Rollouts:
     )
 
 
-def ids(batch_items) -> list[int]:
-    return [int(it["id"]) for it in batch_items]
+def observe(sampler, batch: Rollouts) -> dict[str, float]:
+    """What the trainer does: `sampler.observe(batch)`, which must leave the batch's mask and rewards
+    alone, then the gate (`apply_feedback`); returns the feedback's metrics."""
+    mask, rewards = batch.completion_mask.clone(), batch.rewards.clone()
+    feedback = sampler.observe(batch)
+    assert torch.equal(batch.completion_mask, mask) and torch.equal(batch.rewards, rewards), "observe edited the batch"
+    apply_feedback(batch, feedback)
+    return feedback.metrics
+
+
+def ids(draws) -> list[int]:
+    """The item ids of a sampler's draws."""
+    return [int(d.item["id"]) for d in draws]
 
 
 def same_state(a, b) -> bool:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from covey.samplers.d3s import D3SSampler, annealed, max_variance_subset, top_tokens
-from tests.samplers._helpers import items, one_step, reload, scored
+from tests.samplers._helpers import items, observe, one_step, reload, scored
 
 
 def _var(x):
@@ -51,7 +51,7 @@ def _batch():
 def test_observe_keeps_the_max_variance_rows_and_high_score_tokens():
     s = D3SSampler(items(2), sample_keep_start=0.5, token_keep_start=0.34, anneal_steps=10)
     b = _batch()
-    m = s.observe(b)
+    m = observe(s, b)
     # size-4 subsets of the sorted A's: {1.5, .866} + {-.866, -.866} has variance 1.0998 (best, by hand),
     # ahead of {1.5} + three smallest (0.9665) and {1.5, .866, .866, -.866} (0.775): rows 0, 5, 6, 7
     rows = (b.completion_mask.sum(-1) > 0).nonzero().flatten().tolist()
@@ -65,7 +65,7 @@ def test_observe_keeps_the_max_variance_rows_and_high_score_tokens():
 def test_intra_group_scope_keeps_rows_in_every_group():
     s = D3SSampler(items(2), sample_keep_start=0.5, token_keep_start=1.0, scope="group", anneal_steps=10)
     b = _batch()
-    s.observe(b)
+    observe(s, b)
     # 2 of 4 per group: the largest + the smallest A (ties in a stable ascending sort: first of the
     # smallest, last of the largest): group 0 rows 0 and 1, group 1 rows 5 and 6
     assert (b.completion_mask.sum(-1) > 0).nonzero().flatten().tolist() == [0, 1, 5, 6]
@@ -79,10 +79,10 @@ def test_missing_entropies_is_a_clear_error():
 def test_state_round_trip_is_exact():
     make = lambda: D3SSampler(items(5), seed=2)  # noqa: E731
     s = make()
-    s.next(3)
+    s.next(3, 4)
     s.observe(_batch())
     r = reload(s, make)
-    assert s.next(7) == r.next(7) and s.ratios() == r.ratios()
+    assert s.next(7, 4) == r.next(7, 4) and s.ratios() == r.ratios()
 
 
 def test_one_training_step_asks_for_entropies(tmp_path):

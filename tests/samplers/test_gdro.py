@@ -36,7 +36,7 @@ def test_sqrt_allocation_by_hand():
 
 def test_weight_moves_to_the_hard_bin():
     s = GDROSampler(items(4), seed=0, bins=2, eta=1.0, gamma=0.0)
-    s.next(4)
+    s.next(4, 4)
     s.observe(scored([100] * 2 + [101] * 2 + [102] * 2 + [103] * 2, [0, 0, 0, 0, 1, 1, 1, 0]))
     # first update: all drawn from the unseen bin -> only it moves; the rates put 100, 101 in bin 0
     assert s.rates.tolist() == [0.0, 0.0, 1.0, 0.5]
@@ -47,7 +47,7 @@ def test_weight_moves_to_the_hard_bin():
     assert q[0] > q[1]
     counts = torch.zeros(2)
     for _ in range(30):
-        for i in ids(s.next(2)):
+        for i in ids(s.next(2, 4)):
             counts[int(s.rates[i - 100] >= 0.5)] += 1
     assert counts[0] > counts[1]
 
@@ -55,23 +55,23 @@ def test_weight_moves_to_the_hard_bin():
 def test_sqrt_rollouts_favour_uncertain_bins():
     s = GDROSampler(items(3), rollouts="sqrt", bins=2)
     s.observe(scored([100] * 2 + [101] * 2, [1, 0, 1, 1]))  # 100 -> bin 1 at 0.5, 101 -> bin 1 at 1.0, 102 unseen
-    sizes = s.group_sizes([{"id": 100}, {"id": 101}, {"id": 102}], 4)
+    sizes = s.allocate([{"id": 100}, {"id": 101}, {"id": 102}], 4)
     assert sum(sizes) == 12 and sizes[2] >= sizes[0] >= sizes[1] >= 2
 
 
 def test_more_prompts_than_items_still_fills():
     s = GDROSampler(items(2), seed=1)
-    assert len(s.next(7)) == 7
+    assert len(s.next(7, 4)) == 7
 
 
 def test_state_round_trip_is_exact():
     make = lambda: GDROSampler(items(6), seed=8, rollouts="sqrt")  # noqa: E731
     s = make()
-    s.next(3)
+    s.next(3, 4)
     s.observe(scored([100, 100, 101, 101], [1, 0, 0, 0]))
     r = reload(s, make)
-    a, b = s.next(5), r.next(5)
-    assert a == b and s.group_sizes(a, 4) == r.group_sizes(b, 4)
+    a, b = s.next(5, 4), r.next(5, 4)
+    assert a == b and [d.n for d in a] == s.allocate([d.item for d in a], 4) and sum(d.n for d in a) == 20
 
 
 def test_one_training_step(tmp_path):

@@ -3,17 +3,17 @@ import torch
 from covey.samplers.masa import MasaSampler, cutoff_rows
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
-from tests.samplers._helpers import FlagTask, ids, items, one_step, reload, scored
+from tests.samplers._helpers import FlagTask, ids, items, observe, one_step, reload, scored
 
 
 def test_zero_variance_groups_are_filtered_and_their_prompts_gated():
     s = MasaSampler(items(3), seed=0)
-    s.next(3)
+    s.next(3, 4)
     b = scored([100] * 2 + [101] * 2 + [102] * 2, [0, 0, 1, 0, 1, 1])
-    m = s.observe(b)
+    m = observe(s, b)
     assert b.completion_mask.sum(-1).tolist() == [0, 0, 3, 3, 0, 0]
     assert m["sampler/masa/filtered_rows_frac"] == 4 / 6 and set(s.gated) == {100, 102}
-    assert ids(s.next(1)) == [101]  # epoch 1 skips the gated prompts
+    assert ids(s.next(1, 4)) == [101]  # epoch 1 skips the gated prompts
 
 
 def test_gate_after_needs_visits_in_a_row():
@@ -39,26 +39,26 @@ def test_cutoff_by_hand():
     second = scored([100] * 2, [1, 1])
     second.completion_mask = torch.tensor([[1.0, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     second.completion_ids, second.behaviour_logprobs = torch.ones(2, 5, dtype=torch.long), torch.zeros(2, 5)
-    m = s.observe(second)  # row 1 (5 tokens) runs past ceil(1.0 * 3) = 3: reward 0, tokens 4-5 masked
+    m = observe(s, second)  # row 1 (5 tokens) runs past ceil(1.0 * 3) = 3: reward 0, tokens 4-5 masked
     assert second.rewards[:, 0].tolist() == [1.0, 0.0] and second.completion_mask[1].tolist() == [1, 1, 1, 0, 0]
     assert m["sampler/masa/cutoff_rows"] == 1.0
 
 
 def test_everything_gated_still_fills_the_batch():
     s = MasaSampler(items(2), seed=1, skip_epochs=3)
-    s.next(2)
+    s.next(2, 4)
     s.observe(scored([100, 100, 101, 101], [0, 0, 1, 1]))
     # both gated through epoch 3: one whole pass (epoch 1) is skipped, then gated prompts are drawn anyway
-    assert len(s.next(6)) == 6 and (s.skipped, s.forced) == (2, 4)
+    assert len(s.next(6, 4)) == 6 and (s.skipped, s.forced) == (2, 4)
 
 
 def test_state_round_trip_is_exact():
     make = lambda: MasaSampler(items(6), seed=5, cutoff_margin=2.0)  # noqa: E731
     s = make()
-    s.next(4)
+    s.next(4, 4)
     s.observe(scored([100, 100, 103, 103], [0, 0, 1, 0]))
     r = reload(s, make)
-    assert s.next(11) == r.next(11) and (s.gated, s.streak, s.pred_len) == (r.gated, r.streak, r.pred_len)
+    assert s.next(11, 4) == r.next(11, 4) and (s.gated, s.streak, s.pred_len) == (r.gated, r.streak, r.pred_len)
 
 
 def test_one_training_step(tmp_path):
@@ -71,9 +71,11 @@ def test_generation_limits_by_hand():
     s = MasaSampler(items(3), cutoff_margin=1.5)
     s.pred_len = {100: 3.0, 102: 4.0}
     # L = ceil(1.5 * 3) = 5 and ceil(1.5 * 4) = 6; the engine may write L + 1 tokens (the one that exceeds L)
-    assert s.generation_limits(s.items) == {100: 6, 102: 7}
-    assert s.generation_limits([s.items[1]]) == {}  # no prediction, no limit
-    assert MasaSampler(items(3)).generation_limits(items(3)) == {}  # cut-off off
+    draws = s.next(3, 2)
+    assert {d.item["id"]: d.max_new_tokens for d in draws} == {100: 6, 101: None, 102: 7}  # 101: no prediction
+    assert [d.n for d in draws] == [2, 2, 2]
+    assert s.observe(scored([100, 101], [0, 1])).metrics["sampler/masa/limited_prompts"] == 2.0
+    assert {d.max_new_tokens for d in MasaSampler(items(3)).next(3, 2)} == {None}  # cut-off off
 
 
 def test_a_row_stopped_at_its_limit_is_cut_like_a_longer_one(caplog):
@@ -81,7 +83,7 @@ def test_a_row_stopped_at_its_limit_is_cut_like_a_longer_one(caplog):
     s.pred_len = {100: 2.0}
     b = scored([100] * 3, [1, 1, 1])  # lengths 3 (stopped at L + 1 = 3: cut), 2 and 1 (kept)
     b.completion_mask = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 0, 0]])
-    m = s.observe(b)
+    m = observe(s, b)
     assert b.rewards[:, 0].tolist() == [0.0, 1.0, 1.0] and b.completion_mask[0].tolist() == [1, 1, 0]
     assert m["sampler/masa/cutoff_rows"] == 1.0 and "ignores per-prompt generation limits" not in caplog.text
     s.pred_len = {100: 1.0}
@@ -111,8 +113,8 @@ def test_cutoff_stops_generation_in_a_training_run(tmp_path):
     try:
         m1f, m1c = free.step(), cut.step()
         assert m1f["length/mean"] == m1c["length/mean"] and m1c["sampler/masa/limited_prompts"] == 0.0
-        limits = cut.sampler.generation_limits(cut.sampler.items)
-        assert sorted(limits) == [0, 1, 2, 3]
+        limits = {it["id"]: cut.sampler.generation_limit(it["id"]) for it in cut.sampler.items}
+        assert None not in limits.values() and sorted(limits) == [0, 1, 2, 3]
         bf, m2f = free.collect()
         bc, m2c = cut.collect()
         assert m2c["sampler/masa/limited_prompts"] == 4.0 and m2c["sampler/masa/cutoff_rows"] > 0

@@ -6,8 +6,8 @@ from covey.samplers import UniformSampler, informative_groups
 def test_sampler_visits_every_item_once_per_epoch():
     items = [{"id": i} for i in range(5)]
     s = UniformSampler(items, seed=3)
-    first = [x["id"] for x in s.next(5)]
-    second = [x["id"] for x in s.next(5)]
+    first = [d.item["id"] for d in s.next(5, 4)]
+    second = [d.item["id"] for d in s.next(5, 4)]
     assert sorted(first) == sorted(second) == list(range(5))
     assert first != second  # a fresh permutation each epoch (seeded)
 
@@ -15,12 +15,12 @@ def test_sampler_visits_every_item_once_per_epoch():
 def test_sampler_resumes_exactly_from_its_state():
     items = [{"id": i} for i in range(7)]
     a = UniformSampler(items, seed=1)
-    a.next(4)
+    a.next(4, 4)
     state = a.state_dict()
-    expected = [x["id"] for x in a.next(9)]
+    expected = [d.item["id"] for d in a.next(9, 4)]
     b = UniformSampler(items, seed=1)
     b.load_state_dict(state)
-    assert [x["id"] for x in b.next(9)] == expected
+    assert [d.item["id"] for d in b.next(9, 4)] == expected
 
 
 def test_sampler_rejects_empty_source():

@@ -1,11 +1,12 @@
 import pytest
 import torch
 
+from covey.samplers import Feedback
 from covey.samplers.self_curation import SelfSampler, likely_rows
 from covey.train.config import validate_config
 from covey.train.metrics import read_metrics
 from covey.train.trainer import Trainer
-from tests.samplers._helpers import FlagTask, ids, items, one_step, reload, scored
+from tests.samplers._helpers import FlagTask, ids, items, observe, one_step, reload, scored
 
 
 def _batch(success, logp_rows, prompt_ids):
@@ -29,38 +30,38 @@ def test_prompts_the_mode_solves_never_enter_the_loss():
     s = SelfSampler(items(2), greedy_check="proxy")
     # prompt 100: its most likely row (row 1) is correct -> dropped; prompt 101: most likely row (2) wrong -> kept
     b = _batch([0, 1, 0, 1], [[-2.0] * 3, [-0.1] * 3, [-0.1] * 3, [-2.0] * 3], [100, 100, 101, 101])
-    m = s.observe(b)
+    m = observe(s, b)
     assert b.completion_mask.sum(-1).tolist() == [0.0, 0.0, 3.0, 3.0]
     assert m["sampler/self/high_likelihood_frac"] == 0.5 and s.gated == {100: 0}
 
 
 def test_gated_prompts_are_skipped_for_skip_epochs_then_rechecked():
     s = SelfSampler(items(3), seed=0, skip_epochs=1, greedy_check="proxy")
-    s.next(3)  # epoch 0
+    s.next(3, 4)  # epoch 0
     s.observe(_batch([1, 1], [[-0.1] * 3] * 2, [100, 100]))
-    assert 100 not in ids(s.next(2)) and s.epoch == 1  # epoch 1: the two other prompts
-    rest = ids(s.next(3))  # all of epoch 2: checked again
+    assert 100 not in ids(s.next(2, 4)) and s.epoch == 1  # epoch 1: the two other prompts
+    rest = ids(s.next(3, 4))  # all of epoch 2: checked again
     assert 100 in rest and s.epoch == 2
 
 
 def test_everything_gated_still_fills_the_batch():
     s = SelfSampler(items(2), seed=0, skip_epochs=5, greedy_check="proxy")
-    s.next(2)
+    s.next(2, 4)
     s.observe(_batch([1, 1], [[-0.1] * 3] * 2, [100, 101]))
-    out = s.next(5)
+    out = s.next(5, 4)
     assert len(out) == 5 and s.forced == 5
     b = _batch([1, 1], [[-0.1] * 3] * 2, [100, 101])
-    s.observe(b)  # an all-solved batch: an empty loss, no crash
+    observe(s, b)  # an all-solved batch: an empty loss, no crash
     assert float(b.completion_mask.sum()) == 0.0
 
 
 def test_state_round_trip_is_exact():
     make = lambda: SelfSampler(items(5), seed=4, greedy_check="proxy")  # noqa: E731
     s = make()
-    s.next(5)
+    s.next(5, 4)
     s.observe(_batch([1, 0], [[-0.1] * 3, [-1.0] * 3], [102, 102]))
     r = reload(s, make)
-    assert s.next(9) == r.next(9) and s.gated == r.gated
+    assert s.next(9, 4) == r.next(9, 4) and s.gated == r.gated
 
 
 def test_one_training_step_with_the_proxy(tmp_path):
@@ -116,4 +117,4 @@ def test_decode_options_are_checked():
     with pytest.raises(ValueError, match="greedy_check must be 'decode' or 'proxy'"):
         SelfSampler(items(2), greedy_check="sample")
     s = SelfSampler(items(2))
-    assert s.observe(scored([100], [1])) == {}  # decode: nothing to do after the rollout
+    assert s.observe(scored([100], [1])) == Feedback()  # decode: nothing to do after the rollout

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from covey.algos.registry import ADVANTAGES
-from covey.samplers.spo import BASELINE_KEY, SPOSampler, offline_prior, prompt_drift, spo_rho, spo_weights
+from covey.samplers.spo import SPOSampler, offline_prior, prompt_drift, spo_rho, spo_weights
 from covey.rollouts import RolloutsError
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
@@ -31,14 +31,14 @@ def test_observe_writes_the_pre_update_baseline_per_row():
     s.alpha[0], s.beta[0] = 3.0, 1.0
     b = scored([100, 101, 100], [1, 0, 0])
     s.observe(b)
-    assert b.extras[BASELINE_KEY].tolist() == [0.75, 0.5, 0.75]
+    assert b.baseline.tolist() == [0.75, 0.5, 0.75]
     # two rows of prompt 100 in one visit: alpha = 0.875*3 + 1, beta = 0.875*1 + 1
     assert s.alpha[0].item() == pytest.approx(3.625) and s.beta[0].item() == pytest.approx(1.875)
 
 
 def test_spo_advantage_by_hand():
     b = scored([1, 2, 3], [1, 0, 1])
-    b.extras[BASELINE_KEY] = torch.tensor([0.5, 0.5, 0.75])
+    b.baseline = torch.tensor([0.5, 0.5, 0.75])
     raw = torch.tensor([0.5, -0.5, 0.25], dtype=torch.float64)
     want = (raw - raw.mean()) / (raw.std() + 1e-8)
     out = ADVANTAGES.get("spo").bind()(b)
@@ -55,19 +55,19 @@ def test_draws_are_single_stream_prioritised_and_never_fail():
     s = SPOSampler(items(4), seed=0)
     s.alpha = torch.tensor([50.0, 1.0, 50.0, 25.0], dtype=torch.float64)
     s.beta = torch.tensor([0.01, 50.0, 0.01, 25.0], dtype=torch.float64)
-    got = [i for _ in range(50) for i in ids(s.next(1))]
+    got = [i for _ in range(50) for i in ids(s.next(1, 4))]
     assert got.count(103) > 25  # p=0.5 weight 0.55 vs ~0.05-0.19 for the others
-    assert s.group_sizes(s.items[:3], 8) == [1, 1, 1]
-    assert len(s.next(9)) == 9  # more than the pool: with replacement
+    assert [d.n for d in s.next(3, 8)] == [1, 1, 1]  # n, not the run's G
+    assert len(s.next(9, 4)) == 9  # more than the pool: with replacement
 
 
 def test_state_round_trip_draws_the_same():
     s = SPOSampler(items(12), seed=2, candidates=6, rho_type="constant")
     for _ in range(3):
-        got = ids(s.next(4))
+        got = ids(s.next(4, 4))
         s.observe(scored(got, [1, 0, 0, 1]))
     r = reload(s, lambda: SPOSampler(items(12), seed=2, candidates=6, rho_type="constant"))
-    assert [ids(s.next(4)) for _ in range(3)] == [ids(r.next(4)) for _ in range(3)]
+    assert [ids(s.next(4, 4)) for _ in range(3)] == [ids(r.next(4, 4)) for _ in range(3)]
 
 
 def test_one_training_step(tmp_path):
@@ -101,7 +101,7 @@ def test_kl_first_visit_uses_rho_096_and_stores_the_response_under_the_updated_p
     s = SPOSampler(items(2))  # rho_type "kl" is the default; prior 0.5, 0.5
     b = _answer(100, [1], [[10, 20]])
     s.observe(b)
-    assert b.extras[BASELINE_KEY].tolist() == [0.5] and s.alpha[0].item() == 0.5  # kl: no update in observe
+    assert b.baseline.tolist() == [0.5] and s.alpha[0].item() == 0.5  # kl: no update in observe
     m = s.after_update(b, ToyPolicy(shift=0.0))
     assert s.alpha[0].item() == pytest.approx(0.96 * 0.5 + 1) and s.beta[0].item() == pytest.approx(0.96 * 0.5)
     assert m["sampler/spo/rho_mean"] == 0.96 and m["sampler/spo/first_visit_frac"] == 1.0

@@ -43,7 +43,7 @@ def test_mc_grpo_by_hand():
 @pytest.mark.parametrize("name", sorted(ADVANTAGES))
 def test_every_estimator_handles_unequal_groups_or_refuses_by_name(name):
     batch = _batch()
-    batch.extras["spo_baseline"] = torch.full((9,), 0.5)
+    batch.baseline = torch.full((9,), 0.5)
     try:
         out = ADVANTAGES.get(name).bind()(batch)
     except RolloutsError as e:  # refusals must name the estimator and what it needs
@@ -54,6 +54,6 @@ def test_every_estimator_handles_unequal_groups_or_refuses_by_name(name):
 
 @pytest.mark.parametrize("preset", ["grpo", "rloo", "mc_grpo"])
 def test_one_step_with_dars_groups(tmp_path, preset):
-    m = one_step(tmp_path, rollout={"prompts_per_step": 2, "group_size": 3, "strategy": {"name": "dars", "n_max": 5}},
+    m = one_step(tmp_path, rollout={"prompts_per_step": 2, "group_size": 3, "strategy": {"name": "dars", "n_max": 5, "filter": False}},
                  algo={"preset": preset, "kl": None})  # fmt: skip
     assert m["dars/extra_rollouts"] > 0 and "adv/mean" in m

@@ -25,7 +25,7 @@ def test_thompson_scores_are_seeded_and_peak_at_one_half():
 
 def test_observe_updates_the_posterior_of_the_batch_prompts():
     s = VadeSampler(items(4), seed=0, a0=1.0, lambda_short=0.5, lambda_long=1.0)
-    s.next(2)
+    s.next(2, 4)
     s.observe(scored([100, 100, 100, 100, 101, 101], [1, 1, 1, 0, 0, 0]))
     assert s.alpha[:2].tolist() == [0.5 + 3, 0.5 + 0] and s.beta[:2].tolist() == [0.5 + 1, 0.5 + 2]
     assert s.alpha[2:].tolist() == [1.0, 1.0] and s.t == 1
@@ -37,7 +37,7 @@ def test_concentrates_on_prompts_near_one_half():
     s.beta = torch.tensor([1.0, 20.0, 1.0, 20.0, 10.0, 10.0], dtype=torch.float64)
     counts = torch.zeros(6)
     for _ in range(20):
-        for i in ids(s.next(2)):
+        for i in ids(s.next(2, 4)):
             counts[i - 100] += 1
         s.pending.zero_()
     assert counts[4] + counts[5] > 30
@@ -45,19 +45,19 @@ def test_concentrates_on_prompts_near_one_half():
 
 def test_no_repeats_before_observe_and_never_fails_to_fill():
     s = VadeSampler(items(3), seed=0)
-    first = ids(s.next(2))
-    second = ids(s.next(2))  # only one unseen prompt left: takes it, then repeats
+    first = ids(s.next(2, 4))
+    second = ids(s.next(2, 4))  # only one unseen prompt left: takes it, then repeats
     assert len(set(first)) == 2 and second[0] not in first and len(second) == 2
-    assert len(s.next(7)) == 7  # more than the pool
+    assert len(s.next(7, 4)) == 7  # more than the pool
 
 
 def test_state_round_trip_draws_the_same():
     s = VadeSampler(items(10), seed=3)
     for _ in range(3):
-        got = ids(s.next(3))
+        got = ids(s.next(3, 4))
         s.observe(scored(got * 2, [1, 0, 1, 0, 0, 1]))
     r = reload(s, lambda: VadeSampler(items(10), seed=3))
-    assert [ids(s.next(3)) for _ in range(4)] == [ids(r.next(3)) for _ in range(4)]
+    assert [ids(s.next(3, 4)) for _ in range(4)] == [ids(r.next(3, 4)) for _ in range(4)]
     assert "vade" in SAMPLERS
 
 

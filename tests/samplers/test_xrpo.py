@@ -46,13 +46,16 @@ def test_allocation_by_hand():
 
 
 def test_group_sizes_follow_the_last_visit():
-    s = XRPOSampler([{"id": i, "prompt": f"q{i}"} for i in range(3)], seed=0, bonus=0.0)
-    its = s.next(3)
+    its = [{"id": i, "prompt": f"q{i}"} for i in range(3)]
+    s = XRPOSampler(its, seed=0, bonus=0.0)
+    s.next(3, 8)
     s.observe(scored([0] * 4 + [1] * 4 + [2] * 4, [1, 0, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1]))
-    sizes = s.group_sizes(sorted(its, key=lambda it: it["id"]), 8)  # mixed prompt 0 gets the most
+    sizes = s.allocate(its, 8)  # mixed prompt 0 gets the most
     assert sum(sizes) == 24 and sizes[0] > sizes[1] == sizes[2] >= 2
+    drawn = {d.item["id"]: d.n for d in s.next(3, 8)}  # the next epoch's draws carry the same allocation
+    assert [drawn[i] for i in range(3)] == sizes
     with pytest.raises(ValueError, match="max_rollouts=3 is below the group size 4"):
-        XRPOSampler(its, max_rollouts=3).group_sizes(its, 4)
+        XRPOSampler(its, max_rollouts=3).next(3, 4)
 
 
 def _math_items():
@@ -65,40 +68,40 @@ def _math_items():
 
 def test_all_fail_prompts_are_seeded_with_the_most_similar_solved_example():
     s = XRPOSampler(_math_items(), seed=0, exemplars=1, max_prompt_chars=1000)
-    s.next(3)
+    s.next(3, 4)
     s.observe(scored([0, 0, 1, 1, 2, 2], [0, 0, 1, 0, 1, 1]))
     assert s.stuck == {0} and s.solved == {1, 2}
     assert jaccard({"a", "b"}, {"b", "c"}) == pytest.approx(1 / 3)
-    drawn = {it["id"]: it for it in s.next(3)}
+    drawn = {d.item["id"]: d.item for d in s.next(3, 4)}
     seeded = drawn[0]["prompt"][0]["content"]
     assert "Solution: 2+3=5" in seeded and "a train" not in seeded and seeded.endswith("apples and pears cost 3")
     assert drawn[0]["id"] == 0 and drawn[0]["answer"] == "3" and "solution" not in drawn[0]  # columns unchanged
     assert drawn[1]["prompt"][0]["content"] == "apples and pears cost 5"  # not stuck: unchanged
     s.observe(scored([0, 0], [0, 1]))  # one success releases the prompt
     assert s.stuck == set()
-    assert not any("Solved examples" in it["prompt"][0]["content"] for it in s.next(3))
+    assert not any("Solved examples" in it["prompt"][0]["content"] for it in (d.item for d in s.next(3, 4)))
 
 
 def test_seeded_prompts_stay_within_max_prompt_chars():
     # default bound: the longest item prompt (23 chars), so no exemplar fits and the prompt goes unseeded
     s = XRPOSampler(_math_items(), seed=0, exemplar_pool="dataset")
-    s.next(3)
+    s.next(3, 4)
     s.observe(scored([0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1]))
-    drawn = {it["id"]: it for it in s.next(3)}
+    drawn = {d.item["id"]: d.item for d in s.next(3, 4)}
     assert drawn[0]["prompt"][0]["content"] == "apples and pears cost 3"
-    assert s.observe(scored([0], [0]))["sampler/xrpo/seed_too_long"] == 1.0
+    assert s.observe(scored([0], [0])).metrics["sampler/xrpo/seed_too_long"] == 1.0
     # room for one exemplar (93 + 23 = 116 chars; two need 161): the less similar second one is dropped
     s = XRPOSampler(_math_items(), seed=0, exemplar_pool="dataset", exemplars=2, max_prompt_chars=120)
     s.stuck = {0}
-    seeded = {it["id"]: it for it in s.next(3)}[0]["prompt"][0]["content"]
+    seeded = {d.item["id"]: d.item for d in s.next(3, 4)}[0]["prompt"][0]["content"]
     assert "2+3=5" in seeded and "train" not in seeded and len(seeded) <= 120
 
 
 def test_no_exemplar_pool_draws_the_prompt_unseeded():
     s = XRPOSampler(_math_items(), seed=0)  # pool "solved": nothing solved yet
-    s.next(3)
+    s.next(3, 4)
     s.observe(scored([0, 0, 1, 1, 2, 2], [0, 0, 0, 0, 0, 0]))
-    assert [it["prompt"][0]["content"] for it in sorted(s.next(3), key=lambda it: it["id"])] == [
+    assert [it["prompt"][0]["content"] for it in sorted((d.item for d in s.next(3, 4)), key=lambda it: it["id"])] == [
         m["prompt"][0]["content"] for m in _math_items()
     ]
 
@@ -106,17 +109,17 @@ def test_no_exemplar_pool_draws_the_prompt_unseeded():
 def test_state_round_trip_is_exact():
     make = lambda: XRPOSampler(_math_items(), seed=3, exemplar_pool="dataset", max_prompt_chars=1000)  # noqa: E731
     s = make()
-    s.next(2)
+    s.next(2, 4)
     s.observe(scored([0, 0, 1, 1], [0, 0, 1, 0]))
-    s.next(1)
+    s.next(1, 4)
     r = reload(s, make)
-    a, b = s.next(5), r.next(5)
-    assert a == b and s.group_sizes(a, 4) == r.group_sizes(b, 4)
+    a, b = s.next(5, 4), r.next(5, 4)
+    assert a == b and sum(d.n for d in a) == 20
 
 
 def test_more_prompts_than_items_still_fills():
     s = XRPOSampler(_math_items(), seed=0)
-    assert len(s.next(10)) == 10
+    assert len(s.next(10, 4)) == 10
 
 
 def test_one_training_step_with_the_xrpo_estimator(tmp_path):

@@ -11,6 +11,7 @@ from covey.algos.registry import CorrectionInputs
 from covey.engine import SamplingParams, TorchEngine
 from covey.learner import completion_logprobs
 from covey.models import build_tiny
+from covey.samplers import Draw
 from covey.strategies.april import APRIL
 from covey.strategies.base import RolloutContext
 from covey.train.checkpoint import load_checkpoint
@@ -21,12 +22,12 @@ from tests._kill_resume import kill_and_resume
 STOPS = list("abcdefghijklmnopqrstuvwxyz0123456789")  # frequent stops on the random tiny model: a long-tailed length mix
 
 
-def _ctx(engine, tok, step, pool):
+def _ctx(engine, tok, step, pool, items):
     def draw(k):
-        return [pool.pop(0) for _ in range(k)]
+        return [Draw(pool.pop(0), 3) for _ in range(k)]
 
     sp = lambda r: SamplingParams(seed=100 * step + r, max_new_tokens=12, stop_strings=tuple(STOPS))  # noqa: E731
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [3] * len(items), sampling=sp,
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, 3) for it in items], sampling=sp,
                           score=lambda b: {}, draw=draw, step=step, policy_version=engine.version)  # fmt: skip
 
 
@@ -39,12 +40,13 @@ def test_april_returns_b_groups_and_carries_the_rest_with_versions():
     engine = TorchEngine(model, tok, dtype="fp32")
     pool = _items(100, 200)
     strat = APRIL(over_provision=2.0, chunk_tokens=2)
-    batch, m = strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool))
+    batch, m = strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool, _items(0, 4)))
     assert batch.num_groups == 4 and len(batch) == 12 and m["april/inflight_groups"] == 8
     assert m["april/stale_token_frac"] == 0.0 and (batch.policy_version[batch.completion_mask > 0] == 0).all()
     assert int(batch.lengths.max()) <= 12
     buffered = strat.buffer
-    assert len(buffered) == 4 and m["april/buffer_partial_rows"] > 0
+    assert len(buffered) == 4 - m["april/dropped_groups"] and m["april/buffer_partial_rows"] > 0
+    assert all(any(r is None or not r.finish_reason for r in g["rows"]) for g in buffered)  # only unfinished groups
     partial = {(g["item"]["id"], i): list(r.tokens) for g in buffered for i, r in enumerate(g["rows"])
                if r is not None and r.tokens and not r.finish_reason}  # fmt: skip
 
@@ -56,7 +58,7 @@ def test_april_returns_b_groups_and_carries_the_rest_with_versions():
     saved = strat.state_dict()
     again = APRIL(over_provision=2.0, chunk_tokens=2)
     again.load_state_dict(saved)
-    b2, m2 = again.rollout(_items(4, 8), _ctx(engine, tok, 1, pool))
+    b2, m2 = again.rollout(_items(4, 8), _ctx(engine, tok, 1, pool, _items(4, 8)))
     assert m2["april/stale_token_frac"] > 0 and m2["april/carried_groups"] >= 1
     rows = {(it["id"], k): j for j, (it, k) in enumerate(zip(b2.items, _rank(b2.group.tolist())))}
     resumed = [(key, toks) for key, toks in partial.items() if key in rows]
@@ -76,6 +78,56 @@ def test_april_returns_b_groups_and_carries_the_rest_with_versions():
     stale = (b2.policy_version == 0) & (mask > 0)
     assert torch.allclose(w[fresh], torch.ones_like(w[fresh]), atol=1e-4)
     assert float((w[stale] - 1).abs().mean()) > 1e-2
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_finished_surplus_groups_are_dropped_as_in_the_code(keep):
+    # one tick of 12 tokens finishes every row: 8 groups done at once, 4 are the batch
+    model, tok = build_tiny("tiny-llama", seed=11)
+    engine = TorchEngine(model, tok, dtype="fp32")
+    pool = _items(100, 200)
+    strat = APRIL(over_provision=2.0, chunk_tokens=12, keep_surplus=keep)
+    batch, m = strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool, _items(0, 4)))
+    assert batch.num_groups == 4 and m["april/ticks"] == 1
+    assert m["april/dropped_groups"] == (0 if keep else 4) and len(strat.buffer) == (4 if keep else 0)
+    b2, m2 = strat.rollout(_items(4, 8), _ctx(engine, tok, 1, pool, _items(4, 8)))
+    if keep:  # covey's variant: the next step serves the 4 kept groups and generates nothing
+        assert m2["april/ticks"] == 0 and m2["april/decoded_tokens"] == 0
+        assert {it["id"] for it in b2.items} == {0, 1, 2, 3, 100, 101, 102, 103} - {it["id"] for it in batch.items}
+    else:
+        assert m2["april/ticks"] == 1 and m2["april/decoded_tokens"] > 0
+        assert set(it["id"] for it in b2.items).isdisjoint(it["id"] for it in batch.items)
+
+
+def test_old_logprobs_recompute_with_the_current_weights():
+    from covey.learner.learner import Learner
+
+    model, tok = build_tiny("tiny-llama", seed=11)
+    engine = TorchEngine(model, tok, dtype="fp32")
+    pool = _items(100, 200)
+    strat = APRIL(over_provision=2.0, chunk_tokens=2)
+    strat.rollout(_items(0, 4), _ctx(engine, tok, 0, pool, _items(0, 4)))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    engine.load_weights(model, version=1)
+    batch, m = strat.rollout(_items(4, 8), _ctx(engine, tok, 1, pool, _items(4, 8)))
+    assert m["april/stale_token_frac"] > 0 and batch.recompute_old_logprobs is True
+    with torch.no_grad():
+        want, _ = completion_logprobs(model, batch.prompt_ids, batch.completion_ids, batch.completion_mask)
+    algo = validate_config({"model": {"name": "tiny-llama"}, "task": {"name": "arithmetic"}, "algo": {"preset": "grpo", "kl": None}}).algo
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.0), None, algo, temperature=1.0, max_new_tokens=12, dtype="fp32")
+    batch.advantages = torch.zeros(len(batch))
+    learner.update(batch, torch.Generator().manual_seed(0))
+    stale = (batch.policy_version == 0) & (batch.completion_mask > 0)
+    assert torch.allclose(batch.old_logprobs, want * batch.completion_mask, atol=1e-4)  # the current policy's
+    assert float((batch.old_logprobs - batch.behaviour_logprobs)[stale].abs().mean()) > 1e-2  # not the stale one's
+    # covey's variant: no request, one update, no correction: pi_old stays the behaviour log-probs
+    b3, _ = APRIL(old_logprobs="behaviour").rollout(_items(8, 10), _ctx(engine, tok, 2, pool, _items(8, 10)))
+    assert b3.recompute_old_logprobs is False
+    b3.advantages = torch.zeros(len(b3))
+    learner.update(b3, torch.Generator().manual_seed(0))
+    assert b3.old_logprobs is None
 
 
 def _rank(groups):

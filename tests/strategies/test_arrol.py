@@ -6,6 +6,7 @@ import torch
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import build_tiny
 from covey.strategies.arrol import ARRoL, balanced_keep, train_head
+from covey.samplers import Draw
 from covey.strategies.base import RolloutContext
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
@@ -34,10 +35,10 @@ def test_arrol_prunes_to_group_size_and_keeps_its_head():
         batch.rewards, batch.reward_names = (ids % 2 == 0).float()[:, None], ("even_first",)
         return {}
 
-    ctx = RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [3] * len(items),
+    items = [{"id": 1, "prompt": "1+1="}, {"id": 2, "prompt": "2+5="}]
+    ctx = RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, 3) for it in items],
                          sampling=lambda r: SamplingParams(seed=1, max_new_tokens=6, ignore_eos=True),
                          score=score, draw=lambda k: [], step=0)  # fmt: skip
-    items = [{"id": 1, "prompt": "1+1="}, {"id": 2, "prompt": "2+5="}]
     strat = ARRoL(oversample=2.0, check_tokens=2, warmup_rows=0)
     batch, m = strat.rollout(items, ctx)
     assert len(batch) == 6 and batch.group.tolist() == [0, 0, 0, 1, 1, 1] and m["arrol/pruned_rows"] == 6

@@ -22,8 +22,9 @@ from covey.engine.base import (
     protocol_members,
 )
 from covey.models import build_tiny
-from covey.plugins import PluginError
+from covey.registry import RegistryError
 from covey.strategies import STRATEGIES, RolloutContext
+from covey.samplers import Draw
 from covey.strategies.base import check_engine_protocols, engine_protocols
 
 
@@ -123,7 +124,7 @@ def _ctx(engine, tok, G=4, new=6):
         batch.rewards, batch.reward_names = (batch.completion_ids[:, 0] % 2 == 0).float()[:, None], ("even",)
         return {}
 
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [G] * len(items),
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, G) for it in ITEMS],
                           sampling=lambda r: SamplingParams(seed=3 + r, max_new_tokens=new, ignore_eos=True),
                           score=score, draw=lambda k: [], step=0)  # fmt: skip
 
@@ -205,13 +206,13 @@ def test_each_strategy_declares_its_engine_protocols_and_dynamic_forwards_its_in
 def test_check_names_the_strategy_the_protocol_and_what_is_missing():
     check_engine_protocols("treepo", {}, "torch")
     check_engine_protocols("group", {}, f"{__name__}:GenerateOnly")
-    with pytest.raises(PluginError) as e:
+    with pytest.raises(RegistryError) as e:
         check_engine_protocols("dynamic", {"inner": "treepo"}, f"{__name__}:GenerateOnly")
     assert str(e.value) == (f"rollout.strategy 'dynamic' (wrapping 'treepo') needs an engine with ForkingEngine (tree forking); "
                             f"engine '{__name__}:GenerateOnly' does not provide ForkingEngine (no tree_session)")  # fmt: skip
-    with pytest.raises(PluginError, match=r"does not provide HiddenStatesEngine \(no hidden_states\)$"):
-        check_engine_protocols("tppo", {}, f"{__name__}:MinimalForking")
-    with pytest.raises(PluginError, match="does not annotate the engine class it returns"):
+    with pytest.raises(RegistryError, match=r"does not provide HiddenStatesEngine \(no hidden_states\)$"):
+        check_engine_protocols("tppo", {}, f"{__name__}:forking_factory")
+    with pytest.raises(RegistryError, match="does not annotate the engine class it returns"):
         check_engine_protocols("latr", {}, f"{__name__}:unannotated_factory")
     check_engine_protocols("latr", {}, f"{__name__}:forking_factory")
 

@@ -7,6 +7,7 @@ import torch
 from covey.algos.advantages.egae import egae, tppo
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import build_tiny
+from covey.samplers import Draw
 from covey.strategies.base import RolloutContext
 from covey.strategies.tppo import TPPO
 from covey.rollouts import RolloutsError
@@ -35,24 +36,27 @@ def test_tppo_windows_carry_and_mask_earlier_tokens():
         batch.rewards, batch.reward_names = (batch.completion_ids[:, 0] % 2 == 0).float()[:, None], ("r",)
         return {}
 
-    ctx = RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [2] * len(items),
-                         sampling=lambda r: SamplingParams(seed=3, max_new_tokens=6, ignore_eos=True),
-                         score=score, draw=lambda k: [], step=0)  # fmt: skip
+    def ctx(items):
+        return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, 2) for it in items],
+                              sampling=lambda r: SamplingParams(seed=3, max_new_tokens=6, ignore_eos=True),
+                              score=score, draw=lambda k: [], step=0)  # fmt: skip
+
     strat = TPPO(window_tokens=4)
-    b1, m1 = strat.rollout([{"id": 1, "prompt": "1+2="}, {"id": 2, "prompt": "3+4="}], ctx)
+    first = [{"id": 1, "prompt": "1+2="}, {"id": 2, "prompt": "3+4="}]
+    b1, m1 = strat.rollout(first, ctx(first))
     assert len(b1) == 4 and m1["tppo/finished"] == 0 and m1["tppo/inflight"] == 4
     assert b1.lengths.tolist() == [4] * 4 and (b1.rewards == 0).all()
-    assert b1.extras["tppo_advantages"].shape == b1.completion_mask.shape
+    assert b1.token_advantages.shape == b1.completion_mask.shape
     first = [row[:4].tolist() for row in b1.completion_ids]
     saved = strat.state_dict()
     again = TPPO(window_tokens=4)
     again.load_state_dict(saved)
-    b2, m2 = again.rollout([{"id": 3, "prompt": "5+6="}], ctx)  # no free slot: the prompt waits
+    b2, m2 = again.rollout([{"id": 3, "prompt": "5+6="}], ctx([{"id": 3, "prompt": "5+6="}]))  # no free slot: the prompt waits
     assert m2["tppo/finished"] == 4 and m2["tppo/queued"] == 1 and m2["tppo/value_loss"] > 0 and again.w.abs().sum() > 0
     assert [row[:4].tolist() for row in b2.completion_ids] == first  # resumed from the carried tokens
     assert (b2.completion_mask[:, :4] == 0).all() and (b2.completion_mask[:, 4:6] == 1).all()
-    b2.extras["tppo_advantages"] = b2.extras["tppo_advantages"][:2]
-    with pytest.raises(RolloutsError, match="tppo_advantages"):
+    b2.token_advantages = b2.token_advantages[:2]
+    with pytest.raises(RolloutsError, match="token_advantages"):
         tppo(b2)
 
 

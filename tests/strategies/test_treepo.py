@@ -4,7 +4,7 @@ prefixes, leaf counts, fewer decoded tokens), and one training step from config.
 import pytest
 import torch
 
-from covey.algos.advantages.tree import branch_grpo, tree_depth_deviations, treepo
+from covey.algos.advantages.tree import branch_grpo, branch_node_values, tree_depth_deviations, treepo
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import build_tiny
 from covey.strategies.treepo import branch_counts, grow_trees
@@ -22,7 +22,7 @@ def _batch(paths=PATHS, rewards=R, t=4):
         prompt_ids=[torch.tensor([1, 2])] * n, completion_ids=torch.ones(n, t, dtype=torch.long),
         completion_mask=torch.ones(n, t), behaviour_logprobs=torch.zeros(n, t), group=torch.zeros(n, dtype=torch.long),
         prompt_id=torch.zeros(n, dtype=torch.long), rewards=torch.tensor(rewards)[:, None], reward_names=("r",),
-        tree_path=list(paths), extras={"segment_tokens": 2},
+        tree_path=list(paths), segment_tokens=2,
     )  # fmt: skip
 
 
@@ -51,10 +51,58 @@ def test_treepo_estimator_whitens_and_needs_paths():
 
 
 def test_branch_grpo_depthwise_fusion():
-    adv = branch_grpo(_batch()).advantages
+    out = branch_grpo(_batch())
+    adv = out.advantages
     s = 0.5**0.5  # depth 1: nodes a=0.5, b=0 -> +-0.7071; depth 2: leaves 1,0,0,0 -> 1.5, -0.5
     assert adv[0].tolist() == pytest.approx([s, s, 1.5, 1.5], abs=1e-5)
     assert adv[2].tolist() == pytest.approx([-s, -s, -0.5, -0.5], abs=1e-5)
+    # each edge trained once (the code's transitions): the shared first segments of a/y and b/w are masked
+    assert out.sample_mask.tolist() == [[1, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1]]
+    assert branch_grpo(_batch(), edges="per_leaf").sample_mask is None
+
+
+def test_branch_grpo_matches_the_released_code_on_the_spec_tree():
+    # spec (Fredreic1849/BranchGRPO@19fbb9f): root -> 2 children -> 2 leaves each, leaf rewards [1, 0, 1, 1]:
+    # node rewards [0.75], [0.5, 1.0]; advantages [0], [-0.707107, 0.707107], [0.5, -1.5, 0.5, 0.5]
+    b = _batch(rewards=[1.0, 0.0, 1.0, 1.0])
+    adv = branch_grpo(b).advantages
+    assert adv[:, :2].flatten().tolist() == pytest.approx([-0.707107] * 4 + [0.707107] * 4, abs=1e-6)
+    assert adv[:, 2].tolist() == pytest.approx([0.5, -1.5, 0.5, 0.5], abs=1e-6)
+    values = branch_node_values(PATHS, [0] * 4, [1.0, 0.0, 1.0, 1.0])
+    assert values[(0,)] == 0.75 and values[(0, 0)] == 0.5 and values[(0, 1)] == 1.0
+    # tree_prob_weighted: softmax over the child edges' log-probs; the spec's vector: children [0.5, 1.0]
+    # with edge log-probs [-1, -2] -> weights [0.731059, 0.268941] -> 0.634471
+    r = [0.0, 1.0, 1.0, 1.0]  # a -> 0.5 only if its children's edges weigh equally (both -1)
+    edge = {(0, 0): -1.0, (0, 1): -2.0, (0, 0, 2): -1.0, (0, 0, 3): -1.0, (0, 1, 4): -0.2, (0, 1, 5): -0.6}
+    pw = branch_node_values(PATHS, [0] * 4, r, edge)
+    assert pw[(0, 0)] == pytest.approx(0.5) and pw[(0, 1)] == pytest.approx(1.0)
+    assert pw[(0,)] == pytest.approx(0.634471, abs=1e-6)
+
+
+def test_branch_grpo_prob_weighted_reads_edge_logprobs_from_the_batch():
+    b = _batch(rewards=[1.0, 0.0, 1.0, 1.0])
+    # segments of 2 tokens: edges a = -1 (row 0 seg 0), x = -0.5, y = -2, b = -2, z = -0.2, w = -0.6
+    b.behaviour_logprobs = torch.tensor([[-0.5, -0.5, -0.25, -0.25], [-0.5, -0.5, -1.0, -1.0],
+                                         [-1.0, -1.0, -0.1, -0.1], [-1.0, -1.0, -0.3, -0.3]])  # fmt: skip
+    out = branch_grpo(b, fusion="prob_weighted")
+    # a = softmax([-0.5, -2]) . [1, 0] = 0.817574, b = 1: two nodes at depth 1 -> -+0.707107 whatever their gap
+    assert out.advantages[0, 0] == pytest.approx(-0.707107, abs=1e-6) and out.advantages[2, 0] == pytest.approx(0.707107, abs=1e-6)
+    flip = _batch(rewards=[0.0, 1.0, 0.0, 0.0])
+    flip.behaviour_logprobs = b.behaviour_logprobs
+    # uniform: a = 0.5 > b = 0; prob_weighted: a = softmax([-0.5, -2]) . [0, 1] = 0.182426 > 0 still
+    assert branch_grpo(flip, fusion="prob_weighted").advantages[0, 0] > 0
+    # with three first-level nodes the weights show: c (one leaf, reward 0.5) sits between a and b
+    paths = PATHS + [(6, 7)]
+    three = _batch(paths=paths, rewards=[1.0, 0.0, 1.0, 1.0, 0.5])
+    three.behaviour_logprobs = torch.cat([b.behaviour_logprobs, torch.full((1, 4), -1.0)])
+    v = [0.817574, 1.0, 0.5]  # a, b, c
+    m, sd = sum(v) / 3, torch.tensor(v, dtype=torch.float64).std().item()
+    got = branch_grpo(three, fusion="prob_weighted").advantages[:, 0].tolist()
+    assert got == pytest.approx([(v[0] - m) / sd] * 2 + [(v[1] - m) / sd] * 2 + [(v[2] - m) / sd], abs=1e-5)
+    uni = branch_grpo(three).advantages[:, 0].tolist()  # uniform: a = 0.5
+    v = [0.5, 1.0, 0.5]
+    m, sd = sum(v) / 3, torch.tensor(v, dtype=torch.float64).std().item()
+    assert uni == pytest.approx([(v[0] - m) / sd] * 2 + [(v[1] - m) / sd] * 2 + [(v[2] - m) / sd], abs=1e-5)
 
 
 def test_branch_counts_follow_the_fixed_avg_rule():
@@ -102,3 +150,25 @@ def test_treepo_trains_one_step_from_config(tmp_path):
     m = trainer.step()
     assert m["tree/leaves"] == 8 and m["time/step"] > 0
     trainer.close()
+
+
+def test_branch_grpo_prob_weighted_uses_each_edge_s_own_segment():
+    # 3 segments of 1 token; edge log-prob = that segment's token only
+    paths = [(0, 2, 6), (0, 2, 7), (0, 3, 8), (1, 4, 9), (5, 10, 11)]
+    b = _batch(paths=paths, rewards=[1.0, 0.0, 0.0, 1.0, 0.5], t=3)
+    b.segment_tokens = 1
+    b.behaviour_logprobs = torch.tensor([[-0.1, -0.5, -3.0], [-0.1, -0.5, -0.1], [-0.1, -1.5, -0.1],
+                                         [-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])  # fmt: skip
+    # node 2 = softmax([-3, -0.1]) . [1, 0] = 0.052154; node 3 = 0; node 0 = softmax([-0.5, -1.5]) . [0.052154, 0]
+    n2 = 1 / (1 + torch.tensor(2.9).exp().item())
+    v = [n2 / (1 + torch.tensor(-1.0).exp().item()), 1.0, 0.5]  # nodes 0, 1, 5
+    m, sd = sum(v) / 3, torch.tensor(v, dtype=torch.float64).std().item()
+    got = branch_grpo(b, fusion="prob_weighted").advantages[:, 0].tolist()
+    want = [(v[0] - m) / sd] * 3 + [(v[1] - m) / sd, (v[2] - m) / sd]
+    assert v[0] == pytest.approx(0.038128, abs=1e-6) and got == pytest.approx(want, abs=1e-5)
+
+
+def test_branch_grpo_zero_below_the_code_s_std_floor():
+    # two depth-1 nodes whose values differ by 1e-7: std < 1e-6 -> A = 0 there (the code), leaves too
+    b = _batch(rewards=[0.5, 0.5, 0.5 + 1e-7, 0.5 + 1e-7])
+    assert branch_grpo(b).advantages.abs().max() == 0.0

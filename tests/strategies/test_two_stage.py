@@ -6,6 +6,7 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.models import build_tiny
+from covey.samplers import Draw
 from covey.strategies.base import RolloutContext
 from covey.strategies.cog_rethinker import REFINE, CogRethinker
 from covey.strategies.group import completion_texts
@@ -16,7 +17,11 @@ from covey.train.trainer import Trainer
 ITEMS = [{"id": 3, "prompt": "2+2=", "answer": "4"}, {"id": 8, "prompt": "5-1=", "answer": "4"}]
 
 
+scored: list[tuple[list[str], list[float]]] = []  # (texts, rewards) of every ctx.score call
+
+
 def _ctx(reward, seen):
+    scored.clear()
     model, tok = build_tiny("tiny-llama", seed=4)
     engine = TorchEngine(model, tok, dtype="fp32")
 
@@ -24,10 +29,11 @@ def _ctx(reward, seen):
         texts = completion_texts(tok, batch)
         seen.append([it["prompt"] for it in batch.items])
         batch.rewards = torch.tensor([[reward(t)] for t in texts], dtype=torch.float32)
+        scored.append((texts, [reward(t) for t in texts]))
         batch.reward_names = ("r",)
         return {}
 
-    return RolloutContext(engine=engine, tokenizer=tok, group_sizes=lambda items: [4] * len(items),
+    return RolloutContext(engine=engine, tokenizer=tok, draws=[Draw(it, 4) for it in ITEMS],
                           sampling=lambda r: SamplingParams(seed=r, max_new_tokens=6, ignore_eos=True),
                           score=score, draw=lambda k: [], step=0), tok  # fmt: skip
 
@@ -42,7 +48,12 @@ def test_igrpo_refines_the_best_draft():
         ids = batch.prompt_ids[4 * g].tolist()
         base = tok.encode(it["prompt"])
         assert ids[: len(base)] == base and len(ids) > len(base) + 6  # q + draft + instruction
-    assert m["igrpo/draft_reward"] >= 0
+    texts, r = scored[0]  # the 3 drafts of each prompt, in order
+    best = [max(range(3 * g, 3 * g + 3), key=lambda k: (r[k], -k)) for g in range(2)]  # ties: the first
+    assert m["igrpo/draft_reward"] == pytest.approx((r[best[0]] + r[best[1]]) / 2)
+    assert m["igrpo/refine_gain"] == pytest.approx(sum(scored[1][1]) / 8 - m["igrpo/draft_reward"], abs=1e-6)
+    for g in range(2):  # the refinement prompt holds the best draft's text
+        assert texts[best[g]] in tok.decode(batch.prompt_ids[4 * g].tolist())
 
 
 def test_cog_rethinker_replaces_unsolved_groups_stage_by_stage():

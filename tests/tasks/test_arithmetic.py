@@ -92,7 +92,7 @@ def test_bad_params_fail_with_the_allowed_values(params, message):
 def test_unknown_split_and_param():
     with pytest.raises(ValueError, match="no split 'dev'; allowed: train, test"):
         Arithmetic(n_train=1, n_test=1).examples("dev")
-    with pytest.raises(ValueError, match="bad parameters"):
+    with pytest.raises(ValueError, match=r"task .arithmetic. has no parameter\(s\) \[.digitz.\]"):
         get_task("arithmetic", digitz=2)
 
 

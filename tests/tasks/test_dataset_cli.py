@@ -26,7 +26,15 @@ def test_own_data_example_trains_evaluates_and_exports(tmp_path, monkeypatch):
                               "--split", "train", "--limit", "3", "--max-new-tokens", "4"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(res.output.strip().splitlines()[-1])["problems"] == 3
-    res = runner.invoke(app, ["eval", "--run", str(run), "--task", "dataset", "--task-param", f"path={data}", "--limit", "3"])
+    res = runner.invoke(app, ["eval", "--run", str(run), "--limit", "3", "--max-new-tokens", "4"])  # the run's task and rewards
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["split"] == "test" and {"reward/ends_with_answer", "reward/brevity"} <= set(out)
+    assert "accuracy" not in out  # the run's task has verifier: none
+    res = runner.invoke(app, ["eval", "--run", str(run), "--limit", "3", "--max-new-tokens", "4", "--task-param", "verifier=auto"])
+    assert res.exit_code == 0 and "accuracy" in json.loads(res.output.strip().splitlines()[-1])
+    res = runner.invoke(app, ["eval", "--run", str(run), "--task", "dataset", "--task-param", f"path={data}", "--limit", "3",
+                              "--task-param", "eval_path=null"])  # fmt: skip
     assert res.exit_code == 2 and "no 'test' data" in res.output
     assert os.path.isdir(run / "final")
 

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from covey.tasks import GSM8K, MATH500, get_task
-from covey.tasks._data import resolve_data_dir
+from covey.tasks._data import SHIPPED, data_file, resolve_data_dir
 from covey.tasks.gsm8k import gsm8k_gold
 
 
@@ -12,7 +12,7 @@ def _write(path, rows):
     return path
 
 
-def test_gsm8k_reads_shared_data_and_strips_commas():
+def test_gsm8k_reads_shipped_data_and_strips_commas():
     task = get_task("gsm8k", chat=False)
     assert len(task.examples("train")) == 7473 and len(task.examples("test")) == 1319
     golds = [x["answer"] for x in task.examples("test")]
@@ -45,8 +45,57 @@ def test_explicit_path_folder_or_file_and_env_var(tmp_path, monkeypatch):
 
 
 def test_missing_data_names_the_places_tried(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no 'gsm8k' data folder found .*set COVEY_DATA"):
+    with pytest.raises(FileNotFoundError, match="no 'gsm8k' data folder found .*nowhere/gsm8k.*set COVEY_DATA"):
         GSM8K(path=tmp_path / "nowhere").examples("test")
+
+
+def test_default_is_the_shipped_gzipped_copy_even_with_a_covey_data_lacking_the_dataset(tmp_path, monkeypatch):
+    monkeypatch.setenv("COVEY_DATA", str(tmp_path))  # holds no gsm8k folder: falls through to the shipped copy
+    assert resolve_data_dir(None, "gsm8k") == SHIPPED / "gsm8k"
+    assert data_file(None, "gsm8k", "test.jsonl") == SHIPPED / "gsm8k" / "test.jsonl.gz"
+    assert (SHIPPED / "gsm8k" / "LICENSE").is_file() and (SHIPPED / "math500" / "LICENSE").is_file()
+    assert GSM8K(limit=2).examples("test")[1]["answer"] == "3"
+
+
+def test_gzipped_user_files_are_read_and_errors_name_the_line(tmp_path):
+    import gzip
+
+    (tmp_path / "gsm8k").mkdir()
+    with gzip.open(tmp_path / "gsm8k" / "train.jsonl.gz", "wt") as f:
+        f.write(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n{oops\n")
+    with pytest.raises(ValueError, match=r"train.jsonl.gz:2: not valid JSON"):
+        GSM8K(path=tmp_path).examples("train")
+
+
+class _FakeHub:
+    """Stands in for datasets.load_dataset (no network in tests): records the calls, serves local rows."""
+
+    def __init__(self, rows):
+        self.rows, self.calls = rows, []
+
+    def __call__(self, repo, config=None, split=None):
+        from datasets import Dataset
+
+        self.calls.append((repo, config, split))
+        if split not in self.rows:
+            raise ValueError(f"Unknown split {split!r}")
+        return Dataset.from_list(self.rows[split])
+
+
+def test_hub_path_loads_through_datasets(monkeypatch):
+    import datasets
+
+    hub = _FakeHub({"test": [{"question": "1+1?", "answer": "x\n#### 1,002"}]})
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    items = GSM8K(path="hub").examples("test")
+    assert hub.calls == [("openai/gsm8k", "main", "test")] and items[0]["answer"] == "1002"
+    with pytest.raises(FileNotFoundError, match=r"could not load 'me/gsm' .*split 'train'.*Unknown split"):
+        GSM8K(path="hub:me/gsm").examples("train")
+    hub.rows["test"] = [{"problem": "p", "answer": 7}]
+    assert MATH500(path="hub").examples("test")[0]["answer"] == "7" and hub.calls[-1] == ("HuggingFaceH4/MATH-500", None, "test")
+    hub.rows["test"] = [{"problem": "p"}]
+    with pytest.raises(ValueError, match=r"hub:HuggingFaceH4/MATH-500\[test\]:1: missing field\(s\) \['answer'\]"):
+        MATH500(path="hub").examples("test")
 
 
 def test_malformed_rows_name_file_and_line(tmp_path):

@@ -37,6 +37,36 @@ def test_setup_code_runs_after_the_solution(task):
     assert task.reward(None, ["```python\n" + item["answer"] + "\n```"], tests=[item["tests"]]) == [1.0]
 
 
+def test_sanitized_subset_splits_prompts_and_imports():
+    task = get_task("mbpp", subset="sanitized", chat=False)
+    test, train = task.examples("test"), task.examples("train")
+    assert len(test) == 257 and len(train) == 170 and all(11 <= it["id"] <= 510 for it in test)
+    first = test[0]
+    assert first["id"] == 11 and "Write a python function to remove first and last occurrence" in first["prompt"]
+    with_imports = next(it for it in test + train if it["tests"]["asserts"][0].startswith("import math\n"))
+    good = "```python\n" + with_imports["answer"] + "\n```"
+    assert task.reward(None, [good], tests=[with_imports["tests"]]) == [1.0]
+    with pytest.raises(ValueError, match="subset must be 'full' or 'sanitized'"):
+        get_task("mbpp", subset="plus")
+
+
+def test_hub_path_concatenates_every_split(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load(repo, config=None, split=None):
+        calls.append((repo, config, split))
+        row = {"task_id": {"train": 600, "test": 11, "validation": 511, "prompt": 1}[split], "text": "t",
+               "code": "def f():\n    return 1", "test_list": ["assert f() == 1"], "test_setup_code": ""}
+        return datasets.Dataset.from_list([row])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    task = get_task("mbpp", path="hub", chat=False)
+    assert [it["id"] for it in task.examples("train")] == [1, 511, 600] and [it["id"] for it in task.examples("test")] == [11]
+    assert calls == [("google-research-datasets/mbpp", "full", s) for s in ("train", "test", "validation", "prompt")]
+
+
 def test_missing_data_dir_is_reported(tmp_path):
     with pytest.raises(FileNotFoundError, match="COVEY_DATA"):
         get_task("mbpp", path=str(tmp_path))

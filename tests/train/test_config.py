@@ -64,3 +64,19 @@ def test_missing_file_and_non_mapping_yaml(tmp_path):
         load_config(tmp_path / "nope.yaml")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(_write(tmp_path, "- a\n- b\n"))
+
+
+def test_resolved_config_reads_back_the_same_with_presets_and_both_param_forms():
+    from covey.train.config import validate_config
+
+    cfg = load_config(None, ["sampler={name: dars_b, schedule: et}", "algo=dapo", "algo.surrogate.eps_high=0.3",
+                             "task={name: arithmetic, params: {digits: 2}}", "engine={dtype: fp32}",
+                             "rewards=[{name: format, params: {tags: [answer]}}, {name: length, target: 4}]"])  # fmt: skip
+    dump = cfg.model_dump(mode="json")
+    assert dump["rollout"]["strategy"] == {"name": "dars", "params": {"schedule": "et"}} and dump["sampler"]["name"] == "dars_b"
+    assert dump["engine"] == {"name": "torch", "params": {"dtype": "fp32"}} and dump["task"]["params"] == {"digits": 2}
+    assert [r["params"] for r in dump["rewards"]] == [{"tags": ["answer"]}, {"target": 4}]
+    assert dump["algo"]["surrogate"]["params"]["eps_high"] == 0.3 and dump["algo"]["surrogate"]["params"]["dual_clip"] == 10.0
+    assert validate_config(dump).model_dump(mode="json") == dump
+    with pytest.raises(ConfigError, match=r"parameter\(s\) \['digits'\] given both as keys and under params"):
+        load_config(None, ["task={name: arithmetic, digits: 1, params: {digits: 2}}"])

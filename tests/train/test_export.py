@@ -137,3 +137,27 @@ def test_re_export_replaces_the_folder_whole(tmp_path):
     export_model(model, tok, tmp_path)
     assert not (tmp_path / "final" / "model-00002-of-00002.safetensors").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]  # no temporary folders left
+
+
+def test_lora_adapter_records_a_portable_base_model(tmp_path):
+    """peft writes the base model's local path (for the smollm2 alias: covey's cache folder); the
+    export records the hub id instead, and a plain folder path stays as it is."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from covey.models import load as load_model
+    from covey.models.convert import CHECKSUM_FILE
+    from covey.train.export import export_model
+
+    alias_folder = tmp_path / "cache" / "models" / "smollm2-135m-instruct"  # what prepare() writes, in short
+    alias_folder.mkdir(parents=True)
+    (alias_folder / CHECKSUM_FILE).write_text(json.dumps({"alias": "smollm2-135m-instruct", "files": {}}))
+    for base, recorded in ((alias_folder, "HuggingFaceTB/SmolLM2-135M-Instruct"), (tmp_path / "mine", str(tmp_path / "mine"))):
+        model, tok = load_model("tiny-llama")
+        model.name_or_path = str(base)  # as from_pretrained(base) sets it (peft reads it)
+        lora = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules="all-linear"))
+        out = tmp_path / "out" / base.name
+        written = export_model(lora, tok, out, merge=False)
+        assert set(written) == {"adapter"}
+        adapter_cfg = json.loads((out / "adapter" / "adapter_config.json").read_text())
+        assert adapter_cfg["base_model_name_or_path"] == recorded and adapter_cfg["r"] == 2
+        PeftModel.from_pretrained(load_model("tiny-llama")[0], out / "adapter")  # still a valid peft folder

@@ -4,13 +4,16 @@ state (tensors, int keys) goes through the checkpoint intact, and bad plugin con
 import pytest
 import torch
 
+from covey.samplers import Draw
 from covey.strategies import sample_groups
 from covey.train.config import ConfigError, load_config
 from covey.train.trainer import Trainer
 
 PLUGINS = '''
+import dataclasses
+
 import torch
-from covey.samplers import BaseSampler
+from covey.samplers import BaseSampler, Draw, Feedback
 from covey.strategies import sample_groups
 from covey.rollouts import Rollouts
 
@@ -22,24 +25,42 @@ class CountingSampler(BaseSampler):
         super().__init__(items, seed)
         self.pos, self.seen = start, {}
 
-    def next(self, k):
-        out = [self.items[(self.pos + i) % len(self.items)] for i in range(k)]
+    def next(self, k, group_size):
+        out = [Draw(self.items[(self.pos + i) % len(self.items)], group_size + (i % 2)) for i in range(k)]  # unequal groups
         self.pos += k
         return out
-
-    def group_sizes(self, items, group_size):
-        return [group_size + (i % 2) for i in range(len(items))]  # unequal groups
 
     def observe(self, batch):
         for pid, r in zip(batch.prompt_id.tolist(), batch.scalar_rewards()):
             self.seen[pid] = self.seen.get(pid, torch.zeros(2)) + torch.stack([r, torch.tensor(1.0)])
-        return {"sampler/tracked": float(len(self.seen))}
+        return Feedback({"sampler/tracked": float(len(self.seen))})
 
     def state_dict(self):
         return {"pos": self.pos, "seen": dict(self.seen)}
 
     def load_state_dict(self, state):
         self.pos, self.seen = state["pos"], dict(state["seen"])
+
+
+class Duck:
+    """Has a sampler's methods but does not subclass BaseSampler."""
+
+    def __init__(self, items, seed):
+        self.items = items
+
+    def next(self, k):
+        return self.items[:k]
+
+
+class NoNext(BaseSampler):
+    """Subclasses BaseSampler but never says which items to draw."""
+
+
+class OldNext(BaseSampler):
+    """The old contract: next(k) -> items, no group size."""
+
+    def next(self, k):
+        return self.items[:k]
 
 
 class TwoRounds:
@@ -49,9 +70,8 @@ class TwoRounds:
         self.first, self.calls = first, 0
 
     def rollout(self, items, ctx):
-        sizes = ctx.group_sizes(items)
-        a = sample_groups(ctx.engine, ctx.tokenizer, items, [self.first] * len(items), ctx.sampling(0))
-        b = sample_groups(ctx.engine, ctx.tokenizer, items, [s - self.first for s in sizes], ctx.sampling(1))
+        a = sample_groups(ctx.engine, ctx.tokenizer, [dataclasses.replace(d, n=self.first) for d in ctx.draws], ctx.sampling(0))
+        b = sample_groups(ctx.engine, ctx.tokenizer, [dataclasses.replace(d, n=d.n - self.first) for d in ctx.draws], ctx.sampling(1))
         batch = Rollouts.concat([a, b])  # same item order in both calls: group = item position
         batch = batch.select(torch.argsort(batch.group, stable=True))
         self.calls += 1
@@ -103,8 +123,8 @@ def test_custom_sampler_and_strategy_by_import_path_train_and_checkpoint(tmp_pat
 def test_unequal_group_sizes_keep_items_and_groups_aligned(tmp_path):
     cfg = _cfg(tmp_path)
     trainer = Trainer(cfg, tmp_path / "run")
-    items = trainer.sampler.next(3)
-    batch = sample_groups(trainer.engine, trainer.tokenizer, items, [1, 3, 2], trainer._sampling(0))
+    items = [d.item for d in trainer.sampler.next(3, 2)]
+    batch = sample_groups(trainer.engine, trainer.tokenizer, [Draw(it, n) for it, n in zip(items, [1, 3, 2])], trainer._sampling(0))
     assert batch.group.tolist() == [0, 1, 1, 1, 2, 2]
     assert [it["id"] for it in batch.items] == [items[g]["id"] for g in batch.group.tolist()]
     assert batch.prompt_id.tolist() == [items[g]["id"] for g in batch.group.tolist()]
@@ -129,8 +149,8 @@ def test_policy_version_follows_the_weight_syncs(tmp_path):
         ("rollout.strategy=nope", "unknown rollout strategy 'nope'"),
         ("rollout.strategy={name: dynamic, inner: nope}", "unknown rollout strategy 'nope'"),
         ("engine={name: torch, colour: red}", "engine 'torch' has no parameter(s) ['colour']"),
-        ("engine={name: torch, max_rows: lots}", "engine 'torch': parameter max_rows='lots': Input should be a valid integer"),
-        ("sampler={name: vade, a0: [1]}", "sampler 'vade': parameter a0=[1]: Input should be a valid number"),
+        ("engine={name: torch, max_rows: lots}", "engine 'torch' parameter 'max_rows': Input should be a valid integer"),
+        ("sampler={name: vade, a0: [1]}", "sampler 'vade' parameter 'a0': Input should be a valid number"),
         ("sampler=os.path:nothing_here", "has no attribute"),
         ("device=cuda:0", "device"),
     ],
@@ -140,6 +160,16 @@ def test_bad_plugin_configs_fail_before_any_model_loads(tmp_path, override, mess
         pytest.skip("CUDA present")
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
         _cfg(tmp_path, override)
+
+
+@pytest.mark.parametrize("cls, message", [
+    ("Duck", "sampler '{p}:Duck': Duck must subclass covey.samplers.BaseSampler"),
+    ("NoNext", "sampler '{p}:NoNext': NoNext does not define next"),
+    ("OldNext", r"sampler '{p}:OldNext': OldNext.next must take \(k, group_size\) and return a list of covey.samplers.Draw"),
+])  # fmt: skip
+def test_a_sampler_that_is_not_a_complete_base_sampler_is_a_config_error(tmp_path, plugins, cls, message):
+    with pytest.raises(ConfigError, match=message.format(p=plugins)):
+        _cfg(tmp_path, f"sampler={plugins}:{cls}")
 
 
 def test_dapo_preset_wraps_the_strategy_in_dynamic_sampling(tmp_path):

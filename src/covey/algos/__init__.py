@@ -1,4 +1,5 @@
-"""Algorithm components: pure tensor math, one registry per axis (see `covey.algos.registry`).
+"""Algorithm components: pure tensor math, one registry per axis (`covey.algos.registry`, each a
+`covey.registry.Registry`).
 
 Importing this package registers every built-in component.
 """
@@ -7,7 +8,7 @@ from covey.algos import advantages, aggregation, corrections, kl, surrogates  # 
 from covey.algos.aggregation import batch_totals
 from covey.algos.kl import entropy_bonus, kl_reward_penalty
 from covey.algos.shaping import overlong_penalty
-from covey.algos.presets import PRESETS, AlgoConfig, ComponentSpec, resolve_algo
+from covey.algos.presets import PRESETS, AlgoConfig, resolve_algo
 from covey.algos.registry import (
     ADVANTAGES,
     AGGREGATIONS,
@@ -16,8 +17,6 @@ from covey.algos.registry import (
     SURROGATES,
     AdvantageResult,
     BatchTotals,
-    Component,
-    ComponentError,
     CorrectionInputs,
     LossInputs,
 )
@@ -34,7 +33,6 @@ __all__ = [
     "ADVANTAGES",
     "PRESETS",
     "AlgoConfig",
-    "ComponentSpec",
     "batch_totals",
     "entropy_bonus",
     "kl_reward_penalty",
@@ -47,8 +45,6 @@ __all__ = [
     "SURROGATES",
     "AdvantageResult",
     "BatchTotals",
-    "Component",
-    "ComponentError",
     "CorrectionInputs",
     "LossInputs",
 ]

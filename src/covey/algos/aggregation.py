@@ -2,7 +2,9 @@
 
 Every registered function has the AGGREGATIONS signature (see `covey.algos.registry`):
 
-    fn(loss_tok [N, T], mask [N, T], totals: BatchTotals, *, **params) -> scalar
+    fn(loss_tok [N, T], mask [N, T], totals: BatchTotals, *, **params) -> (scalar, metrics)
+
+Like every axis it returns its metrics too; the built-in reductions have none to report ({}).
 
 Parallelism invariance: every denominator comes from `totals`, the counts of the WHOLE optimisation
 batch (all micro-batches, all ranks), never from the micro-batch at hand. So the aggregated losses
@@ -73,25 +75,25 @@ def _masked(loss_tok: Tensor, mask: Tensor) -> Tensor:
     paper="DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
     arxiv="2503.14476",
 )
-def token_mean(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> Tensor:
+def token_mean(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> tuple[Tensor, dict[str, float]]:
     """Mean over all unmasked tokens of the batch: sum_{i,t} l m / sum m  (verl default "token-mean", TRL "dapo").
 
     Every token weighs the same, so long sequences weigh more than short ones (DAPO §3.3).
     TRL "bnpo" is the same with the micro-batch's own count (not parallelism-invariant).
     """
-    return _masked(loss_tok, mask).sum() / max(totals.num_tokens, 1.0)
+    return _masked(loss_tok, mask).sum() / max(totals.num_tokens, 1.0), {}
 
 
 @register_aggregation("token-sum")
-def token_sum(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> Tensor:
+def token_sum(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> tuple[Tensor, dict[str, float]]:
     """Plain sum over unmasked tokens: sum_{i,t} l m (no normaliser; scales with batch size and length)."""
-    return _masked(loss_tok, mask).sum()
+    return _masked(loss_tok, mask).sum(), {}
 
 
 @register_aggregation("seq-mean-token-sum")
-def seq_mean_token_sum(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> Tensor:
+def seq_mean_token_sum(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> tuple[Tensor, dict[str, float]]:
     """Sum over tokens, mean over non-empty sequences: (1/#seq) sum_i sum_t l m  (verl "seq-mean-token-sum")."""
-    return _masked(loss_tok, mask).sum() / max(totals.num_seqs, 1.0)
+    return _masked(loss_tok, mask).sum() / max(totals.num_seqs, 1.0), {}
 
 
 @register_aggregation(
@@ -99,14 +101,14 @@ def seq_mean_token_sum(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> T
     paper="DeepSeekMath: Pushing the Limits of Mathematical Reasoning",
     arxiv="2402.03300",
 )
-def seq_mean_token_mean(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> Tensor:
+def seq_mean_token_mean(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> tuple[Tensor, dict[str, float]]:
     """Mean over tokens of each sequence, then over sequences: (1/#seq) sum_i (1/L_i) sum_t l m.
 
     The original GRPO objective (1/G sum_i 1/|o_i| sum_t); TRL "grpo"/"sapo"; verl forces it for
     GSPO and SAPO. Empty rows (L_i = 0) add 0 and are not in #seq (TRL clamps L_i at 1; verl adds 1e-8).
     """
     lengths = mask.sum(-1).clamp(min=1.0)  # [N]
-    return (_masked(loss_tok, mask).sum(-1) / lengths).sum() / max(totals.num_seqs, 1.0)
+    return (_masked(loss_tok, mask).sum(-1) / lengths).sum() / max(totals.num_seqs, 1.0), {}
 
 
 @register_aggregation(
@@ -116,7 +118,7 @@ def seq_mean_token_mean(loss_tok: Tensor, mask: Tensor, totals: BatchTotals) -> 
 )
 def seq_mean_token_sum_norm(
     loss_tok: Tensor, mask: Tensor, totals: BatchTotals, *, normaliser: Positive | None = None
-) -> Tensor:
+) -> tuple[Tensor, dict[str, float]]:
     """verl's Dr.GRPO-style constant normaliser: sum_{i,t} l m / S, S = normaliser or totals.max_new_tokens.
 
     Note: verl does NOT divide by the number of sequences, so the gradient grows with batch size
@@ -126,7 +128,7 @@ def seq_mean_token_sum_norm(
     `loss_scale_factor`.
     """
     scale = normaliser if normaliser is not None else float(totals.max_new_tokens)
-    return _masked(loss_tok, mask).sum() / scale
+    return _masked(loss_tok, mask).sum() / scale, {}
 
 
 @register_aggregation(
@@ -136,7 +138,7 @@ def seq_mean_token_sum_norm(
 )
 def seq_mean_token_sum_constant(
     loss_tok: Tensor, mask: Tensor, totals: BatchTotals, *, normaliser: Positive | None = None
-) -> Tensor:
+) -> tuple[Tensor, dict[str, float]]:
     """Official Dr.GRPO (oat) / TRL "dr_grpo": mean over sequences of sum_t l m / C.
 
         loss = sum_{i,t} l m / (C * #seq),   C = normaliser or totals.max_new_tokens
@@ -148,4 +150,4 @@ def seq_mean_token_sum_constant(
     non-empty rows of the whole batch.
     """
     scale = normaliser if normaliser is not None else float(totals.max_new_tokens)
-    return _masked(loss_tok, mask).sum() / (scale * max(totals.num_seqs, 1.0))
+    return _masked(loss_tok, mask).sum() / (scale * max(totals.num_seqs, 1.0)), {}

@@ -2,9 +2,10 @@
 
 Every registered estimator has the KL_ESTIMATORS signature (see `covey.algos.registry`):
 
-    fn(logp [N, T], ref_logp [N, T], *, **params) -> kl_tok [N, T]
+    fn(logp [N, T], ref_logp [N, T], mask [N, T], *, **params) -> (kl_tok [N, T], metrics)
 
-estimating KL(pi_theta || pi_ref) per sampled token from d = logp - ref_logp (tokens drawn from
+where metrics always hold ``kl/mean`` (the mean of kl_tok over unmasked tokens) and an estimator's
+own ``kl/<name>/...`` figures. kl_tok estimates KL(pi_theta || pi_ref) per sampled token from d = logp - ref_logp (tokens drawn from
 pi_theta; Schulman, "Approximating KL Divergence", http://joschu.net/blog/kl-approx.html, whose
 r = pi_ref / pi_theta = exp(-d)).
 
@@ -38,40 +39,55 @@ def _d(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return logp - ref_logp
 
 
+def _out(kl_tok: Tensor, mask: Tensor, **extra: float) -> tuple[Tensor, dict[str, float]]:
+    """(kl_tok, metrics): ``kl/mean`` over unmasked tokens (0 when none) plus `extra`."""
+    if mask.shape != kl_tok.shape:
+        raise ValueError(f"kl: mask shape {tuple(mask.shape)} must equal logp shape {tuple(kl_tok.shape)}")
+    tokens = float(mask.sum())
+    mean = float((kl_tok.detach() * mask).sum()) / tokens if tokens else 0.0
+    return kl_tok, {"kl/mean": mean, **extra}
+
+
 @register_kl("k1", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
-def k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
+def k1(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, float]]:
     """k1 = d = logp - ref_logp. Unbiased, high variance, can be negative per token (verl "kl")."""
-    return _d(logp, ref_logp)
+    return _out(_d(logp, ref_logp), mask)
 
 
 @register_kl("abs", requires=_REF)
-def abs_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+def abs_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, float]]:
     """|d| = |logp - ref_logp| (verl "abs"). Not an unbiased KL estimate; a non-negative distance."""
-    return _d(logp, ref_logp).abs()
+    return _out(_d(logp, ref_logp).abs(), mask)
 
 
 @register_kl("k2", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
-def k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
+def k2(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, float]]:
     """k2 = 0.5 d^2 (verl "mse"). Biased, low variance; its gradient d * grad(logp) is the KL gradient on-policy."""
-    return 0.5 * _d(logp, ref_logp) ** 2
+    return _out(0.5 * _d(logp, ref_logp) ** 2, mask)
 
 
 @register_kl("k3", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
-def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+def k3(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, float]]:
     """k3 = exp(-d) + d - 1 = r - log r - 1 >= 0, unbiased, low variance (TRL, GRPO paper). Unclamped."""
     d = _d(logp, ref_logp)
-    return torch.exp(-d) + d - 1.0
+    return _out(torch.exp(-d) + d - 1.0, mask)
 
 
 @register_kl("low_var_kl", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
-def low_var_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+def low_var_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, float]]:
     """verl's clamped k3: x = clamp(ref_logp - logp, +-20); clamp(exp(x) - x - 1, +-10).
 
     Equals k3 when |d| is moderate; the clamps stop one wild token from dominating (and give zero
     gradient beyond them). verl's recommended GRPO KL (kl_loss_type=low_var_kl, coef 0.001).
+    Metric ``kl/low_var_kl/clamped``: the fraction of unmasked tokens where either clamp acts.
     """
-    x = (-_d(logp, ref_logp)).clamp(-20.0, 20.0)
-    return (torch.exp(x) - x - 1.0).clamp(-10.0, 10.0)
+    raw = -_d(logp, ref_logp)
+    x = raw.clamp(-20.0, 20.0)
+    value = torch.exp(x) - x - 1.0
+    clamped = ((raw.abs() > 20.0) | (value.abs() > 10.0)).float()
+    tokens = float(mask.sum())
+    frac = float((clamped * mask).sum()) / tokens if tokens else 0.0
+    return _out(value.clamp(-10.0, 10.0), mask, **{"kl/low_var_kl/clamped": frac})
 
 
 def _straight_through(value: Tensor, d: Tensor) -> Tensor:
@@ -81,17 +97,17 @@ def _straight_through(value: Tensor, d: Tensor) -> Tensor:
 
 
 @register_kl("k1+", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
-def k1_plus(logp: Tensor, ref_logp: Tensor) -> Tensor:
+def k1_plus(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, float]]:
     """Straight-through: forward value k1 = d, gradient that of k2 (d * grad logp). verl "k1+"."""
     d = _d(logp, ref_logp)
-    return _straight_through(d, d)
+    return _out(_straight_through(d, d), mask)
 
 
 @register_kl("k3+", paper="Approximating KL Divergence (Schulman, blog)", requires=_REF)
-def k3_plus(logp: Tensor, ref_logp: Tensor) -> Tensor:
+def k3_plus(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, float]]:
     """Straight-through: forward value k3 = exp(-d) + d - 1, gradient that of k2. verl "k3+"."""
     d = _d(logp, ref_logp)
-    return _straight_through(torch.exp(-d) + d - 1.0, d)
+    return _out(_straight_through(torch.exp(-d) + d - 1.0, d), mask)
 
 
 def kl_reward_penalty(kl_tok: Tensor, mask: Tensor, coef: float) -> Tensor:
@@ -99,7 +115,7 @@ def kl_reward_penalty(kl_tok: Tensor, mask: Tensor, coef: float) -> Tensor:
 
     Use: reward_i <- reward_i - penalty_i, then compute advantages (verl `use_kl_in_reward` with an
     outcome estimator, where the token penalties -coef * kl_t are summed into the scalar return).
-    `kl_tok` is usually computed from the sampling policy's log-probs, e.g. k1(old_logp, ref_logp).
+    `kl_tok` is usually computed from the sampling policy's log-probs, e.g. k1(old_logp, ref_logp, mask)[0].
     Empty rows get 0.
     """
     if kl_tok.shape != mask.shape:
@@ -118,4 +134,5 @@ def entropy_bonus(
     """
     if coef == 0.0:
         return entropy_tok.new_zeros(())
-    return -coef * aggregate(entropy_tok, mask, totals)
+    value, _ = aggregate(entropy_tok, mask, totals)
+    return -coef * value

@@ -20,9 +20,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES, Registry
+from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
+from covey.registry import Registry, Spec
 
-__all__ = ["PRESETS", "AlgoConfig", "ComponentSpec", "KLSpec", "OverlongSpec", "resolve_algo"]
+__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "OverlongSpec", "apply_sampler_preset", "resolve_algo",
+           "sampler_spec", "strategy_spec"]
 
 DEFAULT_PRESET = "grpo"
 
@@ -115,34 +117,126 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+PRESET_NOTES: dict[str, str] = {
+    "grpo": "DeepSeekMath (arXiv 2402.03300): group-normalised advantages, PPO clip, per-token k3 KL (beta 0.04)",
+    "dr_grpo": "Dr. GRPO (arXiv 2503.20783): mean-centred advantages, constant-normalised token sums, no KL (oat code)",
+    "dapo": "DAPO (arXiv 2503.14476): clip-higher 0.28, token mean, soft overlong punishment, dynamic sampling (verl recipe)",
+    "gspo": "GSPO (arXiv 2507.18071): sequence-level ratio clipped at 3e-4 / 4e-4",
+    "cispo": "CISPO (MiniMax-M1, arXiv 2506.13585): clipped IS weight, token mean (verl example)",
+    "sapo": "SAPO (arXiv 2511.20347): soft gate instead of the clip, tau 1.0 / 1.05",
+    "mc_grpo": "MC-GRPO: median baseline from G + 1 samples, the pivot masked; k3 KL 0.04",
+    "gdpo": "GDPO: per-reward group normalisation, then the weighted sum; token mean",
+    "ngrpo": "NGRPO: virtual max-reward sample in all-wrong groups, asymmetric clip 0.16 / 0.24",
+    "dgpo": "DGPO (MathForge): difficulty-weighted group advantages, token mean",
+    "riskpo": "RiskPO: bundle-level risk-seeking advantages, token mean (verl defaults)",
+    "gtpo": "GTPO: entropy-shaped token credit, on-policy REINFORCE",
+    "drpo": "DRPO: the discriminative loss expressed as an advantage, REINFORCE",
+    "luspo": "LUSPO: length-unbiased sequence ratio, clip 2e-3 / 2.5e-3 (TRL)",
+    "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
+}
+"""One line per preset for `covey list` (sources and choices in docs/algorithms.md, "Presets")."""
+
+# ---------------------------------------------------------------------------- sampler presets
+SAMPLER_PRESETS: dict[str, dict[str, Any]] = {
+    "dynamic": {
+        "about": "DAPO dynamic sampling (arXiv 2503.14476) by a sampler name: the dynamic strategy, uniform prompts",
+        "strategy": "dynamic",
+    },
+    "dars": {
+        "about": "DARS (arXiv 2508.13755) by a sampler name: the dars strategy (extra rollouts for hard prompts)",
+        "strategy": "dars",
+    },
+    "dars_b": {
+        # the paper: 3072 prompts, one full-batch update per epoch, 2 epochs (code yangzhch6/DARS); 64
+        # prompts here, a CPU-scale choice
+        "about": "DARS-B (arXiv 2508.13755): dars with breadth, a large prompt batch and full-batch updates",
+        "strategy": "dars",
+        "fill": {"rollout": {"prompts_per_step": 64}, "optim": {"mini_batches": 1, "epochs": 2}},
+    },
+    "brorl": {
+        # BroRL (arXiv 2510.01180, ABSTRACT): the paper's N ~ 512 is UNVERIFIED; 128 here
+        "about": "BroRL (arXiv 2510.01180): many rollouts per prompt with dynamic sampling, micro-batched learner",
+        "fill": {"rollout": {"group_size": 128}, "algo": {"dynamic_sampling": True}, "optim": {"micro_batch_size": 32}},
+    },
+}
+"""Sampling recipes named like samplers but made of other settings (data, applied by
+`apply_sampler_preset`). `strategy`: the rollout strategy the name selects (the sampler's parameters
+become its parameters; prompts are drawn uniformly). `fill`: config keys set wherever the config
+does not set them itself (the user's values win). A preset without a strategy takes no parameters."""
+
+
+def apply_sampler_preset(raw: dict[str, Any]) -> dict[str, Any]:
+    """The raw run config with its sampler preset (if `sampler` names one) written out: the strategy
+    it selects under `rollout.strategy`, its `fill` keys where the config is silent. The sampler keeps
+    the preset's name (it draws uniformly, `sampler_spec`). Applying it twice changes nothing, so a
+    run's saved config.yaml reads back the same."""
+    spec = raw.get("sampler")
+    if not isinstance(spec, (str, Mapping, Spec)):
+        return raw  # nothing to expand (or not a spec: validation reports it)
+    sampler = Spec.model_validate(spec if not isinstance(spec, Spec) else spec.model_dump())
+    preset = SAMPLER_PRESETS.get(sampler.name)
+    if preset is None:
+        return raw
+    out = dict(raw)
+    out["sampler"] = {"name": sampler.name}
+    if "strategy" in preset:
+        rollout = dict(out.get("rollout") or {})
+        mine = rollout.get("strategy")
+        mine = Spec.model_validate(mine.model_dump() if isinstance(mine, Spec) else mine) if mine is not None else None
+        if mine is not None and mine.name not in ("group", preset["strategy"]):
+            raise ValueError(f"sampler {sampler.name!r} runs as the rollout strategy {preset['strategy']!r}; it cannot be "
+                             f"combined with rollout.strategy={mine.name!r} (choose one)")  # fmt: skip
+        own = mine.params if mine is not None and mine.name == preset["strategy"] else {}
+        rollout["strategy"] = {"name": preset["strategy"], "params": {**own, **sampler.params}}
+        out["rollout"] = rollout
+    elif sampler.params:
+        keys = ", ".join(_dotted(preset.get("fill", {})))
+        raise ValueError(f"sampler {sampler.name} is a preset and takes no parameters (got {sorted(sampler.params)}); "
+                         f"set the keys it fills instead: {keys}")  # fmt: skip
+    return _fill_defaults(out, preset.get("fill", {}))
+
+
+def sampler_spec(sampler: Spec) -> Spec:
+    """The sampler to build: `sampler`, or `uniform` when it names a sampler preset."""
+    return Spec(name="uniform") if sampler.name in SAMPLER_PRESETS else sampler
+
+
+DYNAMIC_SAMPLING_STRATEGY = "dynamic"
+"""The rollout strategy that implements `algo.dynamic_sampling` (DAPO's group filter and refill)."""
+
+
+def strategy_spec(strategy: Spec, algo: AlgoConfig) -> Spec:
+    """The rollout strategy to build: `strategy`, wrapped in the dynamic-sampling strategy when the
+    algorithm asks for it (`algo.dynamic_sampling`, with `algo.max_gen_batches` rounds)."""
+    if not algo.dynamic_sampling or strategy.name == DYNAMIC_SAMPLING_STRATEGY:
+        return strategy
+    params = {"inner": strategy.name, "inner_params": strategy.params, "max_rounds": algo.max_gen_batches}
+    return Spec(name=DYNAMIC_SAMPLING_STRATEGY, params=params)
+
+
+def _dotted(d: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for k, v in d.items():
+        out += _dotted(v, f"{prefix}{k}.") if isinstance(v, Mapping) else [f"{prefix}{k}"]
+    return out
+
+
+def _fill_defaults(raw: dict[str, Any], preset: Mapping[str, Any]) -> dict[str, Any]:
+    """`raw` with `preset`'s keys added where `raw` has none (nested sections merged)."""
+    out = dict(raw)
+    for key, value in preset.items():
+        mine = out.get(key)
+        if key == "algo" and isinstance(mine, str):  # `algo: dapo` is `algo: {preset: dapo}`
+            mine = {"preset": mine}
+        if mine is None and key not in out:
+            out[key] = copy.deepcopy(value)
+        elif isinstance(value, Mapping) and isinstance(mine, Mapping):
+            out[key] = _fill_defaults(dict(mine), value)
+    return out
+
+
 # ---------------------------------------------------------------------------- typed config
-class ComponentSpec(BaseModel):
-    """One component: `name` (registered name or ``package.module:function``) plus its parameters.
-
-    Every key other than the declared fields is a parameter of the component and is validated
-    against its function's keyword-only arguments. A bare string is accepted as ``{"name": ...}``.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The component's parameters (the extra keys)."""
-        return dict(self.model_extra or {})
-
-    def bind(self, registry: Registry) -> Callable[..., Any]:
-        """The registered function with these parameters bound."""
-        return registry.get(self.name).bind(self.params)
-
-
-class KLSpec(ComponentSpec):
+class KLSpec(Spec):
     """KL to the reference policy: estimator `name`, weight `coef`, and where it acts.
 
     mode="loss":   loss += coef * aggregation(kl_tok) (verl use_kl_loss; GRPO paper).
@@ -151,6 +245,8 @@ class KLSpec(ComponentSpec):
     """
 
     name: str = "low_var_kl"
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Parameters of the estimator (flat keys other than coef and mode are read as these)."""
     coef: float = Field(0.0, ge=0.0)
     mode: Literal["loss", "reward"] = "loss"
 
@@ -206,12 +302,12 @@ class AlgoConfig(_Strict):
 
     preset: str | None = None
     """Name of the preset this config started from (informational once resolved)."""
-    advantage: ComponentSpec
-    surrogate: ComponentSpec
-    aggregation: ComponentSpec
+    advantage: Spec
+    surrogate: Spec
+    aggregation: Spec
     kl: KLSpec | None = None
     """KL to a reference policy; None (or coef 0) = no reference model."""
-    correction: ComponentSpec | None = None
+    correction: Spec | None = None
     """Importance correction (tis, mis, decoupled) multiplying the surrogate's per-token loss."""
     entropy_coef: float = 0.0
     """loss += -entropy_coef * aggregation(H); > 0 rewards entropy."""
@@ -234,10 +330,10 @@ class AlgoConfig(_Strict):
                 validated = registry.get(spec.name).validate_params(spec.params)
             except ValueError as e:
                 raise ValueError(f"algo.{axis}: {e}") from None
-            spec.__pydantic_extra__.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
+            spec.params.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
         return self
 
-    def active(self) -> dict[str, ComponentSpec]:
+    def active(self) -> dict[str, Spec]:
         """The axes in use: always advantage/surrogate/aggregation; kl when coef > 0; correction when set."""
         out = {axis: getattr(self, axis) for axis in _AXES if getattr(self, axis) is not None}
         if self.kl is not None and self.kl.coef == 0.0:
@@ -249,7 +345,7 @@ class AlgoConfig(_Strict):
         if axis not in _AXES:
             raise ValueError(f"unknown axis {axis!r}; axes are {', '.join(_AXES)}")
         spec = self.active().get(axis)
-        return None if spec is None else spec.bind(_AXES[axis])
+        return None if spec is None else _AXES[axis].get(spec.name).bind(spec.params)
 
     def requires(self) -> set[str]:
         """Optional Rollouts fields the active components read (e.g. "ref_logprobs", "entropies")."""
@@ -257,12 +353,12 @@ class AlgoConfig(_Strict):
 
 
 # ---------------------------------------------------------------------------- resolution
-_SPEC_TYPES: dict[str, type[ComponentSpec]] = {
-    "advantage": ComponentSpec,
-    "surrogate": ComponentSpec,
-    "aggregation": ComponentSpec,
+_SPEC_TYPES: dict[str, type[Spec]] = {
+    "advantage": Spec,
+    "surrogate": Spec,
+    "aggregation": Spec,
     "kl": KLSpec,
-    "correction": ComponentSpec,
+    "correction": Spec,
 }
 
 
@@ -270,12 +366,27 @@ def _merge_component(axis: str, base: Any, user: Any) -> Any:
     """User settings over the preset's for one component; a new `name` drops the old component's params."""
     if user is None or not isinstance(user, (str, Mapping)):
         return user  # None removes the component; anything else is left for validation to report
-    user = {"name": user} if isinstance(user, str) else dict(user)
-    base = dict(base or {})
+    user, base = _flat(user), _flat(base or {})
     if "name" in user and user["name"] != base.get("name"):
-        own_fields = set(_SPEC_TYPES[axis].model_fields) - {"name"}  # e.g. KL's coef/mode survive
+        own_fields = set(_SPEC_TYPES[axis].model_fields) - {"name", "params"}  # e.g. KL's coef/mode survive
         base = {k: v for k, v in base.items() if k in own_fields}
     return {**base, **user}
+
+
+def _flat(spec: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A component in the flat form `{name, key: value}` (a bare name, or nested `params:` lifted)."""
+    if isinstance(spec, str):
+        return {"name": spec}
+    out = dict(spec)
+    nested = out.pop("params", None)
+    if isinstance(nested, Mapping):
+        clash = sorted(set(nested) & set(out))
+        if clash:
+            raise ValueError(f"parameter(s) {clash} given both as keys and under params")
+        return {**out, **nested}
+    if nested is not None:
+        out["params"] = nested  # not a mapping: validation reports it
+    return out
 
 
 def _merge(base: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from covey.plugins import PluginRegistry
+from covey.registry import Registry
 
 __all__ = [
     "ENGINES",
@@ -62,12 +62,9 @@ class SamplingParams:
 
     Per-prompt length limits (a row that reaches its limit finishes with reason "length", exactly
     like one that reaches `max_new_tokens`; rows of other prompts are unaffected):
-    prompt_max_new_tokens: for the engine: one limit per prompt of this `generate` call, in order,
-                           each in [1, max_new_tokens]; None = `max_new_tokens` for all.
-    item_max_new_tokens:   for rollout strategies: {dataset item id: limit >= 1}; `sample_groups`
-                           turns it into `prompt_max_new_tokens` for each engine call (capped at
-                           `max_new_tokens`); engines ignore it, and so do strategies that call the
-                           engine without `sample_groups` (tree and partial rollouts).
+    prompt_max_new_tokens: one limit per prompt of this `generate` call, in order, each in
+                           [1, max_new_tokens]; None = `max_new_tokens` for all. `sample_groups`
+                           fills it from the sampler's `Draw.max_new_tokens`.
     """
 
     temperature: float = 1.0
@@ -82,7 +79,6 @@ class SamplingParams:
     ignore_eos: bool = False  # no default stop tokens (benchmarks); explicit stop_token_ids still stop
     return_entropies: bool = False  # fill Generation.entropies (entropy of the tempered distribution)
     prompt_max_new_tokens: tuple[int, ...] | None = None
-    item_max_new_tokens: dict[int, int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -94,17 +90,6 @@ class SamplingParams:
                 i, v = bad[0]
                 raise ValueError(f"prompt_max_new_tokens[{i}] = {v!r}: each per-prompt limit must be an int in "
                                  f"[1, max_new_tokens={self.max_new_tokens}]")  # fmt: skip
-        for key, v in (self.item_max_new_tokens or {}).items():
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"item_max_new_tokens[{key!r}] = {v!r}: each per-item limit must be an int >= 1")
-
-    def limits_for(self, item_ids: list[int]) -> tuple[int, ...] | None:
-        """`prompt_max_new_tokens` for prompts of these item ids, from `item_max_new_tokens` (capped
-        at `max_new_tokens`); None when no item has a limit."""
-        lim = self.item_max_new_tokens or {}
-        if not any(k in lim for k in item_ids):
-            return None
-        return tuple(min(lim.get(k, self.max_new_tokens), self.max_new_tokens) for k in item_ids)
 
 
 @dataclass
@@ -313,5 +298,5 @@ def version_tensor(mask: Tensor, version: int) -> Tensor:
     return (mask > 0).long() * int(version)
 
 
-ENGINES = PluginRegistry("engine", Engine, context=("model", "tokenizer"))
+ENGINES = Registry("engine", protocol=Engine, context=("model", "tokenizer"))
 register_engine = ENGINES.register

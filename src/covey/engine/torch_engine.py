@@ -48,7 +48,7 @@ from torch import Tensor
 
 from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
 from covey.dtypes import model_device, resolve_dtype_name
-from covey.engine.forward import decode_step, hidden_states, new_cache, pack_weights, prefill
+from covey.engine.forward import SUPPORTED, decode_step, hidden_states, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings
 from covey.engine.tree import TreeDecoder
@@ -81,6 +81,7 @@ class TorchEngine:
     """Right-pads completions (the tokenizer's pad id, else 0)."""
     version: int
     """Policy version of the loaded weights (0 at start; set by `load_weights`)."""
+    model_types = SUPPORTED  # config.json model_type values it implements (`covey.engine.support`)
 
     def __init__(
         self,

@@ -63,7 +63,7 @@ from covey.dtypes import model_device, resolve_dtype_name
 from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
 from covey.engine.sampling import validate_sampling
 from covey.engine.torch_engine import _as_ids, _eos_ids
-from covey.plugins import PluginError
+from covey.registry import RegistryError
 
 __all__ = ["INSTALL_HINT", "VllmEngine"]
 
@@ -100,9 +100,9 @@ class VllmEngine:
 
     @classmethod
     def check_ready(cls, params: dict) -> None:
-        """Config-time check (`PluginRegistry.check_params`): vLLM must be installed."""
+        """Config-time check (`covey.registry.Entry.validate_params`): vLLM must be installed."""
         if not vllm_available():
-            raise PluginError(f"engine 'vllm' needs the vllm package, which is not installed: {INSTALL_HINT}")
+            raise RegistryError(f"engine 'vllm' needs the vllm package, which is not installed: {INSTALL_HINT}")
 
     def __init__(
         self,

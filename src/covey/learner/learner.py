@@ -5,9 +5,12 @@ aggregation chosen in `AlgoConfig` and binds their parameters; after that it onl
 
     loss_tok = surrogate(logp, old_logp, A, mask)          [N, T]
              * correction(old_logp, behaviour_logp)         (detached weights, optional)
-             + kl_coef * kl(logp, ref_logp)                 (optional, "loss" mode)
+             + kl_coef * kl(logp, ref_logp, mask)           (optional, "loss" mode)
              - entropy_coef * H                             (optional)
     loss     = aggregation(loss_tok, mask, totals)          totals = counts of the whole mini-batch
+
+Each of them returns its value and its metrics; the learner only gathers the metrics (averaged over
+micro-batches weighted by their tokens), adding its own `learn/*` figures (loss, grad norm, lr, entropy).
 
 Mini-batches are optimizer steps; micro-batches accumulate gradients. Because the aggregation divides
 by whole-mini-batch counts, the accumulated gradient equals the one-big-batch gradient. Micro-batches
@@ -143,7 +146,8 @@ class Learner:
         """Run `epochs` x `mini_batches` optimizer steps on a batch with advantages; return metrics."""
         if batch.advantages is None:
             raise ValueError("learner.update needs batch.advantages: run an advantage estimator first")
-        if self.recompute_old and batch.old_logprobs is None:
+        # a strategy may ask for it (APRIL: pi_old of the current weights over carried tokens too)
+        if (self.recompute_old or batch.recompute_old_logprobs) and batch.old_logprobs is None:
             self.fill_logprobs(batch)
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
@@ -207,15 +211,16 @@ class Learner:
         if self.kl is not None:
             if micro.ref_logprobs is None:
                 raise ValueError("a KL loss is configured but the batch has no ref_logprobs")
-            kl_tok = self.kl(logp, micro.ref_logprobs)
+            kl_tok, m = self.kl(logp, micro.ref_logprobs, mask)
             loss_tok = loss_tok + self.kl_coef * kl_tok
-            metrics["kl/mean"] = float((kl_tok.detach() * mask).sum() / mask.sum())
+            metrics.update(m)
         if entropy is not None:
             entropy = entropy.float()
             metrics["learn/entropy"] = float((entropy.detach() * mask).sum() / mask.sum())
             if self.entropy_coef:
                 loss_tok = loss_tok - self.entropy_coef * entropy
-        loss = self.aggregate(loss_tok * mask, mask, totals)
+        loss, m = self.aggregate(loss_tok * mask, mask, totals)
+        metrics.update(m)
         return loss, metrics
 
     def _clip(self) -> float:

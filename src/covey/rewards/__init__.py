@@ -1,7 +1,7 @@
 """covey.rewards: reward functions, the reward runner, and the code sandbox.
 
-A reward has TRL's signature ``fn(prompts, completions, **columns) -> list[float | None]``; TRL's
-reward functions work unchanged. Built-in rewards are registered by name (`REWARDS`, `get_reward`);
+A reward has TRL's signature ``fn(prompts, completions, **columns) -> list[float | None]`` (``async
+def`` too); TRL's reward functions work unchanged, and so do its reward models (`ModelReward`). Built-in rewards are registered by name (`REWARDS`, `get_reward`);
 user rewards are named by import path ``package.module:function``. `RewardRunner` scores a batch
 with K rewards in worker processes (timeouts, failure fallbacks) into a ``rewards[N, K]`` matrix.
 Math checking is `math.py`; model-written code runs in `covey.rewards.sandbox`.
@@ -14,6 +14,7 @@ from covey.rewards.code import CodeReward, extract_code
 from covey.rewards.format import FormatReward
 from covey.rewards.length import SoftOverlongPunishment, TargetLengthReward, completion_lengths
 from covey.rewards.majority import MajorityVoteReward
+from covey.rewards.model import ModelReward
 from covey.rewards.math import (
     boxed_format_reward,
     completion_text,
@@ -37,6 +38,7 @@ __all__ = [
     "CodeReward",
     "FormatReward",
     "MajorityVoteReward",
+    "ModelReward",
     "RewardBatch",
     "RewardCrashed",
     "RewardFailure",

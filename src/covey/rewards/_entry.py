@@ -21,6 +21,7 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from covey.rewards.model import ModelReward, is_reward_model
 from covey.rewards.registry import get_reward
 
 __all__ = ["Entry", "build_entry"]
@@ -40,6 +41,7 @@ class Entry:
     group_aware: bool
     accepts: frozenset[str] | None  # argument names it takes; None = anything (**kwargs)
     required: frozenset[str]  # argument names without a default
+    reads: frozenset[str] = frozenset()  # the argument names it spells out (with or without **kwargs)
 
     def arguments(self, available: dict) -> dict:
         """The subset of `available` (name -> column) this reward takes; a missing required one is an error."""
@@ -76,24 +78,32 @@ def _by_reference(obj) -> tuple[bytes | None, str]:
     return buf.getvalue(), ""
 
 
-def _signature(fn, label: str) -> tuple[frozenset[str] | None, frozenset[str]]:
+def _signature(fn, label: str) -> tuple[frozenset[str] | None, frozenset[str], frozenset[str]]:
+    """(accepts, required, reads): see `Entry`."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # some builtins have no signature: pass everything
-        return None, frozenset()
+        return None, frozenset(), frozenset()
     positional_only = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
     if positional_only:
         raise ValueError(f"reward {label!r} has positional-only parameter(s) {positional_only}; rewards are called "
                          "with keywords (prompts=..., completions=..., column=...)")
     named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     required = frozenset(p.name for p in named if p.default is p.empty)
+    reads = frozenset(p.name for p in named)
     if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None, required
-    return frozenset(p.name for p in named), required
+        return None, required, reads
+    return reads, required, reads
 
 
 def build_entry(r, workers: int, spec_type) -> Entry:
-    """An Entry from a RewardSpec / dict / callable / (callable, RewardSpec) pair (see RewardRunner)."""
+    """An Entry from a RewardSpec / dict / callable / (callable, RewardSpec) pair (see RewardRunner).
+
+    A loaded model (a torch module with a HF config, e.g. `AutoModelForSequenceClassification`) is a
+    reward model: wrapped in `ModelReward`. A reward with ``in_process = True`` (reward models) always
+    runs in the calling process."""
+    if is_reward_model(r):
+        r = ModelReward(r)
     if isinstance(r, tuple):  # (callable, RewardSpec): a ready function with its config, e.g. a task's verifier
         (fn, spec), named = r, False
     elif callable(r) and not isinstance(r, (dict, spec_type)):
@@ -102,7 +112,7 @@ def build_entry(r, workers: int, spec_type) -> Entry:
         spec, named = (r if isinstance(r, spec_type) else spec_type(**r)), True
         fn = get_reward(spec.name, **spec.params)  # fails now, before any model loads
     payload, why = None, ""
-    if workers > 0 and not spec.in_process:
+    if workers > 0 and not spec.in_process and not getattr(fn, "in_process", False):
         if named:  # a worker builds it from the name too
             payload = pickle.dumps(("spec", spec.name, spec.params))
             if spec.name.startswith(("__main__:", "__mp_main__:")):
@@ -113,7 +123,7 @@ def build_entry(r, workers: int, spec_type) -> Entry:
             log.info("reward %r runs in the calling process, not in a worker (%s); its timeout_s still applies "
                      "in the main thread", spec.label, why)
     in_process = payload is None
-    accepts, required = _signature(fn, spec.label)
+    accepts, required, reads = _signature(fn, spec.label)
     return Entry(
         label=spec.label,
         weight=spec.weight,
@@ -125,4 +135,5 @@ def build_entry(r, workers: int, spec_type) -> Entry:
         group_aware=bool(getattr(fn, "group_aware", False)),
         accepts=accepts,
         required=required,
+        reads=reads,
     )

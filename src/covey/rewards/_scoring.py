@@ -1,19 +1,24 @@
 """Call one reward on one chunk and turn whatever happens into per-sample values and failure kinds.
 
-Shared by the in-process path and the worker processes of `runner.py`. A call that raises or times
+Shared by the in-process path and the worker processes of `runner.py`. An async reward (``async def``,
+as TRL allows) is awaited here on its own event loop, within the same timeout. A call that raises or times
 out is retried on smaller pieces so one bad completion does not fail its neighbours: on single
 samples, or on whole groups for rewards marked ``group_aware = True``. With a timeout, no retry starts
 after RETRY_BUDGET x timeout_s: a reward that hangs on everything must not cost one timeout per
-sample; the samples not reached keep the chunk's failure kind. Per sample, a score that is None is
-kind ``none``; NaN or +-inf ``nan``; finite but beyond float32 (|x| > 3.4e38) ``overflow``; not a
-number (a string, a list) ``exception``. A return that is not one score per completion (wrong
+sample; the samples not reached keep the chunk's failure kind. Per sample, a score that is None means
+"this reward does not apply to this sample" (TRL's multi-task convention): status ``none``
+(`NOT_APPLICABLE`), which is not a failure. Failures: NaN or +-inf ``nan``; finite but beyond float32
+(|x| > 3.4e38) ``overflow``; not a number (a string, a list) ``exception``. A return that is not one score per completion (wrong
 length, or not a sequence) is a bug in the reward, not noise: `ChunkOutcome.fatal` says so and the
 runner raises.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import inspect
 import math
 import time
 import traceback
@@ -21,9 +26,10 @@ from dataclasses import dataclass, field
 
 from covey.rewards._deadline import CallTimeout, time_limit
 
-__all__ = ["ChunkOutcome", "FAILURE_KINDS", "RewardOutput", "score_chunk"]
+__all__ = ["ChunkOutcome", "FAILURE_KINDS", "NOT_APPLICABLE", "RewardOutput", "score_chunk"]
 
-FAILURE_KINDS = ("exception", "timeout", "nan", "overflow", "none")
+FAILURE_KINDS = ("exception", "timeout", "nan", "overflow")
+NOT_APPLICABLE = "none"  # the status of a sample the reward returned None for: not scored, not failed
 FLOAT32_MAX = 3.4028234663852886e38  # torch refuses to store anything larger in a float32 tensor
 RETRY_BUDGET = 2  # re-scoring a failed chunk piece by piece starts no call after RETRY_BUDGET x timeout_s
 
@@ -50,7 +56,8 @@ class RewardOutput(list):
 
 @dataclass
 class ChunkOutcome:
-    """values[i] is a finite float or None (failed); kinds[i] names the failure; tracebacks: first per kind.
+    """values[i] is a finite float or None; kinds[i] is None (scored), a failure kind, or NOT_APPLICABLE
+    (the reward returned None); tracebacks: first note per failure kind.
 
     fatal: set when the reward broke its contract (e.g. returned 3 scores for 4 completions); the
     runner raises it instead of using any value.
@@ -70,8 +77,11 @@ class BadReturn(Exception):
 def _validate(out, n: int):
     """(values, kinds, notes, metrics) of one return value; raises BadReturn for the wrong shape."""
     metrics: dict[str, list[float]] = {}
+    notes: dict[str, str] = {}
     if isinstance(out, RewardOutput):
-        metrics = {k: [float(v) for v in vals] for k, vals in out.metrics.items()}
+        metrics, bad = _numeric_metrics(out.metrics)
+        if bad:
+            notes["metric"] = bad
         out = out.scores
     if hasattr(out, "tolist"):  # tensors and arrays
         out = out.tolist()
@@ -82,11 +92,9 @@ def _validate(out, n: int):
         raise BadReturn(f"returned {len(out)} scores for {n} completions")
     values: list[float | None] = [None] * n
     kinds: list[str | None] = [None] * n
-    notes: dict[str, str] = {}
     for i, v in enumerate(out):
         if v is None:
-            kinds[i] = "none"
-            notes.setdefault("none", f"the reward returned None for sample {i}")
+            kinds[i] = NOT_APPLICABLE
             continue
         try:
             f = float(v)
@@ -106,12 +114,46 @@ def _validate(out, n: int):
     return values, kinds, notes, metrics
 
 
+def _await(out):
+    """The result of an async reward (``async def``, or a callable returning an awaitable), run to the end
+    on a fresh event loop; plain results pass through. Inside a running loop (a notebook) the coroutine
+    runs on a loop in a helper thread, since asyncio.run cannot nest."""
+    if not inspect.isawaitable(out):
+        return out
+
+    async def wait():
+        return await out
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, wait()).result()
+
+
+def _numeric_metrics(raw) -> tuple[dict[str, list[float]], str]:
+    """(the metrics whose values are all finite numbers, a note naming the first one that is not):
+    a metric such as a string is dropped, never fatal (it used to kill the worker on every call)."""
+    metrics, bad = {}, ""
+    for name, vals in dict(raw).items():
+        try:
+            nums = [float(v) for v in (vals if isinstance(vals, (list, tuple)) else [vals])]
+            if not all(math.isfinite(v) for v in nums):
+                raise ValueError("not finite")
+        except (TypeError, ValueError):
+            bad = bad or f"metric {name!r} has a value that is not a finite number ({vals!r:.100}); it is not logged"
+            continue
+        metrics[str(name)] = nums
+    return metrics, bad
+
+
 def _call(fn, kwargs: dict, idx: list[int] | None, timeout_s: float | None, isolated: bool):
     """Call `fn` on the samples `idx` (None = all); returns its raw output or a failure kind."""
     sub = kwargs if idx is None else {k: [v[i] for i in idx] for k, v in kwargs.items()}
     try:
         with time_limit(timeout_s) if timeout_s else contextlib.nullcontext():
-            return fn(**sub), None
+            return _await(fn(**sub)), None
     except CallTimeout:
         return None, "timeout"
     except Exception:  # noqa: BLE001 - a failing reward must not stop training

@@ -1,7 +1,7 @@
 """BLEU against reference answers as a reward (BLEUBERI).
 
 "BLEUBERI: BLEU is a surprisingly effective reward for instruction following" (lilakk/BLEUBERI,
-`training/dataset.py::bleu_reward_func`; arXiv id not checked, see specs §27). Their reward is
+`training/dataset.py::bleu_reward_func`; arXiv id not checked). Their reward is
 HF `evaluate`'s "bleu" with ``smooth=True``: the tensorflow/nmt ``compute_bleu`` formula over 13a
 tokens. sacrebleu supplies the 13a tokenizer and n-gram counting; the formula is written here because
 sacrebleu's own smoothing and brevity penalty differ:

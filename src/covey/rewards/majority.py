@@ -1,7 +1,7 @@
 """Label-free majority-vote reward over a group (TTRL).
 
 "TTRL: Test-Time Reinforcement Learning" (arXiv 2504.16084; PRIME-RL/TTRL
-`verl/utils/reward_score/ttrl/ttt_metrics.py::test_time_train_metrics`, specs §25):
+`verl/utils/reward_score/ttrl/ttt_metrics.py::test_time_train_metrics`):
 
     answers  = extract(completion_i) for the G completions of a prompt
     label    = most common answer (ties: first seen, as Counter.most_common)

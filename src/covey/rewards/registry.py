@@ -1,4 +1,5 @@
-"""Reward registry: built-in rewards by name, user rewards by import path ``pkg.module:attr``.
+"""Reward registry (`covey.registry.Registry`): built-in rewards by name, user rewards by import path
+``pkg.module:attr``.
 
 A reward is anything with TRL's signature ``fn(prompts, completions, **columns) -> list[float | None]``
 (called with keyword arguments only, as TRL does). A registered entry is either such a function, whose
@@ -14,65 +15,39 @@ import functools
 import inspect
 from collections.abc import Callable
 
-from covey.plugins import import_object
+from covey.registry import Registry, RegistryError
 
 __all__ = ["REWARDS", "get_reward", "register_reward"]
 
-REWARDS: dict[str, Callable] = {}
+REWARDS = Registry("reward", signature="fn(prompts, completions, **columns) -> list[float | None], or a class of such")
+register_reward = REWARDS.register
 
-
-def register_reward(name: str) -> Callable:
-    """Register a reward function or reward class under `name` (``@register_reward("format")``)."""
-
-    def deco(obj):
-        if name in REWARDS and REWARDS[name] is not obj:
-            raise ValueError(f"reward {name!r} is registered twice")
-        if ":" in name:
-            raise ValueError(f"reward names may not contain ':' (that marks an import path), got {name!r}")
-        REWARDS[name] = obj
-        return obj
-
-    return deco
+_BATCH_ARGS = ("prompts", "completions")  # what every call passes; never a configured parameter
 
 
 def get_reward(name: str, **params) -> Callable:
     """The reward callable for a registered name or an import path, with `params` applied.
 
-    Classes are instantiated with `params`; functions get them bound as keyword arguments (each must
-    be a named parameter of the function). Unknown names and parameters fail with the allowed values.
+    Classes are built with `params` (checked against the constructor); functions get them bound as
+    keyword arguments (each must be a named parameter of the function other than prompts and
+    completions). Unknown names and parameters fail with the allowed values.
 
     >>> fn = get_reward("format", tags=["answer"])
     >>> fn(prompts=["q"], completions=["<answer>4</answer>"])
     [1.0]
     """
-    if ":" in name:
-        obj = import_object(name, "reward")
-    elif name in REWARDS:
-        obj = REWARDS[name]
-    else:
-        raise ValueError(
-            f"unknown reward {name!r}; built-in rewards: {', '.join(sorted(REWARDS))}; "
-            "or give your own as 'package.module:function'"
-        )
-    if isinstance(obj, type):
-        try:
-            return obj(**params)
-        except TypeError as e:
-            raise ValueError(f"reward {name!r}: bad params {sorted(params)} ({e})") from None
-    if not callable(obj):
-        raise ValueError(f"reward {name!r} is a {type(obj).__name__}, not a function or class")
+    entry = REWARDS.get(name)
+    if isinstance(entry.fn, type):
+        return entry.build(params)
     if not params:
-        return obj
+        return entry.fn
     try:
-        sig = inspect.signature(obj)
+        sig = inspect.signature(entry.fn)
     except (TypeError, ValueError):
-        return functools.partial(obj, **params)
-    named = [
-        p.name
-        for p in sig.parameters.values()
-        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("prompts", "completions")
-    ]
+        return functools.partial(entry.fn, **params)
+    named = [p.name for p in sig.parameters.values()
+             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in _BATCH_ARGS]  # fmt: skip
     unknown = sorted(set(params) - set(named))
     if unknown:
-        raise ValueError(f"reward {name!r} has no parameter(s) {unknown}; its parameters: {', '.join(named) or 'none'}")
-    return functools.partial(obj, **params)
+        raise RegistryError(f"reward {name!r} has no parameter(s) {unknown}; its parameters: {', '.join(named) or 'none'}")
+    return functools.partial(entry.fn, **params)

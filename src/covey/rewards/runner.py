@@ -16,6 +16,15 @@ rebuild it by reference (closures, lambdas, anything from ``__main__``: `_entry.
 no limit, and a warning says so). Workers never re-run the user's script, and processes a reward
 starts die with its worker (timeout, crash, `close`, interpreter exit).
 
+None is not a failure: as in TRL, a reward returns None for a sample it does not apply to (one reward
+per task in a multi-task dataset). TRL turns None into NaN and sums the weighted columns with nansum,
+so the sample's total comes from the rewards that apply; covey stores 0.0 in that entry (the same
+weighted sum), flags it in `RewardBatch.missing`, counts it under ``reward/<name>/none``, and leaves it
+out of ``reward/<name>/mean`` and ``/std`` (TRL's nanmean and nanstd; NaN when no sample applied). A
+sample that every reward skipped is counted under ``reward/unscorable`` and logged once (TRL warns the
+same way); its total is 0.0 (TRL >= 1.x also keeps it out of the group baseline and zeroes its
+advantage; covey's advantages see 0.0). None never counts towards `RewardFailure`.
+
 Failures never stop a step: a sample whose score is missing gets the reward's ``fallback`` (0.0), is
 flagged in `RewardBatch.failed`, and is counted under ``reward/<name>/failures/<kind>``, kinds:
   exception  the call raised (or the worker died), or the sample's score is not a number
@@ -24,16 +33,22 @@ flagged in `RewardBatch.failed`, and is counted under ``reward/<name>/failures/<
              so only the culprit gets the fallback; re-scoring starts no call after 2 x timeout_s
              (samples not reached keep `timeout`), so a reward that hangs on everything costs at
              most about 4 x timeout_s per step, not one timeout per sample
-  nan        NaN or +-inf;  overflow  finite but beyond float32 (e.g. 1e308);  none  None
-The first traceback of each kind of each reward is logged once. A reward that fails on EVERY sample
-for `max_failed_steps` consecutive calls raises `RewardFailure` with its name and last traceback.
+  nan        NaN or +-inf;  overflow  finite but beyond float32 (e.g. 1e308)
+The first traceback of each kind of each reward is logged once. A reward that fails on every sample it
+applies to (at least one) for `max_failed_steps` consecutive calls raises `RewardFailure` with its name
+and last traceback; a call where it applies to no sample leaves that count as it is.
 
 Bugs stop the run at once, with the reward's name: `RewardReturnError` when a reward returns the
 wrong number of scores (or not a list), `RewardCrashed` when an in-process reward raises SystemExit
 (``sys.exit``) or another BaseException (KeyboardInterrupt stays KeyboardInterrupt, with a note
-naming the reward). In a worker those count as exception failures. An in-process reward that kills
-the process itself (``os._exit``, a segfault) takes the run with it: give such rewards a worker.
-Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean).
+naming the reward). ``os._exit`` in an in-process reward raises instead (`_deadline.exit_intercepted`)
+and is a `RewardCrashed` too. In a worker those count as exception failures. An in-process reward
+that kills the process by a signal (a segfault) takes the run with it: give such rewards a worker.
+Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean); a
+metric with a value that is not a finite number is dropped with a warning. Rows whose weighted sum
+would be beyond float32 get every reward's fallback and are counted as ``reward/total/overflow``.
+A call keeps `_deadline.PRINT_LIMIT` characters of what it prints per stream; processes an
+in-process reward left running are killed by `close`.
 """
 
 from __future__ import annotations
@@ -48,34 +63,33 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from torch import Tensor
 
+from covey.rewards._deadline import Children, capped_prints, exit_intercepted
 from covey.rewards._entry import Entry, build_entry
 from covey.rewards._pool import Job, WorkerPool
-from covey.rewards._scoring import FAILURE_KINDS, RETRY_BUDGET, ChunkOutcome, score_chunk
+from covey.registry import Spec
+from covey.rewards._scoring import FAILURE_KINDS, FLOAT32_MAX, NOT_APPLICABLE, RETRY_BUDGET, ChunkOutcome, score_chunk
 
 __all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError", "RewardRunner", "RewardSpec"]
 
 log = logging.getLogger(__name__)
 
 
-class RewardSpec(BaseModel):
-    """One reward in a config: ``{name, weight, params, timeout_s, fallback, alias, in_process}``."""
-
-    model_config = ConfigDict(extra="forbid")
+class RewardSpec(Spec):
+    """One reward in a config: ``{name, params, weight, timeout_s, fallback, alias, in_process}``
+    (`covey.registry.Spec`: parameters as flat keys or under ``params:``)."""
 
     name: str
     """A registered reward (`covey.rewards.REWARDS`) or an import path 'package.module:function'."""
     weight: float = 1.0
     """Weight in the scalar reward (the weighted sum); GDPO-style methods read the columns instead."""
-    params: dict[str, Any] = Field(default_factory=dict)
-    """Keyword parameters of the reward (a class's constructor or a function's keyword args)."""
     timeout_s: float = Field(60.0, gt=0)
     """Limit for one call (a chunk, or one sample when a timed-out chunk is re-scored); a call over it is
     stopped (its worker killed) and its samples get the fallback."""
     fallback: float = 0.0
-    """Score given to a sample whose reward failed."""
+    """Score given to a sample whose reward failed (not to one it returned None for: that one gets 0.0)."""
     alias: str | None = None
     """Column name (default: the name, or the function name of an import path); must be unique."""
     in_process: bool = False
@@ -122,10 +136,13 @@ class RewardCrashed(RewardFailure):
 class RewardBatch:
     """Scores of one batch. Shapes: N samples, K rewards.
 
-    rewards: [N, K] float32, failed entries hold the reward's fallback.
-    names: the K column names; weights: [K] float32; total: [N] float32 = rewards @ weights.
+    rewards: [N, K] float32, failed entries hold the reward's fallback, missing entries 0.0.
+    names: the K column names; weights: [K] float32; total: [N] float32 = rewards @ weights (TRL's
+    nansum of the weighted columns).
     failed: [N, K] bool, True where the fallback was used.
-    metrics: ``reward/<name>/{mean,std,failures,failures/<kind>,<reward metric>}``, ``reward/total/mean``.
+    missing: [N, K] bool, True where the reward returned None (does not apply to that sample).
+    metrics: ``reward/<name>/{mean,std,none,failures,failures/<kind>,<reward metric>}``,
+    ``reward/total/mean`` (over samples some reward applies to), ``reward/unscorable``.
     """
 
     rewards: Tensor
@@ -133,6 +150,7 @@ class RewardBatch:
     weights: Tensor
     total: Tensor
     failed: Tensor
+    missing: Tensor
     metrics: dict[str, float]
 
     def apply_to(self, rollouts) -> None:
@@ -196,6 +214,7 @@ class RewardRunner:
         self._finalizer = None
         self._bad_steps = [0] * len(self.entries)
         self._logged: set[tuple[str, str]] = set()
+        self._children = Children()  # processes in-process rewards left running: ended by close()
 
     def _get_pool(self) -> WorkerPool:
         if self._pool is None:
@@ -204,10 +223,12 @@ class RewardRunner:
         return self._pool
 
     def close(self) -> None:
-        """Stop the worker processes and whatever they started (also done at exit and on garbage collection)."""
+        """Stop the worker processes and whatever they started (also done at exit and on garbage
+        collection), and the processes in-process rewards started and left running."""
         if self._finalizer is not None:
             self._finalizer()
         self._pool = None
+        self._children.kill()
 
     def __enter__(self) -> RewardRunner:
         return self
@@ -283,8 +304,9 @@ class RewardRunner:
         pos = {i: j for j, i in enumerate(idx)}
         kwargs = {name: [col[i] for i in idx] for name, col in args.items()}
         try:
-            return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
-                               timeout_s=e.timeout_s if main else None)
+            with exit_intercepted(), capped_prints(e.label), self._children.watch():
+                return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
+                                   timeout_s=e.timeout_s if main else None)
         except KeyboardInterrupt as exc:  # Ctrl-C (or a reward raising it) stays an interrupt
             exc.add_note(f"raised while reward {e.label!r} ran in the calling process")
             raise
@@ -331,6 +353,7 @@ class RewardRunner:
         K = len(self.entries)
         rewards = torch.zeros(n, K, dtype=torch.float32)
         failed = torch.zeros(n, K, dtype=torch.bool)
+        missing = torch.zeros(n, K, dtype=torch.bool)
         metrics: dict[str, float] = {}
         for k, e in enumerate(self.entries):
             counts = dict.fromkeys(FAILURE_KINDS, 0)
@@ -347,32 +370,57 @@ class RewardRunner:
                     v, kind = res.values[j], res.kinds[j]
                     if kind is None and v is not None:
                         rewards[i, k] = v
+                    elif kind == NOT_APPLICABLE:
+                        missing[i, k] = True  # rewards[i, k] stays 0.0: nansum's contribution
                     else:
                         rewards[i, k] = e.fallback
                         failed[i, k] = True
-                        counts[kind or "none"] += 1
+                        counts[kind or "exception"] += 1
                 for kind, tb in res.tracebacks.items():
                     tracebacks.setdefault(kind, tb)
                 for name, vals in res.metrics.items():
                     extra.setdefault(name, []).extend(vals)
             for kind, tb in tracebacks.items():
-                if counts.get(kind) and (e.label, kind) not in self._logged:
+                if kind == "metric" and (e.label, kind) not in self._logged:
+                    self._logged.add((e.label, kind))
+                    log.warning("reward %r: %s", e.label, tb)
+                elif counts.get(kind) and (e.label, kind) not in self._logged:
                     self._logged.add((e.label, kind))
                     log.warning("reward %r failed (%s); its sample(s) got fallback %s. First error:\n%s",
                                 e.label, kind, e.fallback, tb)
-            col = rewards[:, k]
-            metrics[f"reward/{e.label}/mean"] = col.mean().item() if n else 0.0
-            metrics[f"reward/{e.label}/std"] = col.std(unbiased=False).item() if n else 0.0
+            col = rewards[~missing[:, k], k]  # TRL's nanmean / nanstd: the samples the reward applies to
+            metrics[f"reward/{e.label}/mean"] = col.mean().item() if len(col) else math.nan
+            metrics[f"reward/{e.label}/std"] = col.std(unbiased=False).item() if len(col) else math.nan
+            metrics[f"reward/{e.label}/none"] = float(missing[:, k].sum())
             metrics[f"reward/{e.label}/failures"] = float(sum(counts.values()))
             for kind, c in counts.items():
                 metrics[f"reward/{e.label}/failures/{kind}"] = float(c)
             for name, vals in extra.items():
                 if vals:
                     metrics[f"reward/{e.label}/{name}"] = sum(vals) / len(vals)
-            self._track(k, e, n, failed[:, k], counts, tracebacks)
-        total = rewards @ self.weights  # [N, K] @ [K] -> [N]
-        metrics["reward/total/mean"] = total.mean().item() if n else 0.0
-        return RewardBatch(rewards, self.names, self.weights.clone(), total, failed, metrics)
+            self._track(k, e, failed[:, k], missing[:, k], counts, tracebacks)
+        # A weighted sum beyond float32 (two rewards of 3e38) would be inf: those rows get every reward's
+        # fallback, counted as reward/total/overflow, so advantages never see inf or NaN.
+        over = (rewards.double() @ self.weights.double()).abs() > FLOAT32_MAX
+        if bool(over.any()):
+            rewards[over] = torch.tensor([e.fallback for e in self.entries], dtype=torch.float32)
+            failed[over] = True
+            if ("total", "overflow") not in self._logged:
+                self._logged.add(("total", "overflow"))
+                log.warning("the weighted sum of the rewards is beyond float32's range for %d sample(s); they got "
+                            "every reward's fallback (counted as reward/total/overflow)", int(over.sum()))
+        metrics["reward/total/overflow"] = float(over.sum())
+        total = rewards @ self.weights  # [N, K] @ [K] -> [N]; missing entries are 0.0, as in nansum
+        unscorable = missing.all(dim=1) if K else torch.zeros(n, dtype=torch.bool)
+        scorable = total[~unscorable]
+        metrics["reward/total/mean"] = scorable.mean().item() if len(scorable) else (0.0 if n == 0 else math.nan)
+        metrics["reward/unscorable"] = float(unscorable.sum())
+        if bool(unscorable.any()) and ("*", "unscorable") not in self._logged:
+            self._logged.add(("*", "unscorable"))
+            log.warning("every reward returned None for %d sample(s) (first: #%d), so they are scored 0.0; make sure "
+                        "at least one reward applies to each sample (counted as reward/unscorable)",
+                        int(unscorable.sum()), int(unscorable.nonzero()[0, 0]))
+        return RewardBatch(rewards, self.names, self.weights.clone(), total, failed, missing, metrics)
 
     @staticmethod
     def _as_outcome(res, e: Entry, size: int) -> ChunkOutcome:
@@ -388,8 +436,12 @@ class RewardRunner:
             return ChunkOutcome([None] * size, ["timeout"] * size, {"timeout": msg})
         return ChunkOutcome([None] * size, ["exception"] * size, {"exception": res[1]})
 
-    def _track(self, k: int, e: Entry, n: int, failed_col: Tensor, counts, tracebacks) -> None:
-        if n == 0 or not bool(failed_col.all()):
+    def _track(self, k: int, e: Entry, failed_col: Tensor, missing_col: Tensor, counts, tracebacks) -> None:
+        """Count consecutive calls where the reward failed on every sample it applies to."""
+        applies = ~missing_col
+        if not bool(applies.any()):
+            return  # nothing to judge: a None everywhere is neither a failure nor a success
+        if not bool(failed_col[applies].all()):
             self._bad_steps[k] = 0
             return
         self._bad_steps[k] += 1
@@ -397,6 +449,6 @@ class RewardRunner:
             kinds = ", ".join(f"{c} {kind}" for kind, c in counts.items() if c)
             last = next(iter(tracebacks.values()), "")
             raise RewardFailure(
-                f"reward {e.label!r} failed on every sample for {self._bad_steps[k]} consecutive steps "
+                f"reward {e.label!r} failed on every sample it applies to for {self._bad_steps[k]} consecutive steps "
                 f"({kinds} in the last one); fix it or remove it from the config. Last error:\n{last}"
             )

@@ -7,6 +7,11 @@ A shaping term is a component with a `name` and `__call__(batch) -> [N]` float c
 weight 1 after the reward functions: DAPO's soft overlong punishment (`overlong`) and the KL
 penalty in the reward (`kl_penalty`, `algo.kl.mode: reward`). They are built from the algorithm
 config by `shaping_terms`; nothing else adds to the reward.
+
+Every column has its own name, and a penalty is counted once: `check_reward_columns` (run when the
+config is read) refuses two columns with the same name, and a configured reward that is the same
+penalty as a shaping term (the `overlong` reward next to `algo.overlong`, which the dapo preset
+sets), naming `algo.overlong` as the one place to configure it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from covey.algos.kl import kl_reward_penalty
 from covey.algos.shaping import overlong_penalty
 from covey.rollouts import Rollouts
 
-__all__ = ["KLRewardPenalty", "OverlongShaping", "Scorer", "ShapingTerm", "shaping_terms"]
+__all__ = ["KLRewardPenalty", "OverlongShaping", "Scorer", "ShapingTerm", "check_reward_columns", "shaping_terms"]
 
 
 class ShapingTerm(Protocol):
@@ -34,6 +39,8 @@ class OverlongShaping:
     """DAPO soft overlong punishment (arXiv 2503.14476, eq. 13) as a reward column."""
 
     name = "overlong"
+    key = "overlong"  # the AlgoConfig field that switches it on
+    reward = "overlong"  # the registered reward that computes the same penalty (never configure both)
 
     def __init__(self, max_len: int, buffer_len: int, penalty_factor: float = 1.0):
         self.max_len, self.buffer_len, self.penalty_factor = max_len, buffer_len, penalty_factor
@@ -54,7 +61,7 @@ class KLRewardPenalty:
 
     def __call__(self, batch: Rollouts) -> Tensor:
         self.fill_ref(batch)
-        kl_tok = self.estimator(batch.behaviour_logprobs, batch.ref_logprobs)
+        kl_tok, _ = self.estimator(batch.behaviour_logprobs, batch.ref_logprobs, batch.completion_mask)
         return -kl_reward_penalty(kl_tok, batch.completion_mask, self.coef).float()
 
 
@@ -68,6 +75,39 @@ def shaping_terms(algo, max_new_tokens: int, fill_ref: Callable[[Rollouts], None
     if kl is not None and kl.mode == "reward":
         terms.append(KLRewardPenalty(algo.bind("kl"), kl.coef, fill_ref))
     return terms
+
+
+def _no_reference(batch: Rollouts) -> None:
+    raise RuntimeError("shaping terms built for a config check cannot score")
+
+
+def check_reward_columns(rewards: Sequence, algo, max_new_tokens: int) -> list[str]:
+    """The names of the configured reward columns and shaping columns (after the task's `accuracy`),
+    refusing two columns with one name and a reward that repeats a shaping term's penalty."""
+    from covey.algos.presets import PRESETS
+    from covey.rewards.registry import REWARDS
+
+    terms = shaping_terms(algo, max_new_tokens, _no_reference)
+    seen: dict[str, str] = {}
+    for i, spec in enumerate(rewards):
+        if spec.label in seen:
+            raise ValueError(f"rewards[{i}]: a second reward column named {spec.label!r} ({seen[spec.label]} has it); "
+                             "give one an alias")  # fmt: skip
+        seen[spec.label] = f"rewards[{i}]"
+    for term in terms:
+        same = getattr(term, "reward", None)
+        for i, spec in enumerate(rewards):
+            if same is not None and REWARDS.get(spec.name).fn is REWARDS.get(same).fn:
+                key = f"algo.{term.key}"
+                where = f" (set by the {algo.preset} preset)" if term.key in PRESETS.get(algo.preset or "", {}) else ""
+                raise ValueError(f"rewards[{i}]: reward {spec.name!r} is the {term.name} penalty that {key}{where} already "
+                                 f"adds, so it would count twice: remove it from rewards and configure {key} instead "
+                                 f"(or set {key}: null)")  # fmt: skip
+        if term.name in seen:
+            raise ValueError(f"{seen[term.name]}: the reward column name {term.name!r} is taken by the shaping term of "
+                             f"the algorithm config; give the reward another alias")  # fmt: skip
+        seen[term.name] = "the algorithm config"
+    return list(seen)
 
 
 class Scorer:
@@ -100,6 +140,9 @@ class Scorer:
             cols.append(term(batch).reshape(-1, 1))
             names.append(term.name)
             weights.append(1.0)
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"reward columns {twice} appear twice: each column needs its own name (see check_reward_columns)")
         batch.rewards = torch.cat(cols, dim=1).float()
         batch.reward_names, batch.reward_weights = tuple(names), torch.tensor(weights, dtype=torch.float32)
         batch.validate()

@@ -1,8 +1,9 @@
-"""Prompt samplers (the `PromptSampler` seam, registry `SAMPLERS`, config `sampler:`), group filters
+"""Prompt samplers (the `BaseSampler` seam, registry `SAMPLERS`, config `sampler:`), group filters
 and per-prompt stats. Importing this package registers the built-in samplers; see docs/sampling.md.
 """
 
-from covey.samplers.base import SAMPLERS, BaseSampler, PromptSampler, register_sampler
+from covey.samplers.base import SAMPLERS, BaseSampler, Draw, Feedback, register_sampler
+from covey.samplers._sampling import apply_feedback
 from covey.samplers.filters import informative_groups
 from covey.samplers.sampler import UniformSampler
 from covey.samplers.spo import SPOSampler
@@ -17,10 +18,12 @@ from covey.samplers import gdro  # noqa: F401  (registers `gdro`)
 __all__ = [
     "SAMPLERS",
     "BaseSampler",
-    "PromptSampler",
+    "Draw",
+    "Feedback",
     "SPOSampler",
     "UniformSampler",
     "VadeSampler",
+    "apply_feedback",
     "informative_groups",
     "register_sampler",
 ]

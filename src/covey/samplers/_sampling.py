@@ -2,10 +2,13 @@
 
 - `t_quantile(p, df)`: Student-t quantile (no scipy): bisection on the CDF, which is a regularised
   incomplete beta function evaluated with Lentz's continued fraction (Numerical Recipes 6.4).
-- `drop_rows` / `drop_tokens`: how a sampler takes rows or tokens out of the policy loss from
-  `observe` (which runs before the advantage estimator): it zeroes `batch.completion_mask`, which the
-  learner multiplies into every loss term (`Rollouts.loss_mask`). The estimator still sees every
-  reward (group statistics include the dropped rows); it sees the shortened lengths.
+- `apply_feedback(batch, feedback)`: the trainer's gate, the one place a sampler's `Feedback` reaches
+  the batch (after `observe`, before the advantage estimator): rows / tokens it does not keep leave
+  the policy loss through `batch.completion_mask`, which the learner multiplies into every loss term
+  (`Rollouts.loss_mask`); rows it marks get every reward column set to 0. The estimator still sees
+  every row's reward (group statistics include the dropped rows); it sees the shortened lengths.
+  `kept_mask` is the mask arithmetic (samplers use it for their kept-fraction metrics) and
+  `first_tokens` builds a keep-the-first-L-tokens mask (MASA's cut-off).
 - `group_success`: per-group mean success (the `feedback.row_success` scale) and the row -> group map.
 - `GatedUniform`: the uniform permutation order, skipping prompts a sampler gated in a recent epoch;
   when every remaining prompt is gated it draws them anyway (a batch is always filled).
@@ -21,11 +24,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from covey.samplers.base import Feedback
 from covey.samplers.feedback import row_success
 from covey.samplers.sampler import UniformSampler
 from covey.rollouts import Rollouts
 
-__all__ = ["GatedUniform", "drop_rows", "drop_tokens", "group_success", "problem_text", "t_quantile"]
+__all__ = ["GatedUniform", "apply_feedback", "first_tokens", "group_success", "kept_mask", "problem_text", "t_quantile"]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -83,16 +87,35 @@ def t_quantile(p: float, df: int) -> float:
     return 0.5 * (lo + hi)
 
 
-def drop_rows(batch: Rollouts, keep: Tensor) -> int:
-    """Zero the completion mask of rows where `keep` [N] bool is False; returns how many were dropped."""
-    keep = keep.to(batch.completion_mask.device)
-    batch.completion_mask = batch.completion_mask * keep[:, None].to(batch.completion_mask.dtype)
-    return int((~keep).sum())
+def kept_mask(mask: Tensor, keep_rows: Tensor | None = None, keep_tokens: Tensor | None = None) -> Tensor:
+    """`mask` [N, T] zeroed in rows where `keep_rows` [N] is False and where `keep_tokens` [N, T] is
+    False (padding stays 0); None keeps everything."""
+    if keep_rows is not None:
+        mask = mask * keep_rows.to(mask.device)[:, None].to(mask.dtype)
+    if keep_tokens is not None:
+        mask = mask * keep_tokens.to(mask.device, mask.dtype)
+    return mask
 
 
-def drop_tokens(batch: Rollouts, keep: Tensor) -> None:
-    """Zero the completion mask where `keep` [N, T] bool is False (padding stays 0)."""
-    batch.completion_mask = batch.completion_mask * keep.to(batch.completion_mask.device, batch.completion_mask.dtype)
+def first_tokens(limit: Tensor, width: int) -> Tensor:
+    """[N, width] bool: True on the first `limit[i]` token positions of row i."""
+    return torch.arange(width)[None, :] < limit[:, None]
+
+
+def apply_feedback(batch: Rollouts, feedback: Feedback) -> None:
+    """Apply a sampler's `Feedback` to `batch` (see the module docstring); wrong types or shapes raise."""
+    if not isinstance(feedback, Feedback):
+        raise TypeError(f"a sampler's observe() must return covey.samplers.Feedback, got {type(feedback).__name__}")
+    n, shape = len(batch), tuple(batch.completion_mask.shape)
+    for name, want in (("keep_rows", (n,)), ("keep_tokens", shape), ("zero_rewards", (n,))):
+        x = getattr(feedback, name)
+        if x is not None and (not isinstance(x, Tensor) or x.dtype != torch.bool or tuple(x.shape) != want):
+            got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"sampler feedback {name} must be a bool tensor of shape {want} for this batch, got {got}")
+    if feedback.zero_rewards is not None and bool(feedback.zero_rewards.any()):
+        cut = feedback.zero_rewards.to(batch.rewards.device)[:, None]
+        batch.rewards = torch.where(cut, torch.zeros_like(batch.rewards), batch.rewards)
+    batch.completion_mask = kept_mask(batch.completion_mask, feedback.keep_rows, feedback.keep_tokens)
 
 
 def group_success(batch: Rollouts) -> tuple[Tensor, Tensor, Tensor]:
@@ -131,11 +154,11 @@ class GatedUniform(UniformSampler):
     def is_gated(self, key: int) -> bool:
         return key in self.gated and self.epoch - self.gated[key] <= self.skip_epochs
 
-    def next(self, k: int) -> list[dict]:
+    def pick(self, k: int) -> list[dict]:
         out: list[dict] = []
         run = 0  # gated prompts skipped in a row; after a whole pass, take them anyway
         while len(out) < k:
-            item = super().next(1)[0]
+            item = super().pick(1)[0]
             if self.is_gated(int(item["id"])):
                 if run < len(self.items):
                     run += 1

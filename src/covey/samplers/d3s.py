@@ -1,9 +1,9 @@
 """`d3s`: Dynamic Dual-Level Down-Sampling -- max-variance sample subset, |A|*H token selection, annealed.
 
 Paper: "Learning More with Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy
-Optimization", arXiv 2509.22115. Spec: specs/rollouts-data-agents.md §A.4. The three ideas are
+Optimization", arXiv 2509.22115 (notes: docs/sampling.md). The three ideas are
 confirmed by the abstract; ratios, schedule and ranking scope are UNVERIFIED (covey's defaults are
-the spec's suggestions).
+suggestions, not the paper's).
 
 In `observe` (after scoring, before the advantage estimator), with GRPO advantages
 A_i = (r_i - mean_g) / (std_g + eps) computed here from the scalar rewards:
@@ -18,11 +18,15 @@ A_i = (r_i - mean_g) / (std_g + eps) computed here from the scalar rewards:
     schedule:     rho = start + (end - start) * f(min(t / anneal_steps, 1)), f linear or cosine
                   ((1 - cos(pi x)) / 2); t = batches observed so far.
 
-Dropped rows and tokens leave the loss through `batch.completion_mask` (the learner's loss mask).
+`observe` returns the kept rows and tokens (`Feedback.keep_rows` / `keep_tokens`); the trainer
+takes the others out of the loss through `batch.completion_mask` (the learner's loss mask).
 The chosen advantage estimator still computes its advantages from every reward (the group statistics
 include dropped rows, as in the paper, where selection follows advantage computation). The sampler
 declares `requires = ("entropies",)`, so the trainer asks the engine for token entropies.
 Prompt order: a uniform seeded permutation (D3S selects after the rollout).
+
+Fidelity (re-read 2026-11-24): reconstructed. No released code was found for arXiv 2509.22115;
+the ratios, schedule and ranking scope stay UNVERIFIED.
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Feedback, register_sampler
 from covey.samplers.sampler import UniformSampler
-from covey.samplers._sampling import drop_rows, drop_tokens
+from covey.samplers._sampling import kept_mask
 from covey.rollouts import Rollouts
 
 __all__ = ["D3SSampler", "annealed", "max_variance_subset", "top_tokens"]
@@ -151,7 +155,7 @@ class D3SSampler(UniformSampler):
         tokens = top_tokens(adv.abs()[:, None].double() * entropies.double(), row_mask, rho_t, self.token_scope)
         return keep, tokens
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         if batch.entropies is None:
             raise ValueError(
                 "sampler d3s needs rollouts.entropies (token entropies of the sampling distribution) but the batch "
@@ -162,15 +166,14 @@ class D3SSampler(UniformSampler):
         mask = batch.completion_mask.cpu()
         before = float(mask.sum())
         keep, tokens = self.select(adv, batch.group.cpu(), batch.entropies.cpu(), mask)
-        drop_rows(batch, keep)
-        drop_tokens(batch, tokens)
         self.t += 1
-        return {
+        metrics = {
             "sampler/d3s/sample_keep": rho_s,
             "sampler/d3s/token_keep": rho_t,
             "sampler/d3s/rows_kept_frac": float(keep.double().mean()),
-            "sampler/d3s/tokens_kept_frac": float(batch.completion_mask.sum()) / max(before, 1.0),
+            "sampler/d3s/tokens_kept_frac": float(kept_mask(mask, keep, tokens).sum()) / max(before, 1.0),
         }
+        return Feedback(metrics, keep_rows=keep, keep_tokens=tokens)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "t": self.t}

@@ -1,11 +1,11 @@
 """`drive`: DRIVE's two-stage RL data schedule -- uniform entropy expansion, then a hard-focus curriculum.
 
 Paper: "DRIVE: Data Curation Best Practices for Reinforcement Learning with Verifiable Reward in
-Competitive Code Generation", arXiv 2511.06307 (Tencent Hunyuan). Spec: specs/rollouts-data-agents.md
-§A.6 (SECONDARY: the tencent/DRIVE-RL model card). Stage 1 trains on the whole, uniformly distributed
+Competitive Code Generation", arXiv 2511.06307 (Tencent Hunyuan). Status SECONDARY (the
+tencent/DRIVE-RL model card); notes: docs/sampling.md. Stage 1 trains on the whole, uniformly distributed
 set with 8 rollouts per prompt; stage 2 ("Pre-GRPO") trains on a small set of challenging problems with
 64 rollouts per prompt under a curriculum that "continuously retains the most difficult instances".
-The re-estimation rule and its thresholds are UNVERIFIED; covey implements the spec's reading:
+The re-estimation rule and its thresholds are UNVERIFIED; covey implements this reading:
 
     stage 1 (the first `stage1_steps` observed steps): the uniform permutation of every item
     stage 2: a pool of hard prompts, walked in a seeded permutation; at the end of each pass over
@@ -17,6 +17,10 @@ The re-estimation rule and its thresholds are UNVERIFIED; covey implements the s
                (p <- ema p + (1 - ema) p_visit; 0 keeps the latest visit)
 
 Stage 1's shorter generation window is a run setting (`sampling.max_new_tokens`), not the sampler's.
+
+Fidelity (re-read 2026-11-24): reconstructed. The authors' training code is not released (the
+tencent/DRIVE-RL model card only); zheself/DRIVE-RLVR is a third-party two-stage GRPO project, not
+the paper's code, and was not used.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.samplers.sampler import UniformSampler
 from covey.rollouts import Rollouts
@@ -77,9 +81,13 @@ class DriveSampler(UniformSampler):
     def stage(self) -> int:
         return 1 if self.steps < self.stage1_steps else 2
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        n = self.stage2_group_size if self.stage == 2 and self.stage2_group_size else group_size
+        return [Draw(item, n) for item in self.pick(k)]
+
+    def pick(self, k: int) -> list[dict]:
         if self.stage == 1:
-            return super().next(k)
+            return super().pick(k)
         out = []
         while len(out) < k:
             if self.pool_pos >= len(self.pool_order):
@@ -94,11 +102,7 @@ class DriveSampler(UniformSampler):
         self.pool_order = [pool[i] for i in torch.randperm(len(pool), generator=gen).tolist()]
         self.pool_pos, self.pool_epoch = 0, self.pool_epoch + 1
 
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
-        n = self.stage2_group_size if self.stage == 2 and self.stage2_group_size else group_size
-        return [n] * len(items)
-
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         pos = self.index.positions(ids)
         visit = succ / count
@@ -108,11 +112,11 @@ class DriveSampler(UniformSampler):
         self.steps += 1
         pool = torch.tensor(self.pool_order, dtype=torch.long)
         seen = self.rates[pool][~torch.isnan(self.rates[pool])] if pool.numel() else pool.double()
-        return {
+        return Feedback({
             "sampler/drive/stage": float(stage),
             "sampler/drive/pool_size": float(len(self.pool_order)) if stage == 2 else float(len(self.items)),
             "sampler/drive/pool_pass_rate": float(seen.mean()) if seen.numel() else 0.0,
-        }
+        })
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -22,6 +22,9 @@ controller are UNVERIFIED: covey uses the standard group-DRO update of Sagawa et
     rollouts "sqrt" (Rollout-GDRO, UNVERIFIED form): n_i = clip(lambda sigma_i, n_min, n_max) with
               sigma_i = sqrt(pbar_b (1 - pbar_b)) of the prompt's bin (unseen: 0.5) and lambda (1/shadow
               price) set by bisection so sum n_i = B*G; integers by largest remainder. "fixed": G each.
+
+Fidelity (re-read 2026-11-24): reconstructed. No released code was found for arXiv 2601.19280;
+everything beyond the abstract is the Sagawa et al. update named above.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from covey.samplers.base import BaseSampler, register_sampler
+from covey.samplers.base import BaseSampler, Draw, Feedback, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -135,7 +138,7 @@ class GDROSampler(BaseSampler):
         q = q / q.sum() if float(q.sum()) > 0 else nonempty.double() / nonempty.sum()
         return (1 - self.gamma) * q + self.gamma * nonempty.double() / nonempty.sum()
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
         gen = draw_generator(self.seed, "gdro", self.draws)
         self.draws += 1
         bins = difficulty_bins(self.rates, self.k)
@@ -150,9 +153,10 @@ class GDROSampler(BaseSampler):
             taken.add(i)
             self.drawn_bin[int(self.items[i]["id"])] = b
             out.append(self.items[i])
-        return out
+        return [Draw(it, n) for it, n in zip(out, self.allocate(out, group_size))]
 
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
+    def allocate(self, items: list[dict], group_size: int) -> list[int]:
+        """Rollouts for each of `items` (G = `group_size`): G each ("fixed"), or Rollout-GDRO's split of B*G."""
         if self.rollouts == "fixed":
             return [group_size] * len(items)
         cap = self.max_rollouts if self.max_rollouts is not None else 2 * group_size
@@ -164,7 +168,7 @@ class GDROSampler(BaseSampler):
         self.shadow_price = 0.0 if math.isinf(lam) else 1.0 / lam
         return sizes
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         p = succ / count
         pos = self.index.positions(ids)
@@ -182,7 +186,7 @@ class GDROSampler(BaseSampler):
         out["sampler/gdro/q_unseen"] = float(q[self.k])
         if self.rollouts == "sqrt":
             out["sampler/gdro/shadow_price"] = self.shadow_price
-        return out
+        return Feedback(out)
 
     def state_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "rates": self.rates.clone(), "logq": self.logq.clone(), "m": self.m.clone(),

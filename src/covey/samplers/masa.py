@@ -1,7 +1,7 @@
 """`masa`: MASA-efficient's predictive gating (skip zero-variance prompts) and early cut-off, sampler side.
 
 Paper: "Meta-Awareness Enhances Reasoning Models: Self-Alignment Reinforcement Learning",
-arXiv 2510.03259 (repo akatigre/MASA-RL, renamed "MAPR"). Spec: specs/rollouts-data-agents.md §A.7.
+arXiv 2510.03259 (repo akatigre/MASA-RL, renamed "MAPR"). Notes: docs/sampling.md.
 In MASA the policy itself predicts, in a meta rollout, each prompt's pass rate and solution length;
 MASA-efficient skips prompts predicted all-fail / all-pass and stops solution rollouts that run past
 the predicted length (reward 0). Gating and cut-off are confirmed by the abstract; their thresholds
@@ -17,18 +17,26 @@ Covey's sampler-side version predicts from the prompt's own history instead of a
                only the loss normalisation, like DAPO's filter).
     cut-off:   with `cutoff_margin` m, the predicted length of a prompt is the mean length of its
                correct completions at its last visit (none: no cut-off); the limit is
-               L = ceil(m * predicted). Generation stops early: the sampler hook
-               `generation_limits` asks for at most L + 1 new tokens for that prompt (the first
-               token past L shows the row exceeds it; `SamplingParams.item_max_new_tokens`, applied
-               by `sample_groups`, so rows of other prompts are unaffected). In `observe`, a
+               L = ceil(m * predicted). Generation stops early: the prompt's `Draw` asks for at most
+               L + 1 new tokens (`Draw.max_new_tokens`; the first token past L shows the row exceeds
+               it; applied by `sample_groups`, so rows of other prompts are unaffected; refills a
+               strategy draws carry their limit too). In `observe`, a
                completion longer than L gets every reward column set to 0 and its tokens past L
-               masked. Strategies that call the engine without `sample_groups` (tree and partial
-               rollouts) ignore the limits: the cut-off then still zeroes rewards and masks tokens,
-               but saves no generation (logged once).
+               masked (through the `Feedback` the trainer applies; MASA's own statistics already
+               read the zeroed rewards). Strategies that call the engine without `sample_groups`
+               (tree and partial rollouts) ignore the limits: the cut-off then still zeroes rewards
+               and masks tokens, but saves no generation (logged once).
+
+Fidelity (re-read 2026-11-24): checked against the released code akatigre/MASA-RL @
+fad5726e5570e6eefdecc35dc7be5db42c909e93 (`masa_train/masa_ray_trainer.py`,
+`verl/utils/reward_score/meta_cog.py`, `train_masagrpo.sh`): it has the meta rollouts and meta reward
+but no gating and no cut-off (the meta predictions only go back into the prompt), so the gating and
+cut-off here are reconstructed from the paper's description, with covey's thresholds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -36,10 +44,10 @@ from typing import Any
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import prompt_outcomes, row_success
 from covey.samplers.filters import informative_groups
-from covey.samplers._sampling import GatedUniform, drop_rows, drop_tokens
+from covey.samplers._sampling import GatedUniform, first_tokens
 from covey.rollouts import Rollouts
 
 __all__ = ["MasaSampler", "cutoff_rows"]
@@ -74,18 +82,22 @@ class MasaSampler(GatedUniform):
         self.gate_after, self.filter_zero_variance, self.cutoff_margin = gate_after, filter_zero_variance, cutoff_margin
         self.streak: dict[int, int] = {}  # id -> zero-variance visits in a row
         self.pred_len: dict[int, float] = {}  # id -> mean length of correct completions at the last visit
-        self._limited, self._warned = 0, False  # prompts given a generation limit this step; ignored-limit warning sent
+        self._limited: set[int] = set()  # ids of prompts drawn with a generation limit since the last observe
+        self._warned = False  # ignored-limit warning sent
 
-    def generation_limits(self, items: list[dict]) -> dict[int, int]:
-        """{item id: L + 1} for the items with a predicted length (L = ceil(margin * predicted))."""
-        if self.cutoff_margin is None:
-            return {}
-        ids = {int(it["id"]) for it in items} & set(self.pred_len)
-        out = {k: int(cutoff_rows(torch.tensor([self.pred_len[k]]), self.cutoff_margin)) + 1 for k in sorted(ids)}
-        self._limited = len(out)
-        return out
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        draws = [Draw(item, group_size, self.generation_limit(int(item["id"]))) for item in self.pick(k)]
+        self._limited |= {int(d.item["id"]) for d in draws if d.max_new_tokens is not None}
+        return draws
 
-    def _cutoff(self, batch: Rollouts) -> int:
+    def generation_limit(self, key: int) -> int | None:
+        """L + 1 for a prompt with a predicted length (L = ceil(margin * predicted)), else None."""
+        if self.cutoff_margin is None or key not in self.pred_len:
+            return None
+        return int(cutoff_rows(torch.tensor([self.pred_len[key]]), self.cutoff_margin)) + 1
+
+    def _cutoff(self, batch: Rollouts) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows cut [N] bool, tokens kept [N, T] bool): rows longer than their limit L keep L tokens."""
         pid = batch.prompt_id.cpu().tolist()
         pred = torch.tensor([self.pred_len.get(k, math.nan) for k in pid], dtype=torch.float64)
         lim = cutoff_rows(pred, self.cutoff_margin)
@@ -96,16 +108,15 @@ class MasaSampler(GatedUniform):
                 "sampler masa: rows ran past their cut-off: the rollout strategy ignores per-prompt generation limits "
                 "(only sample_groups-based strategies apply them); rewards are still zeroed and tokens masked, but "
                 "no generation is saved")  # fmt: skip
-        if cut.any():
-            pos = torch.arange(batch.completion_mask.shape[1])[None, :]
-            drop_tokens(batch, ~cut[:, None] | (pos < lim[:, None]))
-            batch.rewards = torch.where(cut[:, None].to(batch.rewards.device), torch.zeros_like(batch.rewards), batch.rewards)
-        return int(cut.sum())
+        return cut, ~cut[:, None] | first_tokens(lim, batch.completion_mask.shape[1])
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         lengths = batch.lengths.cpu().double()
-        cut = self._cutoff(batch) if self.cutoff_margin is not None else 0
-        limited, self._limited = self._limited, 0
+        cut, keep_tokens = self._cutoff(batch) if self.cutoff_margin is not None else (None, None)
+        if cut is not None and bool(cut.any()):  # MASA's statistics read the rewards as the trainer will leave them
+            zeroed = torch.where(cut[:, None].to(batch.rewards.device), torch.zeros_like(batch.rewards), batch.rewards)
+            batch = dataclasses.replace(batch, rewards=zeroed)
+        limited, self._limited = len(self._limited), set()
         ids, succ, count = prompt_outcomes(batch)
         s, pid = row_success(batch).cpu(), batch.prompt_id.cpu()
         for key, k, n in zip(ids.tolist(), succ.tolist(), count.tolist()):
@@ -115,15 +126,14 @@ class MasaSampler(GatedUniform):
             correct = (pid == key) & (s >= 1.0)
             if correct.any():
                 self.pred_len[key] = float(lengths[correct].mean())
-        dropped = 0
-        if self.filter_zero_variance:
-            dropped = drop_rows(batch, informative_groups(batch.scalar_rewards().cpu(), batch.group.cpu()))
-        return {
-            "sampler/masa/filtered_rows_frac": dropped / max(len(batch), 1),
-            "sampler/masa/cutoff_rows": float(cut),
+        keep_rows = informative_groups(batch.scalar_rewards().cpu(), batch.group.cpu()) if self.filter_zero_variance else None
+        metrics = {
+            "sampler/masa/filtered_rows_frac": int((~keep_rows).sum()) / max(len(batch), 1) if keep_rows is not None else 0.0,
+            "sampler/masa/cutoff_rows": float(cut.sum()) if cut is not None else 0.0,
             "sampler/masa/limited_prompts": float(limited),
             **self.draw_metrics("masa"),
         }
+        return Feedback(metrics, keep_rows=keep_rows, keep_tokens=keep_tokens, zero_rewards=cut)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "streak": dict(self.streak), "pred_len": dict(self.pred_len)}

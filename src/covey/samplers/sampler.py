@@ -1,7 +1,8 @@
 """`uniform`: a seeded permutation of the items, epoch after epoch (GRPO's default sampler).
 
 Its whole state is (epoch, position), so a resumed run draws exactly the prompts an uninterrupted
-run would.
+run would. `pick(k)` walks the order; `next(k, G)` gives each picked item G completions (the samplers
+built on this order override one or the other).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import torch
 
-from covey.samplers.base import BaseSampler, register_sampler
+from covey.samplers.base import BaseSampler, Draw, register_sampler
 
 __all__ = ["UniformSampler"]
 
@@ -27,7 +28,10 @@ class UniformSampler(BaseSampler):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(len(self.items), generator=g).tolist()
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        return [Draw(item, group_size) for item in self.pick(k)]
+
+    def pick(self, k: int) -> list[dict]:
         """The next `k` items (crossing epoch boundaries with a fresh permutation)."""
         out = []
         while len(out) < k:

@@ -1,7 +1,7 @@
 """`self`: low-likelihood data curation -- train only on prompts the policy's mode does not already solve.
 
 Paper: "The Reasoning Boundary Paradox: How Reinforcement Learning Constrains Language Models",
-arXiv 2510.02230. Spec: specs/rollouts-data-agents.md §A.8 (CODE: mail-research/SELF-llm-interference,
+arXiv 2510.02230. Status CODE (mail-research/SELF-llm-interference,
 `RayMaxPPOTrainer.fit`): each step the released trainer greedy-decodes one response per prompt, keeps
 only prompts whose greedy answer is not correct (reward != 1.0) and runs GRPO (n = 8) on those.
 
@@ -18,7 +18,7 @@ Two ways to find the prompts the policy's mode already solves (`greedy_check`):
               is approximated by the group's most likely sample: the row with the largest
               sum_t behaviour_logprob ("max_logprob") or the largest mean per token
               ("max_mean_logprob"); ties: first row. If it is correct, all the prompt's rows leave
-              the loss (completion_mask zeroed); if a whole batch is high-likelihood the loss is
+              the loss (its `Feedback.keep_rows`); if a whole batch is high-likelihood the loss is
               empty (the learner skips rows without tokens). Differs from greedy decoding, most at
               high temperature.
 
@@ -29,6 +29,15 @@ Two ways to find the prompts the policy's mode already solves (`greedy_check`):
 
 Prompts that a rollout strategy draws itself for refills (`ctx.draw`, e.g. `dynamic`) do not pass
 through `before_rollout`, so they are not greedy-checked. The forward-KL variant is not implemented.
+
+Fidelity (re-read 2026-11-24): checked against the released code
+mail-research/SELF-llm-interference @ d17634bc058634549b2b5652fa1ca52099b7f4ae
+(`verl/verl/trainer/ppo/ray_trainer.py::RayMaxPPOTrainer.fit`, the "gen_max" block): one greedy
+(do_sample False) response per prompt, prompts whose summed reward != 1.0 are kept, none left ->
+the step is skipped; `greedy_check: decode` does this. Differences: `skip_epochs` defaults to 1
+(covey's gating; 0 re-checks every prompt every step, as the code), and "correct" is
+`row_success >= correct_threshold` (the accuracy column when present) instead of the summed reward
+being exactly 1.0.
 """
 
 from __future__ import annotations
@@ -39,9 +48,9 @@ from typing import Literal
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import row_success
-from covey.samplers._sampling import GatedUniform, drop_rows
+from covey.samplers._sampling import GatedUniform
 from covey.rollouts import Rollouts
 
 __all__ = ["SelfSampler", "likely_rows"]
@@ -89,29 +98,29 @@ class SelfSampler(GatedUniform):
             raise ValueError(f"sampler self: correct_threshold must be in (0, 1], got {correct_threshold}")
         self.greedy_check, self.correct_threshold, self.greedy_proxy = greedy_check, correct_threshold, greedy_proxy
 
-    def before_rollout(self, items: list[dict], ctx) -> tuple[list[dict], dict[str, float]]:
-        """greedy_check "decode": drop the items whose greedy answer is already correct."""
-        if self.greedy_check != "decode" or not items:
-            return items, {}
+    def before_rollout(self, draws: list[Draw], ctx) -> tuple[list[Draw], dict[str, float]]:
+        """greedy_check "decode": drop the draws whose greedy answer is already correct."""
+        if self.greedy_check != "decode" or not draws:
+            return draws, {}
         from covey.strategies.group import sample_groups  # covey.strategies imports covey.samplers
 
-        sp = dataclasses.replace(ctx.sampling(0), greedy=True, return_entropies=False, item_max_new_tokens=None)
-        greedy = sample_groups(ctx.engine, ctx.tokenizer, items, 1, sp)  # one row per item, in order
+        sp = dataclasses.replace(ctx.sampling(0), greedy=True, return_entropies=False)
+        greedy = sample_groups(ctx.engine, ctx.tokenizer, [Draw(d.item, 1) for d in draws], sp)  # one row per draw, in order
         ctx.score(greedy)  # the run's rewards (its reward metrics are this step's rollout's, not these)
         solved = (row_success(greedy).cpu() >= self.correct_threshold).tolist()
-        for item, ok in zip(items, solved):
-            self.gate(int(item["id"]), ok)
-        metrics = {"sampler/self/greedy_solved_frac": sum(solved) / len(items), "sampler/self/greedy_tokens": float(greedy.lengths.sum())}
-        return [it for it, ok in zip(items, solved) if not ok], {**metrics, **self.draw_metrics("self")}
+        for d, ok in zip(draws, solved):
+            self.gate(int(d.item["id"]), ok)
+        metrics = {"sampler/self/greedy_solved_frac": sum(solved) / len(draws), "sampler/self/greedy_tokens": float(greedy.lengths.sum())}
+        return [d for d, ok in zip(draws, solved) if not ok], {**metrics, **self.draw_metrics("self")}
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         if self.greedy_check == "decode":
-            return {}  # the check ran before the rollout: every prompt here is low-likelihood
+            return Feedback()  # the check ran before the rollout: every prompt here is low-likelihood
         mask = batch.completion_mask.cpu()
         inv, best = likely_rows(batch.behaviour_logprobs.cpu(), mask, batch.group.cpu(), self.greedy_proxy)
         solved = row_success(batch).cpu()[best] >= self.correct_threshold  # [B]
         pid = batch.prompt_id.cpu()
         for g, row in enumerate(best.tolist()):
             self.gate(int(pid[row]), bool(solved[g]))
-        drop_rows(batch, ~solved[inv])
-        return {"sampler/self/high_likelihood_frac": float(solved.double().mean()), **self.draw_metrics("self")}
+        metrics = {"sampler/self/high_likelihood_frac": float(solved.double().mean()), **self.draw_metrics("self")}
+        return Feedback(metrics, keep_rows=~solved[inv])

@@ -1,7 +1,7 @@
 """`spo`: per-prompt value tracker, prioritised sampling, one completion per prompt.
 
 Paper: "Single-stream Policy Optimization", arXiv 2509.13232. Behaviour follows the authors' code
-(verl-recipe `spo/spo_ray_trainer.py`, specs/rollouts-data-agents.md §A.5, status CODE):
+(verl-recipe `spo/spo_ray_trainer.py`, status CODE; notes: docs/sampling.md):
 
     per prompt: alpha, beta   (p_hat = alpha / (alpha + beta))
     init (offline scores s_1..s_Neff in {0,1} from the base model, optional):
@@ -9,7 +9,7 @@ Paper: "Single-stream Policy Optimization", arXiv 2509.13232. Behaviour follows 
         beta = N_init (Neff - sum s + 0.5) / (Neff + 1);  no scores: alpha = beta = 0.5
     draw:     w = sqrt(p_hat (1 - p_hat)) + eps; k prompts with prob ∝ w (from `candidates` prompts
               drawn uniformly, or the whole pool), with replacement only when k > #candidates
-    observe:  baseline of each row = p_hat BEFORE the update -> batch.extras["spo_baseline"] [N]
+    observe:  baseline of each row = p_hat BEFORE the update -> batch.baseline [N]
               alpha = rho alpha + k_i;  beta = rho beta + (n_i - k_i)   (rho_type "constant"; "kl": below)
 
 The `spo` advantage estimator (covey.algos.advantages.spo) reads the baseline: A = r - p_hat, then
@@ -34,19 +34,18 @@ stores all its responses, and D pools the tokens of all the responses stored at 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from covey.samplers.base import BaseSampler, register_sampler
+from covey.samplers.base import BaseSampler, Draw, Feedback, PolicyLogprobs, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
-__all__ = ["BASELINE_KEY", "SPOSampler", "offline_prior", "prompt_drift", "spo_rho", "spo_weights"]
+__all__ = ["SPOSampler", "offline_prior", "prompt_drift", "spo_rho", "spo_weights"]
 
-BASELINE_KEY = "spo_baseline"
 
 
 def offline_prior(scores: Sequence[float], clip_lower: float = 0.875) -> tuple[float, float]:
@@ -68,9 +67,6 @@ def spo_weights(alpha: Tensor, beta: Tensor, eps: float) -> Tensor:
     """Sampling weights sqrt(p_hat (1 - p_hat)) + eps (never zero for eps > 0)."""
     p = alpha / (alpha + beta)
     return torch.sqrt(p * (1 - p)) + eps
-
-
-PolicyLogprobs = Callable[[list[Tensor], Tensor, Tensor], Tensor]
 
 
 def prompt_drift(stored: Tensor, current: Tensor, mask: Tensor) -> float:
@@ -95,6 +91,10 @@ class SPOSampler(BaseSampler):
     offline_key: item column holding offline 0/1 scores for the prior (None: alpha = beta = 0.5).
     clip_lower:  lower clip of the KL rho, and the prior's strength N_init = 1 / (1 - clip_lower) (0.875 -> 8).
     """
+
+    @staticmethod
+    def provides(params: dict) -> set[str]:  # covey.compat: n = 1 is a single stream (groups of one row)
+        return {"spo_baseline"} | ({"single_rows"} if params.get("n", 1) < 2 else set())
 
     def __init__(self, items: Sequence[dict], seed: int = 0, *, n: int = 1, rho_type: Literal["kl", "constant"] | None = None,
                  rho: float | None = None, eps: float = 0.05, candidates: int | None = None,
@@ -136,7 +136,7 @@ class SPOSampler(BaseSampler):
             raise ValueError(f"sampler spo: item {i} (id {item.get('id')}) column {key!r} must be a list of 0/1 scores, got {s!r}")
         return list(s)
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
         gen = draw_generator(self.seed, "spo", self.calls)
         self.calls += 1
         m = len(self.items)
@@ -145,21 +145,18 @@ class SPOSampler(BaseSampler):
             pool = torch.randperm(m, generator=gen)[: self.candidates]
         w = spo_weights(self.alpha[pool], self.beta[pool], self.eps)
         pick = pool[torch.multinomial(w, k, replacement=k > len(pool), generator=gen)]
-        return [self.items[i] for i in pick.tolist()]
+        return [Draw(self.items[i], self.n) for i in pick.tolist()]
 
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
-        return [self.n] * len(items)
-
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         pos = self.index.positions(ids)
         p_hat = self.alpha / (self.alpha + self.beta)
         row_pos = self.index.positions(batch.prompt_id.cpu())
-        batch.extras[BASELINE_KEY] = p_hat[row_pos].to(torch.float32).to(batch.prompt_id.device)
+        batch.baseline = p_hat[row_pos].to(torch.float32).to(batch.prompt_id.device)
         if self.rho_type == "constant":
             self.alpha[pos] = self.rho * self.alpha[pos] + succ
             self.beta[pos] = self.rho * self.beta[pos] + (count - succ)
-        return {"sampler/spo/p_hat_mean": float(p_hat[pos].mean()), "sampler/spo/unique_frac": len(ids) / max(len(batch), 1)}
+        return Feedback({"sampler/spo/p_hat_mean": float(p_hat[pos].mean()), "sampler/spo/unique_frac": len(ids) / max(len(batch), 1)})
 
     def after_update(self, batch: Rollouts, policy_logprobs: PolicyLogprobs) -> dict[str, float]:
         """KL-adaptive forgetting (rho_type "kl"): rho from each prompt's drift, then alpha/beta, then

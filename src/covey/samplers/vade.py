@@ -3,7 +3,7 @@
 Paper: "VADE: Variance-Aware Dynamic Sampling via Online Sample-Level Difficulty Estimation for
 Multimodal RL", arXiv 2511.18902. The three components (Beta difficulty estimate, Thompson sampler
 maximising information gain, two-scale prior decay) are confirmed by the abstract; the update
-equations and defaults below are the reconstruction in specs/rollouts-data-agents.md §A.1 and are
+equations and defaults below are covey's reconstruction (notes: docs/sampling.md) and are
 UNVERIFIED against the paper ("VADE-style"):
 
     per prompt i: alpha_i, beta_i (init a0), last_seen_i
@@ -15,6 +15,10 @@ UNVERIFIED against the paper ("VADE-style"):
 
 k_i / n_i are the prompt's successes / rollouts this step (`covey.samplers.feedback.row_success`).
 Items drawn since the last `observe` are not drawn again before it (refills get new prompts).
+
+Fidelity (re-read 2026-11-24): reconstructed. No released code was found: the paper points to
+its project page (VADE-RL.github.io); no repository of the authors is in the searchable index. The
+update rules above stay UNVERIFIED.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from covey.samplers.base import BaseSampler, register_sampler
+from covey.samplers.base import BaseSampler, Draw, Feedback, register_sampler
 from covey.samplers.feedback import ItemIndex, draw_generator, prompt_outcomes
 from covey.rollouts import Rollouts
 
@@ -81,7 +85,7 @@ class VadeSampler(BaseSampler):
     def _effective(self) -> tuple[Tensor, Tensor]:
         return decayed_posterior(self.alpha, self.beta, self.t - self.last_seen, self.a0, self.lambda_long)
 
-    def next(self, k: int) -> list[dict]:
+    def next(self, k: int, group_size: int) -> list[Draw]:
         gen = draw_generator(self.seed, "vade", self.calls)
         self.calls += 1
         a, b = self._effective()
@@ -95,9 +99,9 @@ class VadeSampler(BaseSampler):
         while len(pick) < k:  # fewer items than k: cycle through the ranking
             pick += order[: k - len(pick)].tolist()
         self.pending[pick] = True
-        return [self.items[i] for i in pick]
+        return [Draw(self.items[i], group_size) for i in pick]
 
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, succ, count = prompt_outcomes(batch)
         pos = self.index.positions(ids)
         a, b = self._effective()
@@ -106,7 +110,7 @@ class VadeSampler(BaseSampler):
         self.t += 1
         self.pending.zero_()
         p = self.alpha[pos] / (self.alpha[pos] + self.beta[pos])
-        return {"sampler/vade/p_mean": float(p.mean()), "sampler/vade/visited_frac": float(self.seen.double().mean())}
+        return Feedback({"sampler/vade/p_mean": float(p.mean()), "sampler/vade/visited_frac": float(self.seen.double().mean())})
 
     def state_dict(self) -> dict[str, Any]:
         return {"alpha": self.alpha.clone(), "beta": self.beta.clone(), "last_seen": self.last_seen.clone(),

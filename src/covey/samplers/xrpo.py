@@ -1,7 +1,7 @@
 """`xrpo`: rollout allocation by uncertainty reduction, and in-context seeding of all-fail prompts.
 
 Paper: "XRPO: Pushing the limits of GRPO with Targeted Exploration and Exploitation", arXiv 2510.06672.
-Spec: specs/rollouts-data-agents.md §A.2. The novelty sharpening (exploitation) half is the `xrpo`
+Notes: docs/sampling.md. The novelty sharpening (exploitation) half is the `xrpo`
 advantage estimator (covey.algos.advantages.confidence); this sampler is the exploration half.
 
 Allocation (SECONDARY for h; the rest UNVERIFIED reconstruction). The step's budget of B*G rollouts
@@ -14,7 +14,7 @@ the prompt with the largest priority, never past `max_rollouts` (cap):
 
 s_q comes from the prompt's previous visit (the paper's phase-0 statistics come from the same step;
 the sampler seam fixes sizes before generation, so covey uses the last visit: UNVERIFIED). Covey's
-choice for the spec's "s_q = 0 -> use a prior s": shrink toward `prior_std` with `prior_weight`
+choice for "s_q = 0 -> use a prior s": shrink toward `prior_std` with `prior_weight`
 pseudo-rollouts, s_q^2 = (SS_q + w s0^2) / (n_q - 1 + w); an unseen prompt has s_q = s0.
 
 In-context seeding (UNVERIFIED details). A prompt whose last group was all-fail (success 0 on every
@@ -26,6 +26,10 @@ so rewards are unchanged. One success releases the prompt. Without exemplars it 
 The sampler has no tokenizer, so a seeded prompt is kept within `max_prompt_chars` characters
 (default: the longest prompt among the items, which all passed the run's token-length check) by
 dropping the least similar exemplars; if none fits the prompt is drawn unseeded (counted).
+
+Fidelity (re-read 2026-11-24): reconstructed. No released code of the authors was found (only
+unnamed third-party reimplementations, not used); the allocation and seeding details stay as
+marked above.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any, Literal
 
 import torch
 
-from covey.samplers.base import register_sampler
+from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import row_success
 from covey.samplers.sampler import UniformSampler
 from covey.samplers._sampling import problem_text, t_quantile
@@ -129,13 +133,14 @@ class XRPOSampler(UniformSampler):
         self._last_sizes: list[int] = []
 
     # ------------------------------------------------------------------ drawing
-    def next(self, k: int) -> list[dict]:
-        out = super().next(k)
+    def next(self, k: int, group_size: int) -> list[Draw]:
+        out = self.pick(k)
         if self.seeding:
             out = [self._seed_item(it) if int(it["id"]) in self.stuck else it for it in out]
-        return out
+        return [Draw(it, n) for it, n in zip(out, self.allocate(out, group_size))]
 
-    def group_sizes(self, items: list[dict], group_size: int) -> list[int]:
+    def allocate(self, items: list[dict], group_size: int) -> list[int]:
+        """Rollouts for each of `items`: the step's B*G (G = `group_size`) shared by `allocate_rollouts`."""
         n0 = min(self.min_rollouts, group_size)
         cap = self.max_rollouts if self.max_rollouts is not None else 2 * group_size
         if cap < group_size:
@@ -186,7 +191,7 @@ class XRPOSampler(UniformSampler):
         return {**item, "prompt": msgs}
 
     # ------------------------------------------------------------------ feedback
-    def observe(self, batch: Rollouts) -> dict[str, float]:
+    def observe(self, batch: Rollouts) -> Feedback:
         ids, inv = torch.unique(batch.prompt_id.cpu(), return_inverse=True)
         s = row_success(batch).cpu()
         n = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, inv, torch.ones_like(s))
@@ -208,7 +213,7 @@ class XRPOSampler(UniformSampler):
             "sampler/xrpo/rollouts_max": float(max(sizes)),
         }
         self._seeded, self._too_long = 0, 0
-        return out
+        return Feedback(out)
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:

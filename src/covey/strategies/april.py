@@ -2,31 +2,40 @@
 unfinished completions (tokens, behaviour log-probs, per-token policy versions) to the next step.
 
 Paper / code: APRIL, "Active Partial Rollouts in Reinforcement Learning to Tame Long-tail Generation"
-(arXiv 2509.18521); RLsys-Foundation/APRIL on slime (`slime/rollout/sglang_example.py::
-generate_rollout_async, abort`, `slime/ray/buffer.py`). Spec: shared/specs/rollouts-data-agents.md §11.
+(arXiv 2509.18521). Checked against the released code: RLsys-Foundation/APRIL @
+a72b5853d63a3bf27d804be970e414d31b2c5843 (slime; `slime/rollout/sglang_example.py::
+generate_rollout_async, abort, generate`, `slime/ray/buffer.py`). Notes: docs/rollouts.md.
 
 Per step, with B = the step's prompts:
 
     in flight = carried groups (FIFO) + this step's items + drawn items, ceil(over_provision * B) in all
     decode every unfinished completion `chunk_tokens` at a time (one `TreeDecoder` batch: a tick)
     after each tick: groups whose completions have all finished are done (in finishing order)
-    stop at B done groups: they are the batch; every other group goes back to the buffer with its
-        finished completions kept and its unfinished ones cut where they stand ("abort")
+    stop at B done groups: they are the batch. Groups that finished in the same tick beyond the B
+        are dropped (the code: "here we have not stored all the unused samples back to the data
+        buffer"); every unfinished group goes back to the buffer with its finished completions kept
+        and its unfinished ones cut where they stand ("abort")
+    pi_old for the update (`old_logprobs: recompute`, the code): recomputed with the current weights
+        over every token, carried ones included, by the learner before the update, and no
+        importance correction (leave `algo.correction` unset)
 
 A carried completion resumes from prompt + its token ids (not text: no re-tokenisation drift), so
 the batch mixes tokens of several policy versions; `Rollouts.policy_version` [N, T] records which
-weights produced each token and `behaviour_logprobs` are those of that policy. APRIL's code trains
-on them with no importance correction; covey leaves that choice to `algo.correction`: `tis` or
-`decoupled` (AReaL) weight every token by pi_old / pi_behaviour, which corrects exactly the stale
-tokens (fresh tokens have ratio 1). The buffer is part of `state_dict()` (saved in checkpoints),
-so a resumed run continues the same completions. Metrics: `april/stale_token_frac` (tokens of an
-older policy version in the batch), carried/buffered group counts, ticks.
+weights produced each token and `behaviour_logprobs` are those of that policy. covey's variants,
+named options: `keep_surplus: true` carries the finished surplus groups to the next step (served
+first: with similar completion lengths every second step then generates nothing and trains on stale
+groups only); `old_logprobs: behaviour` keeps each token's behaviour log-prob as pi_old (stale tokens
+are clipped against the policy that sampled them), to pair with `algo.correction: tis` or `decoupled`
+(AReaL), which weight every token by pi_old / pi_behaviour. The buffer is part of `state_dict()`
+(saved in checkpoints), so a resumed run continues the same completions. Metrics:
+`april/stale_token_frac` (tokens of an older policy version in the batch), carried / buffered /
+dropped group counts, ticks, decoded tokens.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -44,26 +53,31 @@ class APRIL:
 
     over_provision: groups in flight per step / prompts per step (APRIL's scripts: 64 / 32 = 2).
     chunk_tokens:   tokens decoded per tick between checks for finished groups.
+    keep_surplus:   carry finished groups beyond the B to the next step (covey's variant; code: drop).
+    old_logprobs:   "recompute" (code: pi_old of the current weights) or "behaviour" (covey's variant).
     """
 
     engine_protocols = (ForkingEngine,)
 
-    def __init__(self, *, over_provision: float = 2.0, chunk_tokens: int = 16):
+    def __init__(self, *, over_provision: float = 2.0, chunk_tokens: int = 16, keep_surplus: bool = False,
+                 old_logprobs: Literal["recompute", "behaviour"] = "recompute"):  # fmt: skip
         if not over_provision >= 1.0:
             raise ValueError(f"over_provision must be >= 1.0 (groups in flight per prompt of the step), got {over_provision}")
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+        if old_logprobs not in ("recompute", "behaviour"):
+            raise ValueError(f"old_logprobs must be 'recompute' or 'behaviour', got {old_logprobs!r}")
         self.over_provision, self.chunk = float(over_provision), int(chunk_tokens)
+        self.keep_surplus, self.old_logprobs = bool(keep_surplus), old_logprobs
         self.buffer: list[dict] = []  # groups: {"item": dict, "rows": [Row, ...]} (finish_reason set = done)
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         want = len(items)
-        groups = self.buffer + [{"item": it, "rows": [None] * n} for it, n in zip(items, ctx.group_sizes(items))]
+        groups = self.buffer + [{"item": d.item, "rows": [None] * d.n} for d in ctx.draws]
         self.buffer = []
         extra = math.ceil(self.over_provision * want) - len(groups)
         if extra > 0:
-            more = ctx.draw(extra)
-            groups += [{"item": it, "rows": [None] * n} for it, n in zip(more, ctx.group_sizes(more))]
+            groups += [{"item": d.item, "rows": [None] * d.n} for d in ctx.draw(extra)]
         sp = ctx.sampling(0)
         prompts = prompt_ids(ctx.tokenizer, [g["item"] for g in groups])
         dec = ctx.engine.tree_session(sp)
@@ -98,7 +112,8 @@ class APRIL:
         for r in dec.take():  # abort: cut the unfinished completions where they stand
             groups[r.payload[0]]["rows"][r.payload[1]] = r
         chosen = done_order[:want]
-        self.buffer = [groups[gi] for gi in done_order[want:]]  # finished but not needed: first next time
+        surplus = done_order[want:]  # finished in the last tick beyond the B: dropped (code) or kept
+        self.buffer = [groups[gi] for gi in surplus] if self.keep_surplus else []
         self.buffer += [g for gi, g in enumerate(groups) if gi not in set(done_order)]
         rows, its, gids = [], [], []
         for k, gi in enumerate(chosen):
@@ -107,6 +122,8 @@ class APRIL:
                 its.append(groups[gi]["item"])
                 gids.append(k)
         batch = rows_to_batch(rows, its, gids, ctx.engine.pad_token_id)
+        if self.old_logprobs == "recompute":  # the learner recomputes pi_old with the current weights
+            batch.recompute_old_logprobs = True
         version = int(ctx.engine.version)
         real = batch.completion_mask > 0
         stale = (batch.policy_version < version) & real
@@ -116,6 +133,7 @@ class APRIL:
             "april/carried_groups": float(sum(1 for gi in chosen if any(v < version for r in groups[gi]["rows"] for v in r.versions))),
             "april/inflight_groups": float(len(groups)),
             "april/buffer_groups": float(len(self.buffer)),
+            "april/dropped_groups": 0.0 if self.keep_surplus else float(len(surplus)),
             "april/buffer_partial_rows": float(partial),
             "april/ticks": float(ticks),
             "april/decoded_tokens": float(dec.decoded),

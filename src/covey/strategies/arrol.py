@@ -1,10 +1,10 @@
 """`arrol`: prune partial rollouts with an online quality head, keeping groups correctness-balanced.
 
 Paper: "Prune as You Generate: Online Rollout Pruning for Faster and Better RLVR" (arrol,
-arXiv 2603.24840; code Hsu1023/ARRoL, not read: the spec saw no code there). Spec: shared/specs/rollouts-data-agents.md
-§12. Only the abstract is confirmed: a lightweight quality head trained on the fly predicts the
+arXiv 2603.24840; code Hsu1023/ARRoL, not read: no code was found there). Notes: docs/rollouts.md.
+Only the abstract is confirmed: a lightweight quality head trained on the fly predicts the
 success of partial rollouts, rollouts are pruned during generation while steering the survivors to
-be correctness-balanced, survivors are re-batched for the update. Everything below is the spec's
+be correctness-balanced, survivors are re-batched for the update. Everything below is covey's
 UNVERIFIED sketch, exposed as options:
 
     each group is over-provisioned to ceil(oversample * G) completions (forked from one prefill)
@@ -82,7 +82,7 @@ class ARRoL:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        sizes = ctx.group_sizes(items)
+        sizes = [d.n for d in ctx.draws]
         over = [math.ceil(self.oversample * g) for g in sizes]
         dec = ctx.engine.tree_session(sp)
         dec.add([Row(p, payload=(i, ())) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])

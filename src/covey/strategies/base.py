@@ -6,8 +6,11 @@ A strategy is built as ``factory(**params)`` from config ``rollout.strategy: {na
     batch, metrics = strategy.rollout(items, ctx)
 
 and the strategy alone decides how completions are drawn (i.i.d. groups, trees, carried partial
-rollouts, filtered refills). It must return a batch whose `group` ids are unique per group, whose
-`items` hold the dataset item of every row and whose `prompt_id` is that item's id. It may score
+rollouts, filtered refills). `items` are the step's prompts, ``[d.item for d in ctx.draws]``: each
+`Draw` (covey.samplers.base) also says how many completions the sampler asks for (`d.n`, the group
+size) and an optional cap on new tokens (`d.max_new_tokens`, applied by `sample_groups`). It must
+return a batch whose `group` ids are unique per group, whose `items` hold the dataset item of every
+row and whose `prompt_id` is that item's id. It may score
 the batch itself through `ctx.score` (a filter needs the rewards); otherwise the trainer scores it.
 State that must survive a restart (a carried buffer) goes through `state_dict()` into the checkpoint.
 
@@ -25,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from covey.engine.base import ENGINE_PROTOCOLS, ENGINES, Engine, SamplingParams, missing_protocols
-from covey.plugins import PluginError, PluginRegistry
+from covey.registry import Registry, RegistryError
+from covey.samplers.base import Draw
 from covey.rollouts import Rollouts
 
 __all__ = [
@@ -44,21 +48,22 @@ class RolloutContext:
 
     engine:          generates token ids (`Engine`).
     tokenizer:       for chat templates and decoding.
-    group_sizes:     `sizes(items) -> [n per item]` (the sampler's choice; default G each).
+    draws:           the step's `Draw`s, aligned with the `items` given to `rollout` (item, group
+                     size `n`, optional `max_new_tokens`), as the sampler chose them.
     sampling:        `sampling(round) -> SamplingParams` seeded by (run seed, step, round): a strategy
                      that calls the engine several times in a step uses round 0, 1, 2, ...
     score:           `score(batch) -> metrics` fills `batch.rewards` (reward functions + shaping).
-    draw:            `draw(k) -> items` asks the sampler for more prompts (refills).
+    draw:            `draw(k) -> [Draw]` asks the sampler for more prompts (refills).
     step:            the training step being collected (0-based).
     policy_version:  version of the weights the engine holds now.
     """
 
     engine: Engine
     tokenizer: Any
-    group_sizes: Callable[[list[dict]], list[int]]
+    draws: list[Draw]
     sampling: Callable[[int], SamplingParams]
     score: Callable[[Rollouts], dict[str, float]]
-    draw: Callable[[int], list[dict]]
+    draw: Callable[[int], list[Draw]]
     step: int = 0
     policy_version: int = 0
 
@@ -72,14 +77,14 @@ class RolloutStrategy(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-STRATEGIES = PluginRegistry("rollout strategy", RolloutStrategy, context=())
+STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy)
 register_strategy = STRATEGIES.register
 
 
 def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:
     """The engine protocols strategy `name` needs with `params`: its `engine_protocols` (default
     `(Engine,)`) and those of the strategy it wraps (`inner_strategy(params)`), in order."""
-    factory = STRATEGIES.get(name)
+    factory = STRATEGIES.get(name).fn
     need = tuple(getattr(factory, "engine_protocols", (Engine,)))
     inner = getattr(factory, "inner_strategy", None)
     if inner is not None:
@@ -88,18 +93,18 @@ def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:
 
 
 def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str) -> None:
-    """Raise a one-line `PluginError` when the engine `engine` (a registered name or import path;
+    """Raise a one-line `RegistryError` when the engine `engine` (a registered name or import path;
     its class is checked, nothing is built) lacks a protocol that rollout strategy `strategy` needs."""
     need = engine_protocols(strategy, params)
-    missing = missing_protocols(ENGINES.get(engine), need)
+    missing = missing_protocols(ENGINES.get(engine).fn, need)
     if not missing:
         return
     label, name, ps = repr(strategy), strategy, params
-    while (inner := getattr(STRATEGIES.get(name), "inner_strategy", None)) is not None:
+    while (inner := getattr(STRATEGIES.get(name).fn, "inner_strategy", None)) is not None:
         name, ps = inner(ps)
         label += f" (wrapping {name!r})"
     shown = [p for p in need if p is not Engine or p in missing]  # Engine itself only when it is lacking
     wanted = " and ".join(f"{p.__name__} ({ENGINE_PROTOCOLS.get(p, p.__name__)})" for p in shown)
     unknown = "its factory does not annotate the engine class it returns"
     lacks = "; ".join(f"{p.__name__} ({unknown if m == ['?'] else 'no ' + ', '.join(m)})" for p, m in missing.items())
-    raise PluginError(f"rollout.strategy {label} needs an engine with {wanted}; engine {engine!r} does not provide {lacks}")
+    raise RegistryError(f"rollout.strategy {label} needs an engine with {wanted}; engine {engine!r} does not provide {lacks}")

@@ -9,9 +9,11 @@ same tree is grown over token segments (the diffusion part is out of scope):
     the prompt's paths (active + finished) stay <= width (the group size); paths end on EOS, a stop
     string or max_new_tokens.
 
-Each leaf's `tree_path` holds one node id per segment and `extras["segment_tokens"]` the segment
+Each leaf's `tree_path` holds one node id per segment and `segment_tokens` the segment
 length, which the `branch_grpo` advantage estimator (`covey.algos.advantages.tree`) needs for its
-reward fusion and depth-wise normalisation (a token of segment d gets its depth-d node's advantage).
+reward fusion and depth-wise normalisation (a token of segment d gets the advantage of the node it
+leads to, and a segment shared by several leaves is trained once, as the released code's
+transitions: Fredreic1849/BranchGRPO @ 19fbb9fc92ad1857212f3b664d6e9ff80c8b3804).
 A root whose paths end before it reaches `width` leaves has fewer leaves (no fallback: groups may
 differ in size; with answers of a few tokens use a short `segment_tokens` so the tree widens in time). The paper's width/depth pruning of the backward pass is not implemented.
 """
@@ -38,6 +40,7 @@ class BranchStrategy:
     """
 
     engine_protocols = (ForkingEngine,)
+    provides = ("tree_path", "segment_tokens")  # covey.compat
 
     def __init__(self, *, segment_tokens: int = 16, branch_factor: int = 2, branch_depths: list[int] | None = None):
         if segment_tokens < 1 or branch_factor < 2:
@@ -49,7 +52,7 @@ class BranchStrategy:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        widths = ctx.group_sizes(items)
+        widths = [d.n for d in ctx.draws]
         dec = ctx.engine.tree_session(sp)
         dec.add([Row(p, payload=(i, ())) for i, p in enumerate(prompt_ids(ctx.tokenizer, items))])
         leaves: list[Row] = []
@@ -75,7 +78,7 @@ class BranchStrategy:
         leaves.sort(key=lambda r: r.payload)
         groups = [r.payload[0] for r in leaves]
         batch = rows_to_batch(leaves, [items[g] for g in groups], groups, ctx.engine.pad_token_id, paths=True)
-        batch.extras["segment_tokens"] = self.L
+        batch.segment_tokens = self.L
         return batch, {
             "tree/leaves": float(len(leaves)),
             "tree/decoded_tokens": float(dec.decoded),

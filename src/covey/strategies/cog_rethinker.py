@@ -1,7 +1,7 @@
 """`cog_rethinker`: decompose, then refine, for prompts the policy never solves.
 
 Paper: "Cog-Rethinker: Hierarchical Metacognitive Reinforcement Learning for LLM Reasoning"
-(arXiv 2510.15979). Spec (ABSTRACT; stage details UNVERIFIED): shared/specs/rollouts-data-agents.md §17.
+(arXiv 2510.15979). Status ABSTRACT (stage details UNVERIFIED); notes: docs/rollouts.md.
 
     direct rollout: G completions per prompt
     stage 1 (decomposition): prompts with zero accuracy (every reward <= `zero_reward`) get G new
@@ -19,6 +19,7 @@ of them a stage rescued (some reward above zero_reward).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -51,8 +52,8 @@ class CogRethinker:
         self.zero, self.show, self.decompose, self.refine = zero_reward, show_wrong, decompose, refine
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
-        sizes = ctx.group_sizes(items)
-        batch = sample_groups(ctx.engine, ctx.tokenizer, items, sizes, ctx.sampling(0))
+        batch = sample_groups(ctx.engine, ctx.tokenizer, ctx.draws, ctx.sampling(0))
+        draw_of = {int(d.item["id"]): d for d in ctx.draws}  # a follow-up keeps its prompt's generation cap
         metrics = dict(ctx.score(batch))
         offset = len(items)
         for stage, name in ((1, "decompose"), (2, "refine")):
@@ -62,7 +63,7 @@ class CogRethinker:
             if not unsolved:
                 metrics[f"cog/{name}_rescued"] = 0.0
                 continue
-            todo, new_items, originals = [], [], []
+            todo, new_draws, originals = [], [], []
             for g in unsolved:
                 rows = (batch.group == g).nonzero().flatten()
                 it = batch.items[int(rows[0])]
@@ -72,9 +73,9 @@ class CogRethinker:
                     prompt = follow_up(it["prompt"], texts_of(ctx.tokenizer, batch, rows[: self.show]), self.refine)
                 todo.append(g)
                 originals.append(it)
-                new_items.append({**it, "prompt": prompt})
-            gsz = [int((batch.group == g).sum()) for g in todo]
-            extra = regroup(sample_groups(ctx.engine, ctx.tokenizer, new_items, gsz, ctx.sampling(stage)), originals, offset)
+                n = int((batch.group == g).sum())
+                new_draws.append(dataclasses.replace(draw_of[int(it["id"])], item={**it, "prompt": prompt}, n=n))
+            extra = regroup(sample_groups(ctx.engine, ctx.tokenizer, new_draws, ctx.sampling(stage)), originals, offset)
             offset += len(todo)
             ctx.score(extra)
             er = extra.scalar_rewards()

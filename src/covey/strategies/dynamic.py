@@ -4,7 +4,10 @@ DAPO (arXiv 2503.14476, §3.2): over-sample and filter out groups whose rewards 
 get zero advantage under every group-relative estimator), refill with new prompts until the batch
 holds B informative groups. Generation is bounded by `max_rounds`; when the batch cannot be filled
 the step trains on what was kept (or, if nothing was kept, on the last round unfiltered so a step is
-never empty) and says so in the metrics (`filter/underfilled`, `filter/fallback_unfiltered`).
+never empty) and says so in the metrics (`filter/underfilled`, `filter/fallback_unfiltered`). The
+inner strategy's metrics (and the rewards') are the mean over the step's rounds, not the last
+round's (multiply by `filter/gen_batches` for a step's total, e.g. april's decoded tokens).
+It needs groups of two rows or more and prefers a group-relative estimator (`covey.compat`).
 
 A group of one sample is *not* informative here (its group-relative advantage is zero by
 construction), unlike verl-recipe which keeps singletons.
@@ -41,6 +44,11 @@ class DynamicSampling:
         """The strategy this one runs each round (its engine needs are checked too)."""
         return params.get("inner", "group"), params.get("inner_params") or {}
 
+    # covey.compat: a group of one row is never informative, so with single rows every round is dropped;
+    # with an estimator that is not group-relative the dropped groups had signal
+    requires = ("!single_rows",)
+    prefers = ("group_relative",)
+
     def __init__(self, *, inner: str = "group", inner_params: dict[str, Any] | None = None, max_rounds: int = 10):
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -52,14 +60,17 @@ class DynamicSampling:
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         want = len(items)
         kept: list[Rollouts] = []
-        n_kept, zero_frac, offset, metrics = 0, [], 0, {}
-        last = None
+        n_kept, zero_frac, offset = 0, [], 0
+        per_round: dict[str, list[float]] = {}  # the inner strategy's and the scorer's metrics, per round
+        last, draws = None, ctx.draws
         for r in range(self.max_rounds):
-            round_ctx = dataclasses.replace(ctx, sampling=lambda sub, r=r: ctx.sampling(r * 1000 + sub))
-            batch, m = self.inner.rollout(items, round_ctx)
-            metrics.update(m)
+            round_ctx = dataclasses.replace(ctx, draws=draws, sampling=lambda sub, r=r: ctx.sampling(r * 1000 + sub))
+            batch, m = self.inner.rollout([d.item for d in draws], round_ctx)
+            m = dict(m)
             if batch.rewards is None:
-                metrics.update(ctx.score(batch))
+                m.update(ctx.score(batch))
+            for k, v in m.items():
+                per_round.setdefault(k, []).append(float(v))
             _, batch.group = torch.unique(batch.group, return_inverse=True)
             batch.group = batch.group + offset  # unique across rounds
             offset = int(batch.group.max()) + 1
@@ -71,13 +82,14 @@ class DynamicSampling:
                 n_kept += int(torch.unique(batch.group[keep]).numel())
             if n_kept >= want:
                 break
-            items = ctx.draw(want)
+            draws = ctx.draw(want)
         rounds = len(zero_frac)
         fallback = not kept
         out = last if fallback else Rollouts.concat(kept)
         if not fallback and n_kept > want:  # keep the first `want` groups
             groups = torch.unique_consecutive(out.group)[:want]
             out = out.select(torch.isin(out.group, groups))
+        metrics = {k: sum(v) / len(v) for k, v in per_round.items()}  # mean over the step's rounds
         metrics.update({
             "filter/gen_batches": rounds,
             "filter/kept_groups": min(n_kept, want),

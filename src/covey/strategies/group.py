@@ -11,29 +11,29 @@ import torch
 
 from covey.engine.base import Engine, SamplingParams
 from covey.models import apply_chat
+from covey.samplers.base import Draw
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
 
 __all__ = ["GroupStrategy", "completion_texts", "item_columns", "sample_groups"]
 
 
-def sample_groups(engine: Engine, tokenizer, items: list[dict], sizes: list[int] | int, sampling: SamplingParams) -> Rollouts:
-    """`sizes[i]` completions for item i (an int: the same for all), one group per item.
+def sample_groups(engine: Engine, tokenizer, draws: list[Draw], sampling: SamplingParams) -> Rollouts:
+    """`d.n` completions for each draw's item, one group per draw.
 
-    Rows are ordered item by item; `group` = position in `items`; unequal sizes are generated in one
-    engine call per distinct size. `sampling.item_max_new_tokens` ({item id: limit}) becomes each
-    call's `prompt_max_new_tokens`: those rows stop at their limit (finish reason "length").
+    Rows are ordered draw by draw; `group` = position in `draws`; unequal sizes are generated in one
+    engine call per distinct size. A draw's `max_new_tokens` (capped at `sampling.max_new_tokens`)
+    becomes its prompt's `prompt_max_new_tokens`: its rows stop there (finish reason "length").
     """
-    sizes = [sizes] * len(items) if isinstance(sizes, int) else list(sizes)
-    if len(sizes) != len(items):
-        raise ValueError(f"got {len(sizes)} group sizes for {len(items)} items")
-    if any(n < 1 for n in sizes):
-        raise ValueError(f"every group size must be >= 1, got {sizes}")
+    if not draws:
+        raise ValueError("sample_groups needs at least one draw")
+    items, sizes = [d.item for d in draws], [d.n for d in draws]
     prompts = [apply_chat(tokenizer, item["prompt"]) for item in items]
     parts: dict[int, Rollouts] = {}
     for n in sorted(set(sizes)):
         idx = [i for i, s in enumerate(sizes) if s == n]
-        limits = sampling.limits_for([int(items[i]["id"]) for i in idx]) if sampling.item_max_new_tokens else None
+        caps = [draws[i].max_new_tokens for i in idx]
+        limits = tuple(min(c or sampling.max_new_tokens, sampling.max_new_tokens) for c in caps) if any(caps) else None
         call = dataclasses.replace(sampling, prompt_max_new_tokens=limits) if limits is not None else sampling
         gen = engine.generate([prompts[i] for i in idx], n, call)
         index = torch.tensor(idx, dtype=torch.long)[gen.prompt_index]
@@ -60,12 +60,12 @@ def item_columns(rows: list[dict]) -> dict[str, list]:
 
 @register_strategy("group")
 class GroupStrategy:
-    """GRPO's rollout: `group_sizes` i.i.d. completions per item in one sampling round."""
+    """GRPO's rollout: each draw's `n` i.i.d. completions in one sampling round."""
 
     engine_protocols = (Engine,)
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
-        return sample_groups(ctx.engine, ctx.tokenizer, items, ctx.group_sizes(items), ctx.sampling(0)), {}
+        return sample_groups(ctx.engine, ctx.tokenizer, ctx.draws, ctx.sampling(0)), {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

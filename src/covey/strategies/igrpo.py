@@ -1,7 +1,7 @@
 """`igrpo`: two-stage self-conditioned rollouts (draft, then refine the best draft).
 
-Paper: "iGRPO: Self-Feedback-Driven LLM Reasoning" (arXiv 2602.09000). Spec (ABSTRACT + SECONDARY):
-shared/specs/rollouts-data-agents.md §18.
+Paper: "iGRPO: Self-Feedback-Driven LLM Reasoning" (arXiv 2602.09000). Status ABSTRACT + SECONDARY;
+notes: docs/rollouts.md.
 
     stage 1 (no gradient): `drafts` completions per prompt q, scored with the run's rewards;
             d* = the best-scored draft (ties: the first)
@@ -17,6 +17,7 @@ to G // 2 (at least 1). Metrics: `igrpo/draft_reward` (mean of the best drafts) 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from covey.engine.base import Engine
@@ -46,9 +47,8 @@ class IGRPO:
         self.drafts, self.instruction = drafts, instruction
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
-        sizes = ctx.group_sizes(items)
-        n1 = [self.drafts or max(1, s // 2) for s in sizes]
-        drafts = sample_groups(ctx.engine, ctx.tokenizer, items, n1, ctx.sampling(0))
+        first = [dataclasses.replace(d, n=self.drafts or max(1, d.n // 2)) for d in ctx.draws]
+        drafts = sample_groups(ctx.engine, ctx.tokenizer, first, ctx.sampling(0))
         ctx.score(drafts)
         r = drafts.scalar_rewards()
         refined = []
@@ -59,7 +59,8 @@ class IGRPO:
             best_r.append(float(r[best]))
             text = texts_of(ctx.tokenizer, drafts, best.view(1))[0]
             refined.append({**it, "prompt": follow_up(it["prompt"], [text], self.instruction)})
-        batch = regroup(sample_groups(ctx.engine, ctx.tokenizer, refined, sizes, ctx.sampling(1)), items, 0)
+        second = [dataclasses.replace(d, item=it) for d, it in zip(ctx.draws, refined)]
+        batch = regroup(sample_groups(ctx.engine, ctx.tokenizer, second, ctx.sampling(1)), items, 0)
         metrics = dict(ctx.score(batch))
         draft_mean = sum(best_r) / len(best_r)
         metrics.update({"igrpo/draft_reward": draft_mean, "igrpo/refine_gain": float(batch.scalar_rewards().mean()) - draft_mean})

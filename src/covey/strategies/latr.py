@@ -1,36 +1,51 @@
 """`latr`: Lookahead Tree-Based Rollouts.
 
 Paper: "Lookahead Tree-Based Rollouts for Enhanced Trajectory-Level Exploration in Reinforcement
-Learning with Verifiable Rewards" (arXiv 2510.24302); code starreeze/latr (`model/generation.py`,
-`model/sample_filter.py`, `model/metrics.py`). Spec: shared/specs/rollouts-data-agents.md §10.
+Learning with Verifiable Rewards" (arXiv 2510.24302). Checked against the released code:
+starreeze/latr @ 2adb0edf24cc9a9342ac021892897adcec1a2738 (`model/generation.py::generate`,
+`_sample_new_sequence_with_rollout`; `model/sample_filter.py::ProbFilter, RolloutFilter`;
+`model/utils.py::BranchParamScheduler, KeyTokenGenConfigMixin, BranchInfo.remove`;
+`verl/workers/rollout/kt_rollout.py`; `scripts/grpo-kt-countdown.sh`). Notes: docs/rollouts.md.
 
-Per prompt, n = the group size branches are grown token by token (mix_ratio 1: all n by LATR):
+Per prompt with group size n, at training step s (verl's global step, covey's step + 1):
 
-    p = softmax(logits) of each live branch, WITHOUT temperature; (c1, p1), (c2, p2) = its top 2
-    branch when p2 > tau_abs and p1 - p2 < tau_rel and the root has < n live branches
-        (candidates in row order): a child = parent prefix + c2; the parent takes c1
-    otherwise the branch takes c1 (greedy, sample_nk "none")
-    lookahead pruning: a child born r steps ago (r in filter_steps) whose last r tokens are too close
-        to its parent's last r tokens (edit distance / r < tau_ed) is removed (frees capacity);
-        skipped when either holds a stop token
-    LATR ends when every root is full (>= n branches, finished ones included) and no branch is
-        younger than max(filter_steps), or at force_return_step; every unfinished branch then
-        continues with ordinary sampling (the engine's temperature / truncation) to max_new_tokens
-    a root with fewer than n branches is filled by duplicating its first branch
-    mix_ratio < 1: only round(mix_ratio * n) (at least 1) of a root's n rows are LATR branches (the
-        capacity above); the other rows are ordinary samples of the prompt, started when LATR ends
-        and decoded with the branches (their own first-level node in `tree_path`)
+    kt_n = round(n * mix_ratio(s)) rows are LATR branches, the other n - kt_n ordinary samples;
+        mix_ratio(s) = the value of the largest schedule key <= s (`BranchParamScheduler.set_step`),
+        default the countdown script's {0: 1, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0}; Python's round
+        (round(0.5) = 0: no LATR row)
+    each LATR step t (0-based), for every unfinished branch: p = softmax(logits) WITHOUT temperature,
+        (c1, p1), (c2, p2) its top 2; the branch wants a split when p2 > tau_abs and p1 - p2 < tau_rel
+        capacity: a root holds at most kt_n branches (finished ones included); splits are granted in
+        branch-creation order (the code's row order)
+        a split: the branch appends c1, a new child branch = its prefix + c2 (birth step t)
+        no split: the branch appends c1 (greedy; the code's default sample_nk "none")
+    lookahead pruning after step t: a child born r = t + 1 - birth steps ago (r in filter_steps) whose
+        last r tokens a are too close to its parent's last r tokens b (edit_distance(a, b) / r < tau_ed)
+        is removed with all its descendants (`BranchInfo.remove`); skipped when a or b holds a stop
+        token, or (keep_math_symbols) when b's first token decodes to a piece of "+-*/\\<>=()[]{}_^&%$0123456789"
+    exit after step t when (`generate`, return_on_full):
+        sum over roots of (kt_n if every branch of the root finished else its branch count)
+            >= round(sum kt_n * (thres_init - thres_decay * t / max_new_tokens))
+        and every branch, roots included (birth 0), has birth + max(filter_steps) < t;
+        or after force_return_step steps. Every unfinished branch then continues with ordinary
+        sampling (the engine's temperature / truncation) up to max_new_tokens
+    a root with fewer than kt_n branches is filled by duplicating its first branch (fill_return_sequences)
 
-Defaults are the paper's countdown settings (tau_abs 0.25, tau_rel 0.15, tau_ed 0.4, filter steps
-20/30/50) scaled: force_return_step defaults to half of max_new_tokens. The suffix-match and ROUGE-L
-pruning tests of the code are not implemented (edit distance only). `mix_ratio` is the code's option
-of that name read as "the LATR share of each group, the rest sampled" (the exact split is UNVERIFIED).
-When a whole answer fits in the LATR phase (short answers), a pure-LATR group holds only top-1/top-2
-tokens: no token outside them is ever sampled, so nothing in the update pushes the tail down and the
-T=1 policy can drift into it (docs/rollouts.md "Learning runs"); sampled rows (mix_ratio < 1) cover it. Behaviour log-probs of the
-greedy/branch tokens are those of the tempered distribution (what the learner recomputes); the
-branch choice itself is not a sample of it, so the first PPO ratio is exactly 1 on-policy only
-in the recomputed sense. `tree_path` records each branch's node ids (a new node at every split).
+Defaults are the countdown script's: tau_abs 0.25, tau_rel 0.15, tau_ed 0.4, filter steps 20/30/50,
+thres_init 0.98, thres_decay 0.05, the mix_ratio schedule above; force_return_step (512 of 1024 there)
+defaults to half of max_new_tokens. `mix_ratio` may also be one number (covey's option: the same share
+at every step; mix_ratio 1 throughout makes groups of top-1/top-2 tokens only, which on short answers
+collapse: docs/rollouts.md "Learning runs").
+
+Differences from the code (all choices): the ordinary rows start when the LATR phase ends instead of
+beside it (same distribution: they are i.i.d. samples of the prompt); the suffix-match and ROUGE-L
+pruning tests (off in the countdown script) are not implemented; in the code the keep_math_symbols
+skip drops entries from one of two lists it later zips together (a misalignment), here it skips the
+candidate it names. Behaviour log-probs of the greedy/branch tokens are those of the tempered
+distribution (what the learner recomputes); the branch choice itself is not a sample of it.
+`tree_path` records each branch's node ids (a new node at every split). Metrics: latr/kt_rows (LATR
+rows per group), latr/exit_step (-1: LATR ran to force_return_step or every row finished),
+latr/branches, latr/pruned, latr/distinct_ratio, tree/decoded_tokens.
 """
 
 from __future__ import annotations
@@ -44,7 +59,10 @@ from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
 
-__all__ = ["LATR", "branch_candidates", "edit_distance"]
+__all__ = ["LATR", "branch_candidates", "edit_distance", "latr_exit", "mix_ratio_at"]
+
+COUNTDOWN_MIX = {0: 1.0, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0.0}  # scripts/grpo-kt-countdown.sh
+MATH_CORE_SYMBOLS = "+-*/\\<>=()[]{}_^&%$0123456789"  # model/sample_filter.py
 
 
 def edit_distance(a: list[int], b: list[int]) -> int:
@@ -65,49 +83,94 @@ def branch_candidates(probs: torch.Tensor, tau_abs: float, tau_rel: float) -> tu
     return top.indices[:, 0], top.indices[:, 1], (p2 > tau_abs) & ((p1 - p2) < tau_rel)
 
 
+def mix_ratio_at(schedule: dict[int, float], global_step: int) -> float:
+    """`BranchParamScheduler.set_step`: the value of the largest key <= global_step (the first
+    value before the first key)."""
+    keys = sorted(schedule)
+    k = keys[0]
+    for key in keys[1:]:
+        if key <= global_step:
+            k = key
+    return schedule[k]
+
+
+def latr_exit(branches: list[int], finished: list[bool], kt_n: list[int], births: list[int], t: int, *,
+              max_new_tokens: int, max_filter_step: int, thres_init: float, thres_decay: float) -> bool:  # fmt: skip
+    """The code's early return after LATR step t (0-based). Per root: its branch count, whether all
+    of them finished, its kt_n; `births`: every branch's birth step (roots 0). Full when the roots'
+    effective counts (kt_n for an all-finished root) reach round(sum kt_n * thres), and no branch
+    was born within max_filter_step steps (birth + max_filter_step < t)."""
+    eff = sum(n if done else b for b, done, n in zip(branches, finished, kt_n))
+    thres = thres_init - thres_decay * t / max_new_tokens
+    if eff < round(sum(kt_n) * thres):
+        return False
+    return all(b + max_filter_step < t for b in births)
+
+
 @register_strategy("latr")
 class LATR:
-    """LATR rollouts (see the module docstring)."""
+    """LATR rollouts (see the module docstring).
+
+    mix_ratio: {training step: LATR share of each group} (the code's mix_ratio_schedule), or one number.
+    """
+
+    provides = ("tree_path",)  # covey.compat
 
     engine_protocols = (ForkingEngine,)
 
     def __init__(self, *, tau_abs: float = 0.25, tau_rel: float = 0.15, tau_ed: float = 0.4,
                  filter_steps: tuple[int, ...] = (20, 30, 50), force_return_step: int | None = None,
-                 mix_ratio: float = 1.0):  # fmt: skip
+                 mix_ratio: float | dict[int, float] | None = None, thres_init: float = 0.98,
+                 thres_decay: float = 0.05, keep_math_symbols: bool = True):  # fmt: skip
         if not (0 < tau_abs < 1 and 0 < tau_rel <= 1 and 0 <= tau_ed <= 1):
             raise ValueError(f"need 0 < tau_abs < 1, 0 < tau_rel <= 1, 0 <= tau_ed <= 1; got {tau_abs}, {tau_rel}, {tau_ed}")
-        if not 0 < mix_ratio <= 1:
-            raise ValueError(f"mix_ratio must be in (0, 1] (the LATR share of each group), got {mix_ratio}")
+        schedule = dict(COUNTDOWN_MIX) if mix_ratio is None else mix_ratio
+        if not isinstance(schedule, dict):
+            schedule = {0: schedule}
+        try:
+            schedule = {int(k): float(v) for k, v in schedule.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"mix_ratio must be a number or a {{step: ratio}} mapping, got {mix_ratio!r}") from None
+        if not schedule or any(k < 0 or not 0 <= v <= 1 for k, v in schedule.items()):
+            raise ValueError(f"mix_ratio: steps must be >= 0 and ratios in [0, 1] (the LATR share of each group), got {mix_ratio!r}")
         if not filter_steps or any(r < 1 for r in filter_steps):
             raise ValueError(f"filter_steps must be positive step counts, got {filter_steps}")
+        if not 0 < thres_init <= 1 or thres_decay < 0:
+            raise ValueError(f"need 0 < thres_init <= 1 and thres_decay >= 0, got {thres_init}, {thres_decay}")
         self.tau_abs, self.tau_rel, self.tau_ed = tau_abs, tau_rel, tau_ed
         self.filter_steps, self.force = tuple(sorted(filter_steps)), force_return_step
-        self.mix = float(mix_ratio)
+        self.schedule, self.thres_init, self.thres_decay = schedule, thres_init, thres_decay
+        self.keep_math = keep_math_symbols
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        sizes = ctx.group_sizes(items)
-        n = [max(1, round(self.mix * g)) for g in sizes]  # LATR branches per root; the rest are sampled
+        sizes = [d.n for d in ctx.draws]
+        mix = mix_ratio_at(self.schedule, ctx.step + 1)  # verl's global_steps start at 1
+        n = [round(g * mix) for g in sizes]  # LATR branches per root (Python round, as the code)
         force = self.force if self.force is not None else max(1, sp.max_new_tokens // 2)
         dec = ctx.engine.tree_session(sp)
         prompts = prompt_ids(ctx.tokenizer, items)
-        # payload: (root, path, uid, parent uid, birth step)
-        dec.add([Row(p, payload=(i, (0,), i, -1, 0)) for i, p in enumerate(prompts)])
+        # payload: (root, path, uid, parent uid, birth step); uid order = the code's branch order
+        dec.add([Row(prompts[i], payload=(i, (0,), i, -1, 0)) for i in range(len(items)) if n[i] > 0])
         uid, next_node = len(items), [1] * len(items)
         done: list[Row] = []
-        by_uid: dict[int, Row] = {}
         births = pruned = 0
-        for t in range(min(force, sp.max_new_tokens)):
+        exit_step = -1
+        for t in range(min(force, sp.max_new_tokens) if any(n) else 0):
             if not len(dec):
                 break
-            live = [sum(1 for r in dec.rows if r.payload[0] == i) for i in range(len(items))]
+            count = [sum(1 for r in dec.rows + done if r.payload[0] == i) for i in range(len(items))]
             c1, c2, want = branch_candidates(dec.logits.float().softmax(-1), self.tau_abs, self.tau_rel)
+            split = set()
+            for j in sorted(range(len(dec)), key=lambda j: dec.rows[j].payload[2]):  # creation order
+                i = dec.rows[j].payload[0]
+                if bool(want[j]) and count[i] < n[i]:
+                    count[i] += 1
+                    split.add(j)
             index, payloads, toks = [], [], []
             for j, r in enumerate(dec.rows):
                 i, path, u, parent, born = r.payload
-                split = bool(want[j]) and live[i] + sum(1 for x in done if x.payload[0] == i) < n[i]
-                if split:
-                    live[i] += 1
+                if j in split:
                     births += 1
                     index += [j, j]
                     payloads += [(i, path + (next_node[i],), u, parent, born), (i, path + (next_node[i] + 1,), uid, u, t)]
@@ -120,14 +183,19 @@ class LATR:
                     toks.append(int(c1[j]))
             dec.fork(index, payloads)
             done += dec.step(torch.tensor(toks))
-            by_uid = {r.payload[2]: r for r in dec.rows + done}
-            keep = [j for j, r in enumerate(dec.rows) if not self._too_close(r, by_uid, t + 1, dec)]
-            pruned += len(dec) - len(keep)
-            if len(keep) < len(dec):
-                dec.fork(keep)
-            if self._all_full(dec, done, n, t + 1):
+            gone = self._pruned(dec.rows + done, t + 1, dec, ctx.tokenizer)
+            if gone:
+                pruned += sum(1 for r in dec.rows + done if r.payload[2] in gone)
+                done = [r for r in done if r.payload[2] not in gone]
+                dec.fork([j for j, r in enumerate(dec.rows) if r.payload[2] not in gone])
+            mine = [[r for r in dec.rows + done if r.payload[0] == i] for i in range(len(items))]
+            if latr_exit([len(m) for m in mine], [all(r.finish_reason for r in m) for m in mine], n,
+                         [r.payload[4] for r in dec.rows + done], t, max_new_tokens=sp.max_new_tokens,
+                         max_filter_step=self.filter_steps[-1], thres_init=self.thres_init,
+                         thres_decay=self.thres_decay):  # fmt: skip
+                exit_step = t
                 break
-        # mix_ratio < 1: the other rows of each group are ordinary samples from the prompt
+        # the other rows of each group are ordinary samples from the prompt
         sampled = [Row(prompts[i], payload=(i, (next_node[i] + k,), -1, -1, -1)) for i in range(len(items))
                    for k in range(sizes[i] - n[i])]  # fmt: skip
         for r in sampled:
@@ -138,7 +206,7 @@ class LATR:
         leaves = []
         for i in range(len(items)):
             mine = sorted((r for r in done if r.payload[0] == i and r.payload[2] >= 0), key=lambda r: r.payload[2])
-            while len(mine) < n[i]:  # fill_return_sequences: duplicate the first branch
+            while 0 < len(mine) < n[i]:  # fill_return_sequences: duplicate the first branch
                 mine.append(mine[0].copy((i, mine[0].payload[1] + (next_node[i],), -1, -1, -1)))
                 next_node[i] += 1
             leaves += mine[: n[i]] + sorted((r for r in done if r.payload[0] == i and r.payload[2] < 0), key=lambda r: r.payload[1])
@@ -146,11 +214,23 @@ class LATR:
         batch = rows_to_batch(leaves, [items[g] for g in groups], groups, ctx.engine.pad_token_id, paths=True)
         distinct = len({(r.payload[0], tuple(r.tokens)) for r in leaves})
         return batch, {
+            "latr/kt_rows": sum(n) / max(len(n), 1), "latr/exit_step": float(exit_step),
             "latr/branches": float(births), "latr/pruned": float(pruned),
             "latr/distinct_ratio": distinct / len(leaves), "tree/decoded_tokens": float(dec.decoded),
         }  # fmt: skip
 
-    def _too_close(self, r: Row, by_uid: dict[int, Row], t: int, dec: TreeSession) -> bool:
+    def _pruned(self, rows: list[Row], t: int, dec: TreeSession, tokenizer) -> set[int]:
+        """uids removed after step t - 1 (`t` = steps done): too-close children and their descendants."""
+        by_uid = {r.payload[2]: r for r in rows}
+        gone = {r.payload[2] for r in rows if self._too_close(r, by_uid, t, dec, tokenizer)}
+        grew = bool(gone)
+        while grew:  # BranchInfo.remove: descendants go too
+            more = {r.payload[2] for r in rows if r.payload[3] in gone} - gone
+            gone |= more
+            grew = bool(more)
+        return gone
+
+    def _too_close(self, r: Row, by_uid: dict[int, Row], t: int, dec: TreeSession, tokenizer=None) -> bool:
         _, _, _, parent, born = r.payload
         if parent < 0 or parent not in by_uid or (t - born) not in self.filter_steps:
             return False
@@ -158,13 +238,9 @@ class LATR:
         a, b = r.tokens[-k:], by_uid[parent].tokens[len(r.tokens) - k : len(r.tokens)]
         if len(b) < k or dec.stop_ids.numel() and (torch.isin(torch.tensor(a + b), dec.stop_ids.cpu()).any()):
             return False
+        if self.keep_math and tokenizer is not None and tokenizer.decode([b[0]]).strip() in MATH_CORE_SYMBOLS:
+            return False
         return edit_distance(a, b) / k < self.tau_ed
-
-    def _all_full(self, dec: TreeSession, done: list[Row], n: list[int], t: int) -> bool:
-        for i, want in enumerate(n):
-            if sum(1 for r in dec.rows + done if r.payload[0] == i) < want:
-                return False
-        return all(t - r.payload[4] >= self.filter_steps[-1] for r in dec.rows if r.payload[3] >= 0)
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -1,8 +1,7 @@
 """`tppo`: truncated rollouts in fixed windows with Extended GAE (T-PPO).
 
-Paper: "Truncated Proximal Policy Optimization" (arXiv 2506.15050). Spec (ABSTRACT + SECONDARY;
-EGAE as standard GAE with a bootstrap at the cut, window sizes UNVERIFIED):
-shared/specs/rollouts-data-agents.md §13.
+Paper: "Truncated Proximal Policy Optimization" (arXiv 2506.15050). Status ABSTRACT + SECONDARY
+(EGAE as standard GAE with a bootstrap at the cut, window sizes UNVERIFIED); notes: docs/rollouts.md.
 
 Per step (successive batching: the batch of in-flight responses stays full):
 
@@ -12,7 +11,7 @@ Per step (successive batching: the batch of in-flight responses stays full):
     finished responses are scored; per token of THIS window, EGAE (`covey.algos.advantages.egae`)
         with V from a value head, bootstrapped with V(s_L) for unfinished responses
     the batch: every response of this window, its earlier tokens kept as completion tokens but
-        masked out (the policy loss covers this window's tokens only, the spec's "filtering of prompt
+        masked out (the policy loss covers this window's tokens only, the paper's "filtering of prompt
         and truncated tokens"); unfinished responses go back in flight
     value head: trained only on COMPLETED responses, Monte-Carlo targets gamma^(L-1-t) R
 
@@ -51,6 +50,7 @@ class TPPO:
     """
 
     engine_protocols = (ForkingEngine, HiddenStatesEngine)
+    provides = ("tppo_advantages", "single_rows")  # covey.compat: each row is its own group
 
     def __init__(self, *, window_tokens: int = 16, gamma: float = 1.0, lam: float = 0.95, ridge: float = 1.0,
                  decay: float = 0.9):  # fmt: skip
@@ -66,7 +66,7 @@ class TPPO:
         self.b = torch.zeros(())
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
-        sizes = ctx.group_sizes(items)
+        sizes = [d.n for d in ctx.draws]
         self.capacity = self.capacity or sum(sizes)
         self.queue += [{"item": it, "n": n} for it, n in zip(items, sizes)]
         slots = []
@@ -117,7 +117,7 @@ class TPPO:
             adv[k, s0:L] = egae(v, float(scalar[k]), done[k], gamma=self.gamma, lam=self.lam).float()
             mask[k, s0:L] = 1.0
         full.completion_mask, full.rewards = mask, reward
-        full.extras["tppo_advantages"] = adv
+        full.token_advantages = adv
         value_loss = self._fit_value([hidden[k] for k in fin], [rows[k] for k in fin], [float(scalar[k]) for k in fin])
         self.inflight = [entries[r.payload] for r, d in zip(rows, done) if not d]
         for x in self.inflight:

@@ -3,7 +3,7 @@
 Paper: "TreePO: Bridging the Gap of Policy Optimization and Efficacy and Inference Efficiency with
 Heuristic Tree-based Modeling" (arXiv 2508.17445); code multimodal-art-projection/TreePO
 (`vllm_rollout_spmd.py::generate_sequences_tree_deepth_first_vanilla_mode`,
-`create_fallback_sample_by_policy`). Spec: shared/specs/rollouts-data-agents.md §9.
+`create_fallback_sample_by_policy`). Notes: docs/rollouts.md.
 
 Per prompt (width n = the group size): the root is replicated into `first_width` paths; every path
 decodes `segment_tokens` tokens; then per root (budget "by_fixed_div", policy "fixed_avg"):
@@ -56,12 +56,17 @@ class TreePO:
 
     segment_tokens: L, tokens decoded per segment before branching (paper 512; CPU-scale 8-32).
     step_width:     W, children per active path and per fallback (paper 2).
-    first_width:    [min, max] root replication, drawn per prompt (paper recipe [2, 8] at n=16).
+    first_width:    [min, max] root replication, drawn per prompt. The recipe's effective value is
+                    [2, 2]: run_treepo_train.sh sets `actor_rollout_ref.tree_random_first_div_max=8`,
+                    but fsdp_workers.py reads `rollout.tree_random_first_div_max` (default -1), so
+                    the first split is tree_fixed_step_div = 2 (multimodal-art-projection/TreePO @
+                    f05552394e734ea2838cf9e3b8191f5093319dcf).
     max_depth:      segments per path (default ceil(max_new_tokens / segment_tokens)).
     fallback:       re-grow roots that ended with fewer than n leaves.
     """
 
     engine_protocols = (ForkingEngine,)
+    provides = ("tree_path",)  # covey.compat
 
     def __init__(self, *, segment_tokens: int = 16, step_width: int = 2, first_width: tuple[int, int] = (2, 2),
                  max_depth: int | None = None, fallback: bool = True):  # fmt: skip
@@ -76,7 +81,7 @@ class TreePO:
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
-        widths = ctx.group_sizes(items)
+        widths = [d.n for d in ctx.draws]
         rows, m = grow_trees(ctx.engine, sp, prompt_ids(ctx.tokenizer, items), widths, self.L, self.W, self.first,
                              self.max_depth, self.fallback)  # fmt: skip
         groups = [r.payload[0] for r in rows]

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from covey.models.chat import check_role
 from covey.tasks._common import FinalAnswerTask
 from covey.tasks._data import read_jsonl
 from covey.tasks.registry import register_task
@@ -84,7 +85,13 @@ class DatasetTask:
         self._splits: dict[str, list[dict]] = {"train": self._items(path, rows, split, limit)}
         if eval_path is not None or eval_rows is not None:
             self._splits["test"] = self._items(eval_path, eval_rows, eval_split, limit)
-        has_answer = all(answer_key in it for items in self._splits.values() for it in items)
+        answered = {split: all(answer_key in it for it in items) for split, items in self._splits.items()}
+        if verifier != "none" and len(set(answered.values())) > 1:  # else the verifier would switch off silently
+            has, lacks = ("train", "eval") if answered["train"] else ("eval", "train")
+            raise ValueError(f"task 'dataset': the {has} rows have an {answer_key!r} column and the {lacks} rows do not; "
+                             f"the final-answer check (reward accuracy, held-out accuracy) needs it in both: add it to the "
+                             f"{lacks} rows, or set verifier=none to score with your rewards only")  # fmt: skip
+        has_answer = all(answered.values())
         if verifier == "math" and not has_answer:
             raise ValueError(f"task 'dataset': verifier=math needs an {answer_key!r} column in every row")
         self.reward = _MathVerifier(answer_key).reward if verifier != "none" and has_answer else None
@@ -150,6 +157,7 @@ def _check_prompt(prompt: Any, where: str, key: str):
         for j, m in enumerate(prompt):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise ValueError(f"{where}: message {j} of {key!r} must be {{'role': str, 'content': str}}, got {m!r}")
+            check_role(m["role"], f"{where}: message {j} of {key!r}")
             msgs.append({"role": m["role"], "content": m["content"]})
         return msgs
     raise ValueError(f"{where}: {key!r} must be a string or a list of chat messages, got {type(prompt).__name__} {prompt!r}")

@@ -1,7 +1,7 @@
-"""GSM8K grade-school word problems, read from the shared data files and scored with `math_equal`.
+"""GSM8K grade-school word problems, scored with `math_equal`.
 
-Loading, prompt building and the verifier; the data files themselves (and their provenance) are
-in ``shared/data/gsm8k`` (see its README).
+Loading, prompt building and the verifier; the data files (MIT, with their provenance) ship in
+``covey/tasks/data/gsm8k`` (see its README); `covey.tasks._data` says where else data can come from.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 
 from covey.tasks._common import FinalAnswerTask, as_prompt, check_dataset_params, check_split
-from covey.tasks._data import check_fields, data_file, read_jsonl
+from covey.tasks._data import check_fields, data_file, hub_rows, is_hub, read_jsonl
 from covey.tasks.registry import register_task
 
 __all__ = ["GSM8K", "gsm8k_gold"]
@@ -48,8 +48,9 @@ class GSM8K(FinalAnswerTask):
     >>> task.reward([item["prompt"]] * 2, ["9 * 2 = 18\\n#### 18", "#### $18.00"], answer=["18", "18"])
     [1.0, 1.0]
 
-    Data: ``gsm8k/{train,test}.jsonl`` (7473 / 1319 rows) under `path` (a folder, or one .jsonl
-    file that then serves every split), else $COVEY_DATA, else ``<repo>/../shared/data``.
+    Data: ``gsm8k/{train,test}.jsonl[.gz]`` (7473 / 1319 rows) under `path` (a folder, or one
+    .jsonl file that then serves every split), else $COVEY_DATA, else the copy shipped with covey;
+    ``path="hub"`` loads ``openai/gsm8k`` (config "main") with `datasets` instead.
     Params: `limit` (first n rows of a split), `chat`, `template` (with ``{question}``), `order`,
     `path`. Item: ``{"id" (line index), "prompt", "answer", "question", "solution"}``.
     """
@@ -77,8 +78,12 @@ class GSM8K(FinalAnswerTask):
     def examples(self, split: str = "train") -> list[dict]:
         check_split(self.name, split)
         if split not in self._cache:
-            file = data_file(self.path, "gsm8k", split)
-            rows = read_jsonl(file, required=("question", "answer"))[: self.limit]
+            if is_hub(self.path):
+                file, rows = hub_rows(self.path, "openai/gsm8k", "main", [split], required=("question", "answer"))
+            else:
+                file = data_file(self.path, "gsm8k", f"{split}.jsonl")
+                rows = read_jsonl(file, required=("question", "answer"))
+            rows = rows[: self.limit]
             items = []
             for i, (lineno, row) in enumerate(rows):
                 check_fields(file, lineno, row, {"question": str, "answer": str})

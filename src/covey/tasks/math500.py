@@ -1,7 +1,7 @@
 """MATH-500 competition problems (test split only), scored with `math_equal` (math-verify).
 
-Loading, prompt building and the verifier; the data file and its provenance are in
-``shared/data/math500`` (see its README).
+Loading, prompt building and the verifier; the data file (MIT, with its provenance) ships in
+``covey/tasks/data/math500`` (see its README).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 
 from covey.tasks._common import FinalAnswerTask, as_prompt, check_dataset_params, check_split
-from covey.tasks._data import check_fields, data_file, read_jsonl
+from covey.tasks._data import check_fields, data_file, hub_rows, is_hub, read_jsonl
 from covey.tasks.registry import register_task
 
 __all__ = ["MATH500"]
@@ -36,8 +36,9 @@ class MATH500(FinalAnswerTask):
     >>> task.reward([item["prompt"]] * 2, [r"so \boxed{(3, \pi/2)}", r"\boxed{(3, \pi)}"], answer=[item["answer"]] * 2)
     [1.0, 0.0]
 
-    Data: ``math500/test.jsonl`` (500 rows; there is no train split) under `path` (a folder or
-    the file), else $COVEY_DATA, else ``<repo>/../shared/data``. Params: `limit`, `chat`,
+    Data: ``math500/test.jsonl[.gz]`` (500 rows; there is no train split) under `path` (a folder or
+    the file), else $COVEY_DATA, else the copy shipped with covey; ``path="hub"`` loads
+    ``HuggingFaceH4/MATH-500`` with `datasets` instead. Params: `limit`, `chat`,
     `template` (with ``{problem}``), `order`, `path`. Item: ``{"id" (line index), "prompt",
     "answer", "subject", "level", "unique_id"}``.
     """
@@ -61,8 +62,12 @@ class MATH500(FinalAnswerTask):
     def examples(self, split: str = "test") -> list[dict]:
         check_split(self.name, split, allowed=("test",))
         if self._items is None:
-            file = data_file(self.path, "math500", "test")
-            rows = read_jsonl(file, required=("problem", "answer"))[: self.limit]
+            if is_hub(self.path):
+                file, rows = hub_rows(self.path, "HuggingFaceH4/MATH-500", None, ["test"], required=("problem", "answer"))
+            else:
+                file = data_file(self.path, "math500", "test.jsonl")
+                rows = read_jsonl(file, required=("problem", "answer"))
+            rows = rows[: self.limit]
             for lineno, row in rows:
                 check_fields(file, lineno, row, {"problem": str, "answer": (str, int, float)})
             self._items = [

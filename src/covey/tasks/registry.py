@@ -1,31 +1,19 @@
-"""Name -> task factory, so configs can say `task: {name: arithmetic, digits: 2}`."""
+"""The task registry (`covey.registry.Registry`), so configs can say `task: {name: arithmetic, digits: 2}`
+or name their own task by import path `task: {name: my_pkg.tasks:MyTask}`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
+from covey.registry import Registry
 from covey.tasks.base import Task
 
 __all__ = ["TASKS", "get_task", "register_task"]
 
-TASKS: dict[str, Callable[..., Task]] = {}
+TASKS = Registry("task", signature="Task(**params), a class or function returning a Task")
+register_task = TASKS.register
 
 
-def register_task(name: str) -> Callable:
-    def deco(factory: Callable[..., Task]) -> Callable[..., Task]:
-        if name in TASKS:
-            raise ValueError(f"task {name!r} is registered twice")
-        TASKS[name] = factory
-        return factory
-
-    return deco
-
-
-def get_task(name: str, **params) -> Task:
-    """Build a registered task; unknown names and parameters fail with the allowed values."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
-    try:
-        return TASKS[name](**params)
-    except TypeError as e:
-        raise ValueError(f"task {name!r}: bad parameters {sorted(params)} ({e})") from None
+def get_task(name: str, **params: Any) -> Task:
+    """Build a registered (or imported) task; unknown names and parameters fail with the allowed values."""
+    return TASKS.build(name, params)

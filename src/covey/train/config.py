@@ -8,6 +8,8 @@ overrides); this module only adds the run around it.
 from __future__ import annotations
 
 import copy
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,7 +17,10 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from covey.compat import check_combination
 from covey.algos.presets import AlgoConfig, resolve_algo
+from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
+from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
 
 __all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
@@ -27,6 +32,34 @@ class ConfigError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_ints(cls, data: Any) -> Any:
+        """An integer field takes an integer: `steps: true` or `steps: 2.5` is refused, not read as 1 or 2."""
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                value = data.get(name)
+                if isinstance(value, (bool, float)) and _takes_int(field.annotation):
+                    raise ValueError(f"{name}: must be an integer, got {value!r}")
+        return data
+
+
+def _takes_int(annotation: Any) -> bool:
+    """int, or int | None (a bool field, or one that also takes bool or float, is not an int field)."""
+    if annotation is int:
+        return True
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return False
+    args = typing.get_args(annotation)
+    return int in args and not {bool, float} & set(args)
+
+
+MAX_GROUP_SIZE = 4096
+MAX_PROMPTS_PER_STEP = 65536
+MAX_ROWS_PER_STEP = 262144
+"""Bounds far above any published setting (BroRL: 512 completions per prompt), below what hangs or
+exhausts memory before the first step: a typo such as 1000000000 is refused by name."""
 
 
 class LoraConfig(_Strict):
@@ -44,6 +77,7 @@ class ModelConfig(_Strict):
     """A built-in alias (smollm2-135m-instruct, tiny-llama, tiny-qwen2), a local folder or a hub id."""
     dtype: Literal["bf16", "fp32", "auto"] = "bf16"
     """Learner compute dtype: bf16 autocast (fast on AMX CPUs and GPUs) or full fp32. Weights stay fp32.
+    The engine generates in the same dtype unless `engine.dtype` names another (bf16 or fp32).
     auto: bf16 on CUDA; on CPU bf16 only where a quick matmul measurement finds it faster (a resumed run
     keeps the dtype its checkpoint was written with)."""
     lora: LoraConfig | None = None
@@ -58,9 +92,12 @@ class ModelConfig(_Strict):
         return str(p.resolve()) if p.is_dir() else v
 
 
-class TaskConfig(_Strict):
+class TaskConfig(Spec):
+    """The task (`covey.tasks.TASKS`): a registered name or ``package.module:Task``, its parameters
+    (flat keys or under ``params:``; a parameter named like a field below goes under ``params:``)."""
+
     name: str = "arithmetic"
-    """A registered task (`covey tasks`): arithmetic, countdown, gsm8k, math500, mbpp, humaneval."""
+    """A registered task (`covey list`): arithmetic, countdown, gsm8k, math500, mbpp, humaneval, dataset."""
     params: dict[str, Any] = {}
     """Keyword arguments of the task (e.g. digits, operands, path)."""
     split: str = "train"
@@ -92,82 +129,34 @@ class SamplingConfig(_Strict):
     """Never stop at EOS: every completion is max_new_tokens long (benchmarks; stop_strings still apply)."""
 
 
-class PluginSpec(BaseModel):
-    """A runtime plugin: `name` (registered, or ``package.module:Name``) plus its parameters as the
-    other keys. A bare string is accepted as ``{name: ...}``."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
-class SamplerSpec(PluginSpec):
+class SamplerSpec(Spec):
     """`covey.samplers.SAMPLERS`: uniform (default), or your own ``package.module:Class``."""
 
     name: str = "uniform"
 
 
-class StrategySpec(PluginSpec):
+class StrategySpec(Spec):
     """`covey.strategies.STRATEGIES`: group (default), dynamic, or your own ``package.module:Class``."""
 
     name: str = "group"
 
 
-class EngineSpec(PluginSpec):
+class EnvSpec(Spec):
+    """`covey.envs.ENVS`: maze, calculator, or your own ``package.module:Class`` (multi-turn agents;
+    needs ``rollout.strategy: episodes``, which receives it as its `env` parameter)."""
+
+
+class EngineSpec(Spec):
     """`covey.engine.ENGINES`: torch (default; params dtype, max_rows, ...), or ``package.module:Class``."""
 
     name: str = "torch"
 
 
-SAMPLER_AS_STRATEGY: dict[str, tuple[str, dict[str, Any]]] = {
-    "dynamic": ("dynamic", {}),
-    "dars": ("dars", {}),
-    "dars_b": ("dars", {}),
-}
-"""Sampling methods that must generate again inside a step (refill, extra rollouts for hard prompts)
-live as rollout strategies; `sampler: {name: dars, ...}` selects that strategy with the given
-parameters and draws prompts uniformly. dars_b is DARS with breadth (its preset below)."""
-
-SAMPLER_PRESETS: dict[str, dict[str, Any]] = {
-    # DARS-B (arXiv 2508.13755, code yangzhch6/DARS): a large prompt batch, one full-batch update per
-    # epoch, 2 epochs (the paper: 3072 prompts; 64 here, a CPU-scale choice)
-    "dars_b": {"rollout": {"prompts_per_step": 64}, "optim": {"mini_batches": 1, "epochs": 2}},
-    # BroRL (arXiv 2510.01180, ABSTRACT): hundreds of rollouts per prompt with DAPO-style dynamic
-    # sampling (the paper's N ~ 512 is UNVERIFIED; 128 here), learner memory bounded by micro-batches
-    "brorl": {"rollout": {"group_size": 128}, "algo": {"dynamic_sampling": True}, "optim": {"micro_batch_size": 32}},
-}
-"""Sampling recipes that are settings of other sections: `sampler: {name: brorl}` fills these keys
-wherever the config does not set them itself (the user's values win; `covey config show` shows the
-result). Their samplers draw uniformly (dars_b: through the dars strategy)."""
-
-
-def _fill_defaults(raw: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
-    """`raw` with `preset`'s keys added where `raw` has none (nested sections merged)."""
-    out = dict(raw)
-    for key, value in preset.items():
-        mine = out.get(key)
-        if key == "algo" and isinstance(mine, str):  # `algo: dapo` is `algo: {preset: dapo}`
-            mine = {"preset": mine}
-        if mine is None and key not in out:
-            out[key] = value
-        elif isinstance(value, dict) and isinstance(mine, dict):
-            out[key] = _fill_defaults(mine, value)
-    return out
-
-
 class RolloutConfig(_Strict):
-    prompts_per_step: int = Field(8, ge=1)
+    prompts_per_step: int = Field(8, ge=1, le=MAX_PROMPTS_PER_STEP)
     """Prompts (groups) per training step, B."""
-    group_size: int = Field(8, ge=1)
-    """Completions per prompt, G."""
+    group_size: int = Field(8, ge=1, le=MAX_GROUP_SIZE)
+    """Completions per prompt, G. B*G is at most MAX_ROWS_PER_STEP."""
     strategy: StrategySpec = StrategySpec()
     """How items become completions (`covey.strategies.STRATEGIES`)."""
 
@@ -243,8 +232,11 @@ class RunConfig(_Strict):
     sampler: SamplerSpec = SamplerSpec()
     """Which prompts each step rolls out (`covey.samplers.SAMPLERS`)."""
     rollout: RolloutConfig = RolloutConfig()
+    env: EnvSpec | None = None
+    """The environment of multi-turn episodes (`covey.envs.ENVS`); only with rollout.strategy: episodes."""
     engine: EngineSpec = EngineSpec()
-    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 | auto."""
+    """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 |
+    auto; unset or auto, it follows the learner (model.dtype)."""
     device: str = "auto"
     """Where the model, engine and every per-step tensor live: auto (CUDA when present), cpu, cuda, cuda:N."""
     threads: int = Field(0, ge=0)
@@ -255,22 +247,14 @@ class RunConfig(_Strict):
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
-    steps: int = Field(20, ge=1)
-    seed: int = 0
+    steps: int = Field(20, ge=1, le=10**9)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    """Seeds python, torch and numpy (numpy takes 0 <= seed < 2**32)."""
 
     @model_validator(mode="before")
     @classmethod
     def _sampler_preset(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        spec = raw.get("sampler")
-        name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
-        if name not in SAMPLER_PRESETS:
-            return raw
-        if name == "brorl" and isinstance(spec, dict) and set(spec) - {"name"}:
-            raise ValueError(f"sampler brorl is a preset and takes no parameters (got {sorted(set(spec) - {'name'})}); "
-                             f"set the keys it fills instead: rollout.group_size, algo.dynamic_sampling, optim.micro_batch_size")  # fmt: skip
-        return _fill_defaults(raw, SAMPLER_PRESETS[name])
+        return apply_sampler_preset(raw) if isinstance(raw, dict) else raw
 
     @field_validator("algo", mode="before")
     @classmethod
@@ -286,25 +270,17 @@ class RunConfig(_Strict):
 
         return check_device(v)
 
-    def sampler_spec(self) -> SamplerSpec:
-        """The sampler to build: `sampler`, or `uniform` when the named method is a rollout strategy."""
-        plain = self.sampler.name in SAMPLER_AS_STRATEGY or self.sampler.name in SAMPLER_PRESETS
-        return SamplerSpec(name="uniform") if plain else self.sampler
+    def sampler_spec(self) -> Spec:
+        """The sampler to build: `sampler`, or `uniform` when it names a sampler preset."""
+        return sampler_spec(self.sampler)
 
-    def strategy_spec(self) -> StrategySpec:
-        """The rollout strategy to build: `rollout.strategy` (or the strategy a sampler name stands for,
-        `SAMPLER_AS_STRATEGY`), wrapped in `dynamic` when the algorithm asks for DAPO dynamic sampling
-        (`algo.dynamic_sampling`)."""
+    def strategy_spec(self) -> Spec:
+        """The rollout strategy to build: `rollout.strategy` (`episodes` gets the `env:` section as its
+        `env` parameter), wrapped for `algo.dynamic_sampling`."""
         s = self.rollout.strategy
-        if self.sampler.name in SAMPLER_AS_STRATEGY:
-            name, defaults = SAMPLER_AS_STRATEGY[self.sampler.name]
-            if s.name != "group":
-                raise ValueError(f"sampler {self.sampler.name!r} runs as the rollout strategy {name!r}; it cannot be combined "
-                                 f"with rollout.strategy={s.name!r} (choose one)")  # fmt: skip
-            s = StrategySpec(name=name, **{**defaults, **self.sampler.params})
-        if not self.algo.dynamic_sampling or s.name == "dynamic":
-            return s
-        return StrategySpec(name="dynamic", inner=s.name, inner_params=s.params, max_rounds=self.algo.max_gen_batches)
+        if self.env is not None and s.name == "episodes":
+            s = Spec(name="episodes", params={**s.params, "env": {"name": self.env.name, **self.env.params}})
+        return strategy_spec(s, self.algo)
 
     def resolved_device(self) -> str:
         from covey.devices import resolve_device
@@ -320,37 +296,64 @@ class RunConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _check_env(self) -> "RunConfig":
+        episodes = self.rollout.strategy.name == "episodes"
+        if episodes and self.env is None:
+            raise ValueError("rollout.strategy episodes needs an environment: add `env: {name: maze}` (see docs/agents.md)")
+        if self.env is not None and not episodes:
+            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: episodes (got {self.rollout.strategy.name!r})")
+        if episodes and "env" in self.rollout.strategy.params:
+            raise ValueError("rollout.strategy.env: give the environment as the top-level `env:` section")
+        if self.env is not None:
+            from covey.envs import ENVS
+
+            try:
+                ENVS.check_params(self.env.name, self.env.params)
+            except RegistryError as e:
+                raise ValueError(f"env: {e}") from None
+        return self
+
+    @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
-        from covey.samplers import SAMPLERS
         from covey.engine import ENGINES
-        from covey.plugins import PluginError
+        from covey.samplers import SAMPLERS
         from covey.strategies import STRATEGIES
         from covey.strategies.base import check_engine_protocols
 
-        for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("rollout.strategy", STRATEGIES, self.strategy_spec()),
-                                    ("engine", ENGINES, self.engine)):  # fmt: skip
+        for key, registry, spec in (("sampler", SAMPLERS, self.sampler_spec()), ("engine", ENGINES, self.engine)):
             try:
                 registry.check_params(spec.name, spec.params)
-                if key == "rollout.strategy" and spec.name == "dynamic":
-                    inner = spec.params.get("inner", "group")
-                    STRATEGIES.check_params(inner, spec.params.get("inner_params") or {})
-            except PluginError as e:
+            except RegistryError as e:
                 raise ValueError(f"{key}: {e}") from None
         check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
+        check_combination(self)  # sampler x strategy x advantage: covey.compat
+        spec = self.strategy_spec()
+        try:  # built now (cheap, no context): a strategy that wraps another (dynamic) checks its inner one
+            STRATEGIES.build(spec.name, spec.params)
+        except ValueError as e:  # a RegistryError, or the strategy's own check of its parameters
+            raise ValueError(f"rollout.strategy: {e}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _check_reward_columns(self) -> "RunConfig":
+        """One name per reward column, one column per penalty (`covey.rewards.scoring.check_reward_columns`)."""
+        from covey.rewards.scoring import check_reward_columns
+
+        try:
+            check_reward_columns(self.rewards, self.algo, self.sampling.max_new_tokens)
+        except RegistryError as e:  # an unknown reward name: say where
+            raise ValueError(f"rewards: {e}") from None
         return self
 
     @model_validator(mode="after")
     def _check_combinations(self) -> "RunConfig":
         n = self.rollout.prompts_per_step * self.rollout.group_size
+        if n > MAX_ROWS_PER_STEP:
+            raise ValueError(f"rollout.prompts_per_step*rollout.group_size = {n} rows per step; at most {MAX_ROWS_PER_STEP}")
         if n % self.optim.mini_batches:
             raise ValueError(
                 f"optim.mini_batches={self.optim.mini_batches} must divide the batch of "
                 f"rollout.prompts_per_step*rollout.group_size = {n} rows"
-            )
-        mb = self.optim.micro_batch_size
-        if mb is not None and mb > n // self.optim.mini_batches:
-            raise ValueError(
-                f"optim.micro_batch_size={mb} is larger than a mini-batch ({n // self.optim.mini_batches} rows)"
             )
         if self.eval.every and not self.eval.size:
             raise ValueError(f"eval.every={self.eval.every} evaluates nothing because eval.size is 0: "
@@ -373,6 +376,82 @@ def _non_finite(value: Any, key: str = "") -> tuple[str, float] | None:
 
 
 # ------------------------------------------------------------------------------------------ loading
+MAX_YAML_VALUES = 1_000_000
+"""Values a config may hold once YAML aliases are expanded: a few hundred bytes of nested aliases
+("billion laughs") expand to gigabytes when validated."""
+
+
+class _NotYaml(ConfigError):
+    """The text does not parse as YAML (an override's value is then taken as a plain string)."""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key given twice in one mapping (YAML says keys are unique;
+    PyYAML keeps the last one silently). Merge keys (``<<: *base``) may still be overridden."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: PyYAML reports it
+                    continue
+                if first is not key_node:
+                    raise ConfigError(f"duplicate key {key!r} (line {first.start_mark.line + 1} and line "
+                                      f"{key_node.start_mark.line + 1}): give each key once")  # fmt: skip
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """YAML text -> Python values, refusing duplicate keys and alias bombs (`MAX_YAML_VALUES`)."""
+    try:
+        data = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise _NotYaml(f"{source}: not valid YAML ({e})") from None
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply") from None
+    try:
+        _count_values(data, source)
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply") from None
+    return data
+
+
+def _count_values(data: Any, source: str) -> int:
+    """Values in `data` with shared (aliased) parts counted each time they appear, computed once per
+    object; a structure that contains itself is refused."""
+    sizes: dict[int, int] = {}
+    pending: set[int] = set()
+
+    def size(x: Any) -> int:
+        if not isinstance(x, (dict, list)):
+            return 1
+        key = id(x)
+        if key in sizes:
+            return sizes[key]
+        if key in pending:
+            raise ConfigError(f"{source}: a YAML alias refers to a value that contains it (a recursive structure)")
+        pending.add(key)
+        parts = [*x.keys(), *x.values()] if isinstance(x, dict) else x
+        total = 1
+        for part in parts:
+            total += size(part)
+            if total > MAX_YAML_VALUES:
+                raise ConfigError(f"{source}: the config expands to more than {MAX_YAML_VALUES:,} values through YAML "
+                                  "aliases (*name); write the values out or use fewer aliases")  # fmt: skip
+        pending.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(data)
+
+
 def parse_overrides(args: list[str]) -> dict[str, Any]:
     """`["algo=dapo", "rollout.group_size=4"]` -> nested dict; values parsed as YAML scalars/lists."""
     out: dict[str, Any] = {}
@@ -381,8 +460,8 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"override {arg!r} must look like key=value (e.g. rollout.group_size=4)")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
+            value = load_yaml(raw, f"override {arg!r}") if raw != "" else ""
+        except _NotYaml:
             value = raw
         node = out
         parts = key.split(".")
@@ -418,10 +497,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
-        try:
-            raw = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML ({e})") from None
+        raw = load_yaml(p.read_text(), str(p)) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(raw).__name__}")
     raw = apply_overrides(raw, parse_overrides(overrides or []))
@@ -481,10 +557,16 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def validate_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    from covey.engine.support import UnsupportedModel, check_model_support
+
     try:
-        return RunConfig.model_validate(raw)
+        cfg = RunConfig.model_validate(raw)
+        check_model_support(cfg.model.name, cfg.engine.name)  # from config.json, before anything loads
     except pydantic.ValidationError as e:
         raise ConfigError(_explain(e, source)) from None
+    except UnsupportedModel as e:
+        raise ConfigError(str(e)) from None
+    return cfg
 
 
 def _explain(e: pydantic.ValidationError, source: str) -> str:

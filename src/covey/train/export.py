@@ -2,7 +2,9 @@
 
     RUN/final/     save_pretrained model + tokenizer (with its chat template): the trained policy,
                    LoRA adapters merged into the base weights
-    RUN/adapter/   LoRA runs only: the peft adapter folder (`PeftModel.from_pretrained(base, RUN/adapter)`)
+    RUN/adapter/   LoRA runs only: the peft adapter folder (`PeftModel.from_pretrained(base, RUN/adapter)`);
+                   its base_model_name_or_path is portable: the hub id for a hub model or the
+                   smollm2-135m-instruct alias (whose weights are that model's Q4_1 GGUF, dequantised)
 
 `export_model` writes them from a live policy (end of `covey train`); `export_run` rebuilds the
 policy from a run's latest checkpoint (`covey export RUN [--merge] [--out DIR]`).
@@ -40,11 +42,26 @@ def _save(model, tokenizer, dst: Path) -> str:
         shutil.rmtree(leftover, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    _portable_base(tmp / "adapter_config.json")
     if dst.exists():
         dst.rename(old)
     tmp.rename(dst)
     shutil.rmtree(old, ignore_errors=True)
     return str(dst)
+
+
+def _portable_base(adapter_config: Path) -> None:
+    """peft records the base model's local path (for an alias, covey's cache folder); record a name
+    that resolves elsewhere instead (`covey.models.convert.portable_model_name`: the hub id)."""
+    import json
+
+    from covey.models.convert import portable_model_name
+
+    if not adapter_config.is_file():
+        return
+    cfg = json.loads(adapter_config.read_text())
+    cfg["base_model_name_or_path"] = portable_model_name(cfg.get("base_model_name_or_path"))
+    adapter_config.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def export_run(run_dir: str | Path, *, merge: bool = False, out: str | Path | None = None) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from covey.train.checkpoint import write_error
 
-__all__ = ["MetricsLogger", "read_metrics", "sample_rows"]
+__all__ = ["MetricsLogger", "clock", "markdown_table", "read_metrics", "sample_rows", "sample_table"]
 
 
 class MetricsLogger:
@@ -53,7 +53,9 @@ class MetricsLogger:
             self._wandb.log(scalars, step=step)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
-        """Append sample completions (one JSON object each, with the step) to RUN/samples.jsonl."""
+        """Append sample completions (one JSON object each, with the step) to RUN/samples.jsonl, and
+        send them to the other sinks: TensorBoard text `samples` (a markdown table per step), a W&B
+        Table `samples` (one per step; columns step, group, prompt, completion, advantage, rewards)."""
         try:
             f = open(self.samples_path, "a")
         except OSError as e:
@@ -61,6 +63,16 @@ class MetricsLogger:
         with f:
             for r in rows:
                 _append(f, self.samples_path, {"step": step, **r})
+        if not rows:
+            return
+        columns, data = sample_table(rows)
+        if self._tb is not None:
+            self._tb.add_text("samples", markdown_table(columns, data), step)
+            self._tb.flush()
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.log({"samples": wandb.Table(columns=["step", *columns], data=[[step, *d] for d in data])}, step=step)
 
     def close(self) -> None:
         self._file.close()
@@ -69,6 +81,54 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+def sample_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """(column names, rows) of sample completions (`sample_rows`): group, prompt, completion,
+    advantage, then one column per reward."""
+    rewards = list(dict.fromkeys(k for r in rows for k in r.get("rewards", {})))
+    columns = ["group", "prompt", "completion", "advantage", *rewards]
+    data = [[r.get("group"), _text(r.get("prompt")), r.get("completion"), r.get("advantage"),
+             *(r.get("rewards", {}).get(k) for k in rewards)] for r in rows]  # fmt: skip
+    return columns, data
+
+
+def _text(prompt: Any) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt)
+
+
+def markdown_table(columns: list[str], data: list[list[Any]]) -> str:
+    """A markdown table (TensorBoard renders text summaries as markdown); `|` and newlines in cells
+    are escaped so every sample stays one row.
+
+    >>> print(markdown_table(["a", "b"], [["x|y", 0.5], ["1\\n2", None]]))
+    | a | b |
+    |---|---|
+    | x\\|y | 0.5 |
+    | 1<br>2 |  |
+    """
+
+    def cell(v: Any) -> str:
+        text = "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+        return text.replace("|", "\\|").replace("\n", "<br>")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in data]
+    return "\n".join(lines)
+
+
+def clock(seconds: float) -> str:
+    """A duration for progress lines: ``1:02:03`` (hours) or ``2:03`` (minutes:seconds); ``?`` when unknown.
+
+    >>> clock(3723.4), clock(59.6), clock(float("nan"))
+    ('1:02:03', '1:00', '?')
+    """
+    if not math.isfinite(seconds):
+        return "?"
+    s = max(0, int(round(seconds)))
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def _append(f, path: Path, row: dict[str, Any]) -> None:

@@ -13,14 +13,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from covey.eval.runner import evaluate
+from covey.eval.runner import eval_progress, evaluate
 from covey.train.checkpoint import latest_checkpoint, write_error
 from covey.train.config import RunConfig
 from covey.train.export import export_model
+from covey.train.metrics import clock
 from covey.train.plots import plot_run
 from covey.train.trainer import Trainer
 
-__all__ = ["default_run_dir", "train"]
+__all__ = ["default_run_dir", "start_lines", "step_line", "train"]
 
 console = Console()
 SAMPLES_FILE = "samples.jsonl"
@@ -39,6 +40,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     if trainer is None and not resume and (run_dir / "metrics.jsonl").exists():  # a given trainer already opened it
         raise FileExistsError(f"{run_dir} already holds a run: resume it with --resume {run_dir}, or pick another log.name")
     run_dir.mkdir(parents=True, exist_ok=True)
+    console.print(f"run folder: {run_dir}", markup=False, highlight=False, soft_wrap=True)  # before the model loads
     trainer = trainer or Trainer(cfg, run_dir, resume=resume)  # holds the folder's lock from here on
     try:
         _write_config(run_dir, cfg)  # on resume too: the safe overrides given (steps=...) hold for later resumes
@@ -46,14 +48,15 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
         trainer.close()
         raise
     summary: dict = {"run_dir": str(run_dir), "compute": _compute(trainer)}
-    console.print(f"device {summary['compute']['device']}: learner {summary['compute']['learner']}, "
-                  f"engine {summary['compute']['engine']} (model.dtype {cfg.model.dtype}, engine dtype "
-                  f"{cfg.engine.params.get('dtype', 'default')})")  # fmt: skip
+    for line in start_lines(cfg, trainer, run_dir, resume=resume):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     eval_items = list(trainer.task.examples(cfg.task.eval_split))[: cfg.eval.size] if cfg.eval.size else []
     max_eval_tokens = cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens
 
-    def held_out() -> float:
-        return evaluate(trainer.engine, trainer.tokenizer, trainer.task, eval_items, max_new_tokens=max_eval_tokens)["accuracy"]
+    def held_out(live: bool = True) -> float:  # live=False inside the training bar (one live display at a time)
+        with eval_progress(len(eval_items), console=console, label="held-out eval", live=live and cfg.log.progress) as advance:
+            return evaluate(trainer.engine, trainer.tokenizer, trainer.task, eval_items, max_new_tokens=max_eval_tokens,
+                            progress=advance)["accuracy"]  # fmt: skip
 
     stop = {"requested": False, "in_step": None}  # in_step: the step number a running step started from
 
@@ -76,6 +79,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
             console.print(f"held-out accuracy before training: [bold]{summary['eval_before']:.1%}[/] ({len(eval_items)} prompts, greedy)")
             trainer.logger.log(0, {"eval/accuracy": summary["eval_before"]})
         live = cfg.log.progress and console.is_terminal  # not a terminal (a log file, CI): plain lines
+        started, first_step = time.perf_counter(), trainer.step_num
         with Progress(*columns, console=console, disable=not live) as progress:
             bar = progress.add_task("train", total=cfg.steps, completed=trainer.step_num, info="")
             while trainer.step_num < cfg.steps and not stop["requested"]:
@@ -83,13 +87,14 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
                 m = trainer.step()
                 stop["in_step"] = None
                 if eval_items and cfg.eval.every and trainer.step_num % cfg.eval.every == 0:
-                    m["eval/accuracy"] = held_out()
+                    m["eval/accuracy"] = held_out(live=False)
                     trainer.logger.log(trainer.step_num, {"eval/accuracy": m["eval/accuracy"]})
                 if trainer.last_samples:
                     console.print(_samples_table(trainer.step_num, trainer.last_samples))
                 progress.update(bar, completed=trainer.step_num, info=_info(m))
                 if not live:
-                    print(f"step {trainer.step_num}/{cfg.steps} | {_info(m)}", flush=True)
+                    elapsed = time.perf_counter() - started
+                    print(step_line(trainer.step_num, cfg.steps, m, elapsed, trainer.step_num - first_step), flush=True)
         if eval_items and not stop["requested"]:
             summary["eval_after"] = held_out()
             trainer.logger.log(trainer.step_num, {"eval/accuracy": summary["eval_after"]})
@@ -137,6 +142,42 @@ def _write_config(run_dir: Path, cfg: RunConfig) -> None:
         os.replace(tmp, path)
     except OSError as e:
         raise write_error(path, e) from None
+
+
+def start_lines(cfg: RunConfig, trainer: Trainer, run_dir: Path, *, resume: bool = False) -> list[str]:
+    """What a run says once its model is loaded (the run folder is printed before): where and in
+    which dtypes it computes (and why), and each reward column with where it comes from."""
+    dt = trainer.dtypes()
+    lines = [f"resuming {run_dir} at step {trainer.step_num}"] if resume else []
+    learner = f"learner {dt['learner']} (model.dtype {cfg.model.dtype})"
+    set_engine = cfg.engine.params.get("dtype")
+    if "engine" not in dt:
+        engine = f"engine {cfg.engine.name}"
+    elif set_engine in (None, "auto"):
+        engine = f"engine {dt['engine']} (engine.dtype {set_engine or 'unset'}: follows the learner)"
+    else:
+        engine = f"engine {dt['engine']} (engine.dtype {set_engine})"
+    lines.append(f"compute: {trainer.device}, {learner}, {engine}")
+    for name, weight in zip(trainer.rewards.names, trainer.rewards.weights.tolist()):
+        lines.append(f"reward {name} (weight {weight:g}): {_reward_origin(cfg, trainer.task, name)}")
+    return lines
+
+
+def _reward_origin(cfg: RunConfig, task, name: str) -> str:
+    """Where a reward column comes from, for the start lines."""
+    if name != "accuracy" or getattr(task, "reward", None) is None or any(r.alias == name or r.name == name for r in cfg.rewards):
+        return "configured in rewards"
+    key = getattr(task, "answer_key", None)
+    if cfg.task.name == "dataset" and key is not None and cfg.task.params.get("verifier", "auto") == "auto":
+        return f"added because the data has an {key!r} column; task.params.verifier=none turns it off"
+    return f"the verifier of task {cfg.task.name!r}"
+
+
+def step_line(step: int, total: int, m: dict, elapsed: float, done_here: int) -> str:
+    """The plain per-step line (off a terminal): the step's numbers, time since this process began
+    training, and the ETA from the mean time of the `done_here` steps this process ran."""
+    eta = elapsed / done_here * (total - step) if done_here > 0 else float("nan")
+    return f"step {step}/{total} | {_info(m)} | elapsed {clock(elapsed)} | ETA {clock(eta)}"
 
 
 def _compute(trainer: Trainer) -> dict[str, str]:

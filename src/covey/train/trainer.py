@@ -1,4 +1,4 @@
-"""The training loop: DESIGN.md's step, one call per stage.
+"""The training loop: the step of docs/architecture.md, one call per stage.
 
     sample prompts -> rollout (engine) -> rewards -> group filter -> advantages -> learn -> sync -> log
 
@@ -17,16 +17,17 @@ from typing import Any
 
 import torch
 
-from covey.samplers import SAMPLERS
+from covey.samplers import SAMPLERS, Draw, apply_feedback
 from covey.samplers.lengths import check_prompt_lengths, prompt_token_limit
 from covey.samplers.stats import prompt_stats
 from covey.engine import ENGINES, SamplingParams
+from covey.engine.support import engine_takes_dtype
 from covey.rewards.scoring import Scorer, shaping_terms
 from covey.strategies import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
 from covey.train.checkpoint import (
-    latest_checkpoint, load_checkpoint, load_checkpoint_meta, rng_state, save_checkpoint, set_rng_state,
+    latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state,
 )  # fmt: skip
 from covey.train.config import RunConfig
 from covey.learner.learner import Learner, reset_peak_memory
@@ -77,7 +78,7 @@ class Trainer:
         sampler = cfg.sampler_spec()
         self.sampler = SAMPLERS.build(sampler.name, sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
-        needs = cfg.algo.requires() | set(getattr(self.sampler, "requires", ()))  # optional Rollouts fields read
+        needs = cfg.algo.requires() | set(self.sampler.requires)  # optional Rollouts fields read
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
@@ -85,11 +86,7 @@ class Trainer:
         self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
         # dtype auto is measured per process; a resumed run keeps what its first process chose
         chosen = _chosen_dtypes(self.run_dir) if resume else {}
-        engine_params = dict(cfg.engine.params)
-        if engine_params.get("dtype") == "auto" and chosen.get("engine"):
-            engine_params["dtype"] = chosen["engine"]
         learner_dtype = chosen.get("learner", cfg.model.dtype) if cfg.model.dtype == "auto" else cfg.model.dtype
-        self.engine = ENGINES.build(cfg.engine.name, engine_params, engine_model(self.model), self.tokenizer)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.steps)
         o = cfg.optim
         self.learner = Learner(
@@ -98,8 +95,11 @@ class Trainer:
             epochs=o.epochs, mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
             grad_clip=o.grad_clip, dtype=learner_dtype,
         )  # fmt: skip
+        engine_params = dict(cfg.engine.params)
+        if engine_params.get("dtype", "auto") == "auto" and engine_takes_dtype(cfg.engine.name):
+            engine_params["dtype"] = chosen.get("engine") or self.learner.dtype  # follows model.dtype
+        self.engine = ENGINES.build(cfg.engine.name, engine_params, engine_model(self.model), self.tokenizer)
         self.step_num = 0
-        self._limits: dict[int, int] | None = None  # this step's per-item generation limits (sampler hook)
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
@@ -123,9 +123,7 @@ class Trainer:
             gen = torch.Generator().manual_seed(self._seed("learn"))
             metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
             self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
-            after = getattr(self.sampler, "after_update", None)  # optional hook (covey.samplers.base)
-            if after is not None:
-                metrics.update(after(batch, self.policy_logprobs))
+            metrics.update(self.sampler.after_update(batch, self.policy_logprobs))
         self.step_num += 1
         metrics["time/learn"] = time.perf_counter() - t1
         metrics["time/step"] = time.perf_counter() - t0
@@ -152,33 +150,32 @@ class Trainer:
             timer["reward"] += time.perf_counter() - t
             return out
 
-        sizes = getattr(self.sampler, "group_sizes", None)
-        ctx = RolloutContext(
-            engine=self.engine, tokenizer=self.tokenizer,
-            group_sizes=(lambda items: sizes(items, G)) if sizes else (lambda items: [G] * len(items)),
-            sampling=self._sampling, score=score, draw=self.sampler.next,
-            step=self.step_num, policy_version=self.step_num,
-        )  # fmt: skip
+        def draw(k: int) -> list[Draw]:
+            return _checked_draws(self.sampler, self.sampler.next(k, G))
+
         t = time.perf_counter()
-        self._limits = None
-        items, metrics = self.sampler.next(cfg.rollout.prompts_per_step), {}
-        before = getattr(self.sampler, "before_rollout", None)  # optional hooks (covey.samplers.base)
-        if before is not None:
-            items, metrics = before(items, ctx)
-        limits = getattr(self.sampler, "generation_limits", None)
-        self._limits = limits(items) if limits is not None and items else None  # read by _sampling
-        if not items:  # nothing left to roll out: the step is skipped
+        draws = draw(cfg.rollout.prompts_per_step)  # the sampler hooks, in order: covey.samplers.base
+        ctx = RolloutContext(engine=self.engine, tokenizer=self.tokenizer, draws=draws, sampling=self._sampling,
+                             score=score, draw=draw, step=self.step_num, policy_version=self.step_num)  # fmt: skip
+        draws, metrics = self.sampler.before_rollout(draws, ctx)
+        ctx.draws = _checked_draws(self.sampler, draws)
+        if not draws:  # nothing left to roll out: the step is skipped
             return _empty_batch(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
                                     "train/skipped_step": 1.0}  # fmt: skip
-        batch, m = self.strategy.rollout(items, ctx)
+        batch, m = self.strategy.rollout([d.item for d in draws], ctx)
         metrics.update(m)
+        if len(batch) == 0:  # the strategy skipped the step (DARS: no prompt left after its filter)
+            return batch, {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
+                           "train/skipped_step": 1.0}  # fmt: skip
         if batch.rewards is None:
             metrics.update(score(batch))
         elapsed = time.perf_counter() - t
         metrics["time/reward"] = timer["reward"]
         metrics["time/generate"] = elapsed - timer["reward"]
         metrics.update(_rollout_metrics(batch, metrics["time/generate"]))
-        metrics.update(self.sampler.observe(batch))  # before advantages: a sampler may annotate the batch
+        feedback = self.sampler.observe(batch)  # before advantages; it may fill a declared Rollouts field (spo: baseline)
+        apply_feedback(batch, feedback)  # the gate: the trainer, not the sampler, drops rows / tokens, zeroes rewards
+        metrics.update(feedback.metrics)
         metrics.update(prompt_stats(batch))  # pass-rate histogram, zero-signal groups, rollouts per prompt
         return batch, metrics
 
@@ -211,7 +208,7 @@ class Trainer:
             temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
             max_new_tokens=s.max_new_tokens, stop_strings=tuple(s.stop_strings),
             seed=self._seed("generate", round_), return_entropies=self.need_entropies,
-            ignore_eos=s.ignore_eos, item_max_new_tokens=self._limits or None,
+            ignore_eos=s.ignore_eos,
         )  # fmt: skip
 
     def _stateful(self) -> dict[str, Any]:
@@ -238,10 +235,10 @@ class Trainer:
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep)
 
     def _restore(self) -> None:
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
+        found = load_latest_checkpoint(self.run_dir, map_location="cpu")  # load_state_dict moves to the device
+        if found is None:
             raise FileNotFoundError(f"{self.run_dir} has no checkpoint to resume from")
-        payload, meta = load_checkpoint(path, map_location="cpu")  # load_state_dict moves to the device
+        path, payload, meta = found
         missing = set(trainable_state(self.model)) - set(payload["model"])
         if missing:
             raise ValueError(f"checkpoint {path} lacks weights {sorted(missing)[:3]}...: was it written by another model?")
@@ -260,6 +257,16 @@ class Trainer:
         self.engine.close()
         self.logger.close()
         self._lock.release()
+
+
+def _checked_draws(sampler, draws) -> list[Draw]:
+    """The sampler's draws, refused with a clear error when they are not a list of `Draw`s."""
+    bad = [d for d in draws if not isinstance(d, Draw)] if isinstance(draws, list) else [draws]
+    if bad:
+        got = type(bad[0]).__name__
+        raise TypeError(f"sampler {type(sampler).__name__}: next() and before_rollout() must return a list of "
+                        f"covey.samplers.Draw, got {got}")  # fmt: skip
+    return draws
 
 
 def _empty_batch() -> Rollouts:

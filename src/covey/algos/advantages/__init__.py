@@ -5,6 +5,7 @@ Each is a plain function ``fn(batch, *, **params) -> AdvantageResult`` (see the 
 its keyword-only parameters and defaults are its configuration. Files by family:
 
     grpo.py          grpo, dr_grpo, rloo, reinforce_pp_baseline   (mean baselines)
+    hapo.py          hapo                                        (token-weighted group mean/std, GRPO fallback)
     median.py        mc_grpo                                     (median baseline, pivot excluded)
     multi_reward.py  gdpo                                        (per-reward-column normalisation)
     difficulty.py    ngrpo, dgpo, a_grae                         (difficulty-aware reweighting)
@@ -12,10 +13,20 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     confidence.py    ace, xrpo, arm                              (log-prob-based modulation)
     token_credit.py  gtpo                                        ([N, T] conflict-token credit)
     drpo.py          drpo                                        (discriminative loss as advantage)
+    disco.py         disco                                       (DisCO / DisCO-b discriminative loss as advantage)
     brpo.py          brpo                                        (bootstrapped in-group reference)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
+    spo_tree.py      spo_tree                                    (segment advantages V(child) - V(parent), [N, T])
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
+    mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
+    pairwise.py      dagrpo_provisional, trpa                    (sums over same-group pairs of rows)
+    polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
+    gigpo.py         gigpo                                       (multi-turn: episode + anchor-state step groups, [N, T])
+    hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
+    salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
+    empg.py          empg                                        (multi-turn: entropy-modulated step advantages, [N, T])
+    _steps.py        the step table of multi-turn episodes (Rollouts.turn / step_rewards / step_anchors)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
 Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
@@ -25,13 +36,23 @@ Surrogates, aggregation, KL and importance corrections live in the sibling regis
 from covey.algos.advantages.brpo import brpo
 from covey.algos.advantages.confidence import ace, arm, xrpo
 from covey.algos.advantages.difficulty import a_grae, dgpo, ngrpo
+from covey.algos.advantages.disco import disco
 from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
+from covey.algos.advantages.empg import empg
+from covey.algos.advantages.gigpo import gigpo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
+from covey.algos.advantages.hapo import hapo
+from covey.algos.advantages.hgpo import hgpo
 from covey.algos.advantages.median import mc_grpo
+from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
+from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
+from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
+from covey.algos.advantages.spo_tree import spo_tree
 from covey.algos.advantages.token_credit import gtpo
 from covey.algos.advantages.tree import branch_grpo, treepo
 
@@ -41,19 +62,30 @@ __all__ = [
     "arm",
     "branch_grpo",
     "brpo",
+    "dagrpo_provisional",
     "dgpo",
+    "disco",
     "dr_grpo",
+    "empg",
     "drpo",
     "gdpo",
+    "gigpo",
     "grpo",
     "gtpo",
+    "hapo",
+    "hgpo",
     "mc_grpo",
+    "mssr",
     "ngrpo",
+    "polychromic",
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
+    "salt",
     "tppo",
     "treepo",
+    "trpa",
     "spo",
+    "spo_tree",
     "xrpo",
 ]

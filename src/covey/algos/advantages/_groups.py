@@ -4,7 +4,7 @@ Everything here is vectorised over arbitrary group ids (`Rollouts.group` values 
 sorted or small): rows are mapped to a dense group index with `torch.unique`, and per-group sums,
 means, standard deviations, minima and ranks are scatter/index operations, never a Python loop over
 rows. Arithmetic runs in float64 on the batch's device (results are cast to float32 at the end), so
-rounding stays far below the ~1e-6 precision of the spec's test vectors.
+rounding stays far below the ~1e-6 precision of the tests' hand-computed vectors.
 
 This module knows no method: the estimators in the sibling modules combine these pieces.
 """
@@ -214,7 +214,7 @@ def result(
         vals = a[keep > 0]
         row_signal = (a.abs() > ZERO_TOL) & (keep > 0)
     else:
-        m = batch.completion_mask.to(F64) * keep[:, None]
+        m = batch.completion_mask.to(F64) * (keep if keep.dim() == 2 else keep[:, None])
         vals = a[m > 0]
         row_signal = ((a.abs() > ZERO_TOL) & (m > 0)).any(-1)
     out = {

@@ -97,8 +97,8 @@ def xrpo(
                                                         over the "correct" rows, A > 0)
         A_i  += min(max(novelty_lambda * (1 - eta_i), 0), kappa * A_i)     only where A_i > 0
 
-    Low-likelihood correct answers (eta < 1) get a bonus capped at kappa * A_i. Source: spec §3.15
-    (secondary sources only, PARTIAL): lambda = 2.5 and kappa = 0.5 are the reported defaults;
+    Low-likelihood correct answers (eta < 1) get a bonus capped at kappa * A_i. Sources: secondary
+    only (PARTIAL): lambda = 2.5 and kappa = 0.5 are the reported defaults;
     gating on correct responses follows the paper's description (a third-party re-implementation
     applies the bonus to every row with cap kappa |A|); s_bar over all vs correct rows is UNVERIFIED.
     XRPO's rollout allocator and in-context seeding are sampling logic, not part of this estimator.

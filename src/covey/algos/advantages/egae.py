@@ -43,15 +43,14 @@ def egae(values: Tensor, reward: float, finished: bool, *, gamma: float = 1.0, l
     return adv
 
 
-@register_advantage("tppo", paper="Truncated Proximal Policy Optimization", arxiv="2506.15050")
+@register_advantage("tppo", paper="Truncated Proximal Policy Optimization", arxiv="2506.15050", requires=("tppo_advantages",))
 def tppo(batch: Rollouts) -> AdvantageResult:
     """T-PPO's Extended GAE advantages ([N, T]), computed by the `tppo` rollout strategy (its value
-    head and per-token values) and stored in `batch.extras["tppo_advantages"]`."""
-    adv = batch.extras.get("tppo_advantages")
+    head and per-token values) and stored in `batch.token_advantages`."""
+    adv = batch.token_advantages
     shape = tuple(batch.completion_mask.shape)
     if adv is None:
-        raise RolloutsError("advantage 'tppo' needs batch.extras['tppo_advantages']: use rollout.strategy tppo")
+        raise RolloutsError("advantage 'tppo' needs batch.token_advantages: use rollout.strategy tppo")
     if tuple(adv.shape) != shape:
-        raise RolloutsError(f"extras['tppo_advantages'] has shape {tuple(adv.shape)}, the batch needs {shape} "
-                            "(were rows selected after the rollout?)")  # fmt: skip
+        raise RolloutsError(f"token_advantages has shape {tuple(adv.shape)}, the batch needs {shape}")
     return result("tppo", adv.to(torch.float64) * batch.completion_mask.to(torch.float64), batch, groups_of(batch))

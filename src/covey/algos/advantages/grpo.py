@@ -43,7 +43,7 @@ def grpo(
     """GRPO group-normalised outcome advantage: A_i = (r_i - mean_g r) / (std_g r + eps).
 
     Shapes: r [N] -> A [N]. std is the unbiased (N-1) group standard deviation (verl and TRL agree).
-    Options (spec §4.1):
+    Options:
       eps        1e-6 is verl's value; TRL uses 1e-4, oat 1e-8.
       scale      "group" (paper), "batch" = group mean but batch std (Lite-PPO, TRL
                  scale_rewards="batch"), "none" = mean-centred only (same as `dr_grpo`).

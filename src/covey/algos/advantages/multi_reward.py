@@ -45,7 +45,7 @@ def gdpo(
         A_i    = (Ah_i - mean Ah) / (std Ah + eps)                   whiten_by="sequence" (TRL, NVIDIA README)
         A_i    = (Ah_i - mu_tok) * rsqrt(var_tok + 1e-8)            whiten_by="token" (verl masked_whiten)
 
-    std is unbiased everywhere. ``whiten_by`` (spec §4.8): NVIDIA's TRL code weighs every row once;
+    std is unbiased everywhere. ``whiten_by``: NVIDIA's TRL code weighs every row once;
     their verl code broadcasts Ah over tokens and whitens over all unmasked tokens, so longer rows
     weigh more (and its per-column eps is verl's 1e-6: set eps=1e-6 to match it fully).
     Edge cases: a column constant inside a group contributes 0 for that group; everything constant

@@ -51,7 +51,7 @@ def riskpo(
       * beta = 0.9 is the script value; paper summaries quote 0.8 (UNVERIFIED which the paper uses);
       * the reference's "track" mode (SGD-tracked global quantiles across steps) is not implemented:
         because the tracker is written after the advantage in the same step, the released run uses
-        these per-bundle quantiles unless its meta_info persists (spec §3.13 caveat);
+        these per-bundle quantiles unless its meta_info persists (a caveat of the released code);
       * a single-paper bundle uses a = b = S and std 1; all papers equal -> A = 0; with the natural
         baseline every advantage is <= 0 (papers above the beta-quantile get 0).
     """

@@ -6,7 +6,7 @@ Paper: "Single-stream Policy Optimization", arXiv 2509.13232 (verl-recipe `spo/s
     A_i = (A_i - mean_batch A) / (std_batch A + 1e-8)  (global, not per group; std unbiased)
 
 p_hat comes from the `spo` sampler (`sampler: {name: spo}`), which writes it into
-``batch.extras["spo_baseline"]`` in `observe` (before advantages are computed).
+``batch.baseline`` in `observe` (before advantages are computed).
 """
 
 from __future__ import annotations
@@ -20,22 +20,20 @@ from covey.rollouts import Rollouts, RolloutsError
 __all__ = ["spo"]
 
 
-@register_advantage("spo", paper="Single-stream Policy Optimization", arxiv="2509.13232")
+@register_advantage("spo", paper="Single-stream Policy Optimization", arxiv="2509.13232", requires=("spo_baseline",))
 def spo(batch: Rollouts, *, eps: NonNegFloat = 1e-8, normalise: bool = True) -> AdvantageResult:
     """A = r - baseline, then (A - mean) / (std + eps) over the batch (``normalise=False``: skip it).
 
     Shapes: r [N], baseline [N] -> A [N]. A batch of one row has no spread: A = 0 after normalising.
     Raises `RolloutsError` when the baseline is missing (the sampler is not `spo`) or mis-shaped.
     """
-    base = batch.extras.get("spo_baseline")
+    base = batch.baseline
     if base is None:
         raise RolloutsError(
-            "advantage 'spo' needs batch.extras['spo_baseline'], the per-prompt value the spo sampler writes: "
-            "set sampler: {name: spo}"
+            "advantage 'spo' needs batch.baseline, the per-prompt value the spo sampler writes: set sampler: {name: spo}"
         )
-    if not isinstance(base, torch.Tensor) or tuple(base.shape) != (len(batch),):
-        got = tuple(base.shape) if isinstance(base, torch.Tensor) else type(base).__name__
-        raise RolloutsError(f"advantage 'spo': batch.extras['spo_baseline'] must be a [N]=({len(batch)},) tensor, got {got}")
+    if tuple(base.shape) != (len(batch),):
+        raise RolloutsError(f"advantage 'spo': batch.baseline must be a [N]=({len(batch)},) tensor, got {tuple(base.shape)}")
     r = scalar_rewards(batch)
     a = r - base.to(F64).to(r.device)
     if normalise:

@@ -111,7 +111,7 @@ def gtpo(
       * the released loss per completion is [sum_t -(A'_i delta_it) ratio_it / L_i] / n_i, summed over
         completions; with surrogate "reinforce" (or PPO-clip on-policy) and aggregation
         "seq-mean-token-mean" this [N, T] advantage gives exactly that loss divided by N;
-      * scale: the spec (and paper) use GRPO group normalisation; the stored version of the released
+      * scale: the paper uses GRPO group normalisation; the stored version of the released
         trainer's reward block has the std division commented out, which is scale="none";
       * eps = 1e-4 because the reference trainer is TRL-based; entropies are the sampling
         distribution's (``batch.entropies``), equal to the reference's new-policy entropy on-policy;

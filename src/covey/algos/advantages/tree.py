@@ -2,9 +2,11 @@
 
     treepo        TreePO sub-group averaging: a leaf's deviation from every ancestor subtree's mean,
                   averaged ([N]).
-    branch_grpo   BranchGRPO reward fusion + depth-wise normalisation: each node's value is the (path-
-                  probability weighted) mean of its leaves' rewards, normalised against the other
-                  nodes at its depth; a token gets the value of the node whose segment holds it ([N, T]).
+    branch_grpo   BranchGRPO reward fusion + depth-wise normalisation: each node's value is the mean
+                  of its leaves' rewards (or the children's values weighted by a softmax over the
+                  child edges' log-probs), normalised against the other nodes at its depth; a token
+                  gets the advantage of the node its segment leads to, and each edge is trained once
+                  ([N, T] advantages and an [N, T] sample_mask).
 
 Rows are grouped by (group id, path prefix) with a dictionary: trees are small (one per prompt), so
 the Python loop over rows is not the cost of a step. Reward arithmetic is float64.
@@ -72,7 +74,7 @@ def tree_depth_deviations(r: list[float], groups: list[int], paths: list[tuple[i
 
 
 @register_advantage(
-    "treepo", group_relative=True,
+    "treepo", group_relative=True, requires=("tree_path",),
     paper="TreePO: Bridging the Gap of Policy Optimization and Efficacy and Inference Efficiency with Heuristic Tree-based Modeling",
     arxiv="2508.17445",
 )
@@ -87,7 +89,7 @@ def treepo(
     """TreePO tree advantage: A_i = mean over ancestor subgroups S of (r_i - mean_S r), then batch-whitened.
 
     Code: `compute_tree_reinforce_plus_plus_baseline_outcome_advantage` (TreePO core_algos.py), recipe
-    settings adv_weight_strategy "average", tree_subgroup_opt 14 (spec §9). root_group=True (default)
+    settings adv_weight_strategy "average", tree_subgroup_opt 14. root_group=True (default)
     includes the whole prompt group as the coarsest subgroup (paper reading, UNVERIFIED); False is the
     code's version (coarsest = first-level subtree). whiten_batch: RF++-baseline masked whitening over
     the batch's tokens (the code's final step). Needs `tree_path` (rollout.strategy treepo/branch/latr).
@@ -103,59 +105,115 @@ def treepo(
     return result("treepo", adv, batch, g, metrics={"mean_depth": depth})
 
 
+def branch_node_values(paths: list[tuple[int, ...]], groups: list[int], rewards: list[float],
+                       edge_logp: dict[tuple, float] | None = None) -> dict[tuple, float]:  # fmt: skip
+    """BranchGRPO's `compute_node_rewards_from_leaves`: {(group, path prefix): value} for every node
+    (the root of group g is (g,)). A leaf's value is its reward. An internal node's value is the mean
+    of all its leaf descendants' rewards (edge_logp None: the code's default), or, with `edge_logp`
+    {(group, child prefix): log-prob of the edge into that child} (the code's tree_prob_weighted),
+    sum_c softmax_c(edge log-prob) * value(c) over its children, bottom up (one child: its value)."""
+    leaves: dict[tuple, list[float]] = {}
+    children: dict[tuple, list[tuple]] = {}
+    for p, g, r in zip(paths, groups, rewards):
+        for d in range(len(p) + 1):
+            node = (g,) + tuple(p[:d])
+            leaves.setdefault(node, []).append(r)
+            if d < len(p):
+                kids = children.setdefault(node, [])
+                child = (g,) + tuple(p[: d + 1])
+                if child not in kids:
+                    kids.append(child)
+    if edge_logp is None:
+        return {node: sum(rs) / len(rs) for node, rs in leaves.items()}
+    value: dict[tuple, float] = {}
+    for node in sorted(leaves, key=len, reverse=True):  # deepest first
+        kids = children.get(node)
+        if not kids:
+            value[node] = sum(leaves[node]) / len(leaves[node])  # a leaf (the same path twice: their mean)
+        elif len(kids) == 1:
+            value[node] = value[kids[0]]
+        else:
+            w = torch.tensor([edge_logp[c] for c in kids], dtype=F64).softmax(0)
+            value[node] = float(sum(float(wi) * value[c] for wi, c in zip(w, kids)))
+    return value
+
+
 @register_advantage(
-    "branch_grpo", group_relative=True,
+    "branch_grpo", group_relative=True, requires=("tree_path", "segment_tokens"),
     paper="BranchGRPO: Stable and Efficient GRPO with Structured Branching in Diffusion Models",
     arxiv="2509.06040",
 )
 def branch_grpo(
     batch: Rollouts,
     *,
-    fusion: Literal["uniform", "path_prob"] = "uniform",
-    eps: NonNegFloat = 1e-6,
+    fusion: Literal["uniform", "prob_weighted", "path_prob"] = "uniform",
+    edges: Literal["once", "per_leaf"] = "once",
+    eps: NonNegFloat = 1e-8,
 ) -> AdvantageResult:
-    """BranchGRPO depth-wise advantage: node value v = fused mean of its leaves' rewards; at each depth
-    d, A = (v - mean_d v) / (std_d v + eps) over the prompt's nodes at depth d; the tokens of segment d
-    of a leaf get its depth-d ancestor's A ([N, T]).
+    """BranchGRPO depth-wise advantage, checked against the released code: Fredreic1849/BranchGRPO @
+    19fbb9fc92ad1857212f3b664d6e9ff80c8b3804 (`fastvideo/train_branchgrpo_flux.py`:
+    `compute_node_rewards_from_leaves`, `compute_hierarchical_advantages_by_depth`,
+    `collect_all_transitions`), with denoising steps read as token segments.
 
-    fusion "uniform": plain mean over the node's leaves; "path_prob": leaves weighted by the probability
-    of their path below the node, exp(sum of behaviour log-probs after the node) normalised (the
-    project page's "path-probability weighting"; exact form UNVERIFIED). Segment length from
-    `batch.extras["segment_tokens"]` (set by the `branch` strategy). Nodes are counted once per
-    depth (not once per leaf). A depth with a single node gets A = 0 there.
+    Node values (`branch_node_values`): fusion "uniform" (the code's default) = mean of the node's
+    leaf rewards; "prob_weighted" (the code's --tree_prob_weighted) = the children's values weighted
+    by softmax over the child edges' log-probs (an edge's log-prob: the sum of its segment's behaviour
+    log-probs); "path_prob" is covey's own variant: every leaf below a node weighted by exp(sum of its
+    behaviour log-probs after the node), normalised. At each depth d, over the prompt's nodes there:
+    A = 0 when one node or std < 1e-6 (unbiased std), else (v - mean) / (std + eps). The tokens of
+    segment d (the edge into a depth-(d+1) node) get that node's A. edges "once" (the code: every
+    parent->child transition is one training sample): a segment shared by several leaves is trained
+    in the first of them only (`sample_mask` [N, T] is 0 on its copies); "per_leaf" (covey's variant)
+    trains each leaf's whole path, so a shared token counts once per leaf below it. Segment length
+    from `batch.segment_tokens` (set by the `branch` strategy).
     """
     paths = _paths(batch, "branch_grpo")
-    seg = batch.extras.get("segment_tokens")
-    if not isinstance(seg, int) or seg < 1:
-        raise RolloutsError("branch_grpo needs batch.extras['segment_tokens'] (set by rollout.strategy branch)")
+    seg = batch.segment_tokens
+    if seg is None:
+        raise RolloutsError("branch_grpo needs batch.segment_tokens (set by rollout.strategy branch)")
     g = groups_of(batch)
     r = scalar_rewards(batch).tolist()
     gi = g.index.tolist()
     n, t = batch.completion_mask.shape
     lp = (batch.behaviour_logprobs.to(F64) * batch.completion_mask.to(F64)).tolist()
-    nodes: dict[tuple, list[float]] = {}  # (group, prefix) -> [sum w*r, sum w]
-    for i, p in enumerate(paths):
-        for d in range(len(p)):
-            w = 1.0
-            if fusion == "path_prob":
-                w = float(torch.tensor(sum(lp[i][(d + 1) * seg :])).clamp(-50, 50).exp())
-            s = nodes.setdefault((gi[i], p[: d + 1]), [0.0, 0.0])
-            s[0] += w * r[i]
-            s[1] += w
-    value = {k: s / w for k, (s, w) in nodes.items()}
+    if fusion == "path_prob":
+        sums: dict[tuple, list[float]] = {}  # (group, prefix) -> [sum w*r, sum w]
+        for i, p in enumerate(paths):
+            for d in range(len(p) + 1):
+                w = float(torch.tensor(sum(lp[i][d * seg :])).clamp(-50, 50).exp())
+                s = sums.setdefault((gi[i],) + tuple(p[:d]), [0.0, 0.0])
+                s[0] += w * r[i]
+                s[1] += w
+        value = {k: a / b for k, (a, b) in sums.items()}
+    else:
+        edge = None
+        if fusion == "prob_weighted":
+            edge = {}
+            for i, p in enumerate(paths):
+                for d in range(len(p)):
+                    edge.setdefault((gi[i],) + tuple(p[: d + 1]), sum(lp[i][d * seg : (d + 1) * seg]))
+        value = branch_node_values(paths, gi, r, edge)
     by_depth: dict[tuple[int, int], list[float]] = {}
-    for (grp, prefix), v in value.items():
-        by_depth.setdefault((grp, len(prefix)), []).append(v)
-    stats = {}
-    for k, vs in by_depth.items():
-        x = torch.tensor(vs, dtype=F64)
-        stats[k] = (float(x.mean()), float(x.std()) if len(vs) > 1 else 0.0, len(vs))
+    for node, v in value.items():
+        by_depth.setdefault((node[0], len(node) - 1), []).append(v)
+    adv_of: dict[tuple, float] = {}
+    for node, v in value.items():
+        vs = by_depth[(node[0], len(node) - 1)]
+        std = float(torch.tensor(vs, dtype=F64).std()) if len(vs) > 1 else 0.0
+        adv_of[node] = 0.0 if len(vs) < 2 or std < 1e-6 else (v - sum(vs) / len(vs)) / (std + eps)
     adv = torch.zeros(n, t, dtype=F64)
+    keep = torch.ones(n, t, dtype=torch.float32)
+    trained: set[tuple] = set()
     for i, p in enumerate(paths):
         for d in range(len(p)):
-            mean, std, count = stats[(gi[i], d + 1)]
-            a = 0.0 if count < 2 else (value[(gi[i], p[: d + 1])] - mean) / (std + eps)
+            node = (gi[i],) + tuple(p[: d + 1])
             hi = t if d == len(p) - 1 else min(t, (d + 1) * seg)
-            adv[i, d * seg : hi] = a
+            adv[i, d * seg : hi] = adv_of[node]
+            if edges == "once" and node in trained:
+                keep[i, d * seg : hi] = 0.0
+            trained.add(node)
     adv = adv * batch.completion_mask.to(F64)
-    return result("branch_grpo", adv, batch, g, metrics={"depths": float(max((len(p) for p in paths), default=0))})
+    mask = keep if edges == "once" else None
+    return result("branch_grpo", adv, batch, g, sample_mask=mask,
+                  metrics={"depths": float(max((len(p) for p in paths), default=0)),
+                           "trained_token_frac": float((keep * batch.completion_mask).sum() / batch.completion_mask.sum().clamp(min=1))})  # fmt: skip
