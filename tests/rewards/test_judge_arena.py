@@ -1,4 +1,4 @@
-"""ArenaRL tournaments against the spec's vectors (§1.4 e, recomputed from Alibaba-NLP/qqr's code) and the
+"""ArenaRL tournaments against vectors recomputed from Alibaba-NLP/qqr's code, and the
 arenarl reward end to end with a scripted judge backend (both orders, tie on failure, group-wise calls)."""
 
 import json

@@ -1,5 +1,5 @@
 """The reward-hacking audit: a judge's agreement with the task verifier, caught on a DecepChain-style
-flipped reward (spec §2.3 e: agreement 1.0 on clean items, 0.0 on triggered ones)."""
+flipped reward (base accuracy [1, 0, 1, 0]: agreement 1.0 on clean items, 0.0 on triggered ones)."""
 
 import logging
 

@@ -1,4 +1,4 @@
-"""Judge parsers and templates against the spec's vectors (rewards-eval-diffusion.md §1.5) and the papers' code."""
+"""Judge parsers and templates against hand-checked vectors and the papers' code (MediX-R1, FAPO, ArenaRL)."""
 
 import math
 

@@ -4,7 +4,7 @@ every judge-based reward (`JudgeReward`, `ArenaReward`).
     ask(list of template field dicts) -> (parsed values, None = failed), why, stats
 
 Identical requests within one call are sent once. A reply that does not parse is asked again
-`parse_retries` times at `retry_temperature` with a new seed (spec §1.2: once, at 0.7); a request the
+`parse_retries` times at `retry_temperature` with a new seed (default: once, at 0.7); a request the
 backend itself failed (HTTP errors after its own retries, a prompt too long for the model) is not.
 Only parsed replies are cached. stats: requests, cache_hits, parse_failures, backend_errors, http_errors
 (counts over requests and attempts); `why` says per field dict why it failed ("parse", "backend") or None.

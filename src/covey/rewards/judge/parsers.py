@@ -1,7 +1,7 @@
 r"""Parsers: a judge's reply text (or its choice log-probs) -> a number, or None when it cannot be read.
 
 Each parser is a plain function of the reply; None is a parse failure (the judge's `on_fail` decides
-what the sample gets). Rules (spec rewards-eval-diffusion.md §1.2, test vectors §1.5):
+what the sample gets). Rules, with the papers' code each one follows (tests: tests/rewards/test_judge_parsers.py):
 
     yes_no        t = reply.strip().upper(); strict: the first run of letters of t is "YES" -> 1.0,
                   "NO" -> 0.0, anything else -> None.  medix_compat: 1.0 if "YES" in t else 0.0 (never
