@@ -159,3 +159,16 @@ def test_arenarl_config_errors():
         get_reward("arenarl", backend=ScriptedJudge(), template="yes_no_match")
     with pytest.raises(ValueError, match="json_pair"):
         get_reward("arenarl", backend=ScriptedJudge(), parser="yes_no")
+
+
+def test_single_elimination_warns_once_when_every_match_ties(caplog):
+    reward = get_reward("arenarl", backend=ScriptedJudge(), parse_retries=0)
+    with caplog.at_level("WARNING", logger="covey.rewards.judge.arena"):
+        out = reward(prompts=["q"] * 4, completions=["3", "3", "3", "3"], group=[0] * 4)
+        reward(prompts=["q"] * 4, completions=["3", "3", "3", "3"], group=[0] * 4)
+    assert out.scores == approx([1.161892, 0.387297, -1.161892, -0.387297])  # the bracket order, as in the reference
+    assert caplog.text.count("every match of a group tied") == 1
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="covey.rewards.judge.arena"):
+        get_reward("arenarl", backend=ScriptedJudge(), topology="anchor")(prompts=["q"] * 2, completions=["3", "3"], group=[0, 0])
+    assert "tied" not in caplog.text

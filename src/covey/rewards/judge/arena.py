@@ -25,6 +25,7 @@ order ``(tie_score, tie_score)``; ``none`` fails the whole group (NaN, counted b
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -36,6 +37,8 @@ from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
 
 __all__ = ["TOPOLOGIES", "ArenaReward", "anchor", "min_rank", "round_robin", "single_elimination", "zscore"]
+
+log = logging.getLogger(__name__)
 
 # judge_pairs([(p, q), ...]) -> [(s_p, s_q), ...]: one batched round of bidirectional matches
 PairJudge = Callable[[list[tuple[int, int]]], list[tuple[float, float]]]
@@ -166,6 +169,7 @@ class ArenaReward:
             raise ValueError("arenarl: the parser must be json_pair (a score for each of the two completions)")
         self.topology, self.on_fail, self.tie_score = topology, on_fail, float(tie_score)
         self.__name__ = "arenarl"
+        self._warned = False
 
     def _pair_judge(self, query: str, texts: list[str], stats: dict, why: list, ties: list) -> PairJudge:
         def judge_pairs(pairs):
@@ -203,6 +207,11 @@ class ArenaReward:
             judge_pairs = self._pair_judge(prompt_text(prompts[idx[0]]), texts, stats, why, ties)
             r = TOPOLOGIES[self.topology](len(idx), judge_pairs)
             failed = any(w is not None for w in why[start:])
+            if self.topology == "single_elimination" and len(idx) > 1 and all(ties[-(len(idx) - 1):]) and not self._warned:
+                self._warned = True  # every bracket match tied: the ranking is the bracket order, not quality
+                log.warning("arenarl: every match of a group tied (the judge cannot tell the completions apart, or its "
+                            "replies do not parse: see reward/arenarl/parse_fail_frac); single elimination still ranks "
+                            "them strictly by bracket position, so the rewards are noise. Logged once; tie_frac counts it")
             z = [math.nan] * len(idx) if failed and self.on_fail == "none" else zscore(r)
             for i, v in zip(idx, z):
                 scores[i] = v
