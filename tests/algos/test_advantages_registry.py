@@ -20,6 +20,7 @@ SPECIAL = {"spo", "tppo", "treepo", "branch_grpo"}  # need a sampler baseline, a
 # a plain scored batch is enough -> the shared edge cases below apply
 SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa", "spo_tree"}
 NAMES += ["disco", "hapo", "identity"]
+SPECIAL |= {"gigpo", "hgpo", "salt", "empg"}  # multi-turn episodes: tests/algos/test_step_credit.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 

@@ -13,5 +13,7 @@ from covey.rewards.sandbox import testing
 @pytest.mark.parametrize("mod", [bleu, code, format, group, length, majority, parsers, registry, runner, sandbox,
                                  testing])
 def test_docstring_examples_pass(mod):
+    if mod in (code, sandbox, testing):
+        sandbox.run("pass")  # raises SandboxUnavailable where code cannot run (conftest: a skip for non-root)
     result = doctest.testmod(mod)
     assert result.attempted > 0 and result.failed == 0

@@ -46,9 +46,14 @@ and last traceback; a call where it applies to no sample leaves that count as it
 Bugs stop the run at once, with the reward's name: `RewardReturnError` when a reward returns the
 wrong number of scores (or not a list), `RewardCrashed` when an in-process reward raises SystemExit
 (``sys.exit``) or another BaseException (KeyboardInterrupt stays KeyboardInterrupt, with a note
-naming the reward). In a worker those count as exception failures. An in-process reward that kills
-the process itself (``os._exit``, a segfault) takes the run with it: give such rewards a worker.
-Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean).
+naming the reward). ``os._exit`` in an in-process reward raises instead (`_deadline.exit_intercepted`)
+and is a `RewardCrashed` too. In a worker those count as exception failures. An in-process reward
+that kills the process by a signal (a segfault) takes the run with it: give such rewards a worker.
+Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean); a
+metric with a value that is not a finite number is dropped with a warning. Rows whose weighted sum
+would be beyond float32 get every reward's fallback and are counted as ``reward/total/overflow``.
+A call keeps `_deadline.PRINT_LIMIT` characters of what it prints per stream; processes an
+in-process reward left running are killed by `close`.
 """
 
 from __future__ import annotations
@@ -66,10 +71,11 @@ import torch
 from pydantic import Field, field_validator
 from torch import Tensor
 
+from covey.rewards._deadline import Children, capped_prints, exit_intercepted
 from covey.rewards._entry import Entry, build_entry
 from covey.rewards._pool import Job, WorkerPool
 from covey.registry import Spec
-from covey.rewards._scoring import FAILURE_KINDS, NOT_APPLICABLE, RETRY_BUDGET, ChunkOutcome, score_chunk
+from covey.rewards._scoring import FAILURE_KINDS, FLOAT32_MAX, NOT_APPLICABLE, RETRY_BUDGET, ChunkOutcome, score_chunk
 from covey.rewards.judge.audit import audit_verifier
 
 __all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError", "RewardRunner", "RewardSpec"]
@@ -220,6 +226,7 @@ class RewardRunner:
         self._finalizer = None
         self._bad_steps = [0] * len(self.entries)
         self._logged: set[tuple[str, str]] = set()
+        self._children = Children()  # processes in-process rewards left running: ended by close()
 
     def _get_pool(self) -> WorkerPool:
         if self._pool is None:
@@ -228,10 +235,12 @@ class RewardRunner:
         return self._pool
 
     def close(self) -> None:
-        """Stop the worker processes and whatever they started (also done at exit and on garbage collection)."""
+        """Stop the worker processes and whatever they started (also done at exit and on garbage
+        collection), and the processes in-process rewards started and left running."""
         if self._finalizer is not None:
             self._finalizer()
         self._pool = None
+        self._children.kill()
 
     def __enter__(self) -> RewardRunner:
         return self
@@ -313,8 +322,9 @@ class RewardRunner:
         pos = {i: j for j, i in enumerate(idx)}
         kwargs = {name: [col[i] for i in idx] for name, col in args.items()}
         try:
-            return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
-                               timeout_s=e.timeout_s if main else None)
+            with exit_intercepted(), capped_prints(e.label), self._children.watch():
+                return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
+                                   timeout_s=e.timeout_s if main else None)
         except KeyboardInterrupt as exc:  # Ctrl-C (or a reward raising it) stays an interrupt
             exc.add_note(f"raised while reward {e.label!r} ran in the calling process")
             raise
@@ -394,7 +404,10 @@ class RewardRunner:
                 for name, vals in res.metrics.items():
                     extra.setdefault(name, []).extend(vals)
             for kind, tb in tracebacks.items():
-                if counts.get(kind) and (e.label, kind) not in self._logged:
+                if kind == "metric" and (e.label, kind) not in self._logged:
+                    self._logged.add((e.label, kind))
+                    log.warning("reward %r: %s", e.label, tb)
+                elif counts.get(kind) and (e.label, kind) not in self._logged:
                     self._logged.add((e.label, kind))
                     log.warning("reward %r failed (%s); its sample(s) got fallback %s. First error:\n%s",
                                 e.label, kind, e.fallback, tb)
@@ -409,6 +422,17 @@ class RewardRunner:
                 if vals:
                     metrics[f"reward/{e.label}/{name}"] = sum(vals) / len(vals)
             self._track(k, e, failed[:, k], missing[:, k], counts, tracebacks)
+        # A weighted sum beyond float32 (two rewards of 3e38) would be inf: those rows get every reward's
+        # fallback, counted as reward/total/overflow, so advantages never see inf or NaN.
+        over = (rewards.double() @ self.weights.double()).abs() > FLOAT32_MAX
+        if bool(over.any()):
+            rewards[over] = torch.tensor([e.fallback for e in self.entries], dtype=torch.float32)
+            failed[over] = True
+            if ("total", "overflow") not in self._logged:
+                self._logged.add(("total", "overflow"))
+                log.warning("the weighted sum of the rewards is beyond float32's range for %d sample(s); they got "
+                            "every reward's fallback (counted as reward/total/overflow)", int(over.sum()))
+        metrics["reward/total/overflow"] = float(over.sum())
         total = rewards @ self.weights  # [N, K] @ [K] -> [N]; missing entries are 0.0, as in nansum
         unscorable = missing.all(dim=1) if K else torch.zeros(n, dtype=torch.bool)
         scorable = total[~unscorable]

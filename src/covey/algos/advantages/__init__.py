@@ -23,6 +23,11 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
     pairwise.py      dagrpo_provisional, trpa                    (sums over same-group pairs of rows)
     polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
+    gigpo.py         gigpo                                       (multi-turn: episode + anchor-state step groups, [N, T])
+    hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
+    salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
+    empg.py          empg                                        (multi-turn: entropy-modulated step advantages, [N, T])
+    _steps.py        the step table of multi-turn episodes (Rollouts.turn / step_rewards / step_anchors)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
 Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
@@ -35,8 +40,11 @@ from covey.algos.advantages.difficulty import a_grae, dgpo, ngrpo
 from covey.algos.advantages.disco import disco
 from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
+from covey.algos.advantages.empg import empg
+from covey.algos.advantages.gigpo import gigpo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
 from covey.algos.advantages.hapo import hapo
+from covey.algos.advantages.hgpo import hgpo
 from covey.algos.advantages.identity import identity
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
@@ -44,6 +52,7 @@ from covey.algos.advantages.multi_reward import gdpo
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
 from covey.algos.advantages.spo_tree import spo_tree
 from covey.algos.advantages.token_credit import gtpo
@@ -59,11 +68,14 @@ __all__ = [
     "dgpo",
     "disco",
     "dr_grpo",
+    "empg",
     "drpo",
     "gdpo",
+    "gigpo",
     "grpo",
     "gtpo",
     "hapo",
+    "hgpo",
     "identity",
     "mc_grpo",
     "mssr",
@@ -72,6 +84,7 @@ __all__ = [
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
+    "salt",
     "tppo",
     "treepo",
     "trpa",
