@@ -39,6 +39,7 @@ class Entry:
     fn: Callable
     payload: bytes | None  # what a worker rebuilds the reward from; None = in-process only
     group_aware: bool
+    group_key: str  # the column whose equal values a group-aware reward must see together ("group")
     accepts: frozenset[str] | None  # argument names it takes; None = anything (**kwargs)
     required: frozenset[str]  # argument names without a default
     reads: frozenset[str] = frozenset()  # the argument names it spells out (with or without **kwargs)
@@ -133,6 +134,7 @@ def build_entry(r, workers: int, spec_type) -> Entry:
         fn=fn,
         payload=payload,
         group_aware=bool(getattr(fn, "group_aware", False)),
+        group_key=str(getattr(fn, "group_key", "group")),
         accepts=accepts,
         required=required,
         reads=reads,

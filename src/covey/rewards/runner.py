@@ -8,6 +8,11 @@ arguments its signature names; a required one the batch lacks is an error naming
 a prompt is a chat message list the completion arrives as ``[{"role": "assistant", "content": text}]``;
 plain prompts get plain string completions.
 
+Group-wise rewards (``group_aware = True``, `covey.rewards.group`) see whole units: the ``group`` column,
+or the column their ``group_key`` names (e.g. a paraphrase-set id); their chunks and retry units are cut
+along that column, never through a unit. Judges declaring ``audit_against`` get a verifier-agreement
+metric (`covey.rewards.judge.audit`).
+
 Where rewards run: the batch is cut into chunks of whole groups; chunks of all rewards run in
 parallel worker processes (`_pool.py`), each call bounded by its reward's ``timeout_s``. A reward
 runs in the calling process instead when ``in_process=True``, ``workers=0``, or a worker cannot
@@ -71,6 +76,7 @@ from covey.rewards._entry import Entry, build_entry
 from covey.rewards._pool import Job, WorkerPool
 from covey.registry import Spec
 from covey.rewards._scoring import FAILURE_KINDS, FLOAT32_MAX, NOT_APPLICABLE, RETRY_BUDGET, ChunkOutcome, score_chunk
+from covey.rewards.judge.audit import audit_verifier
 
 __all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError", "RewardRunner", "RewardSpec"]
 
@@ -207,6 +213,12 @@ class RewardRunner:
         if "total" in labels:
             raise ValueError("'total' is reserved for the weighted sum; give that reward another alias")
         self.names = tuple(labels)
+        pre = [e.label for e in self.entries if getattr(e.fn, "prenormalized", False)]
+        mixed = [e.label for e in self.entries if e.label not in pre and e.weight != 0]
+        if pre and (mixed or len(pre) > 1):
+            log.warning("reward(s) %s are already normalised within their groups (prenormalized) but are summed with %s; "
+                        "the weighted sum is no longer a z-score (set the other weights to 0, e.g. task_reward_weight: 0, "
+                        "to train on the pre-normalised reward alone with the identity advantage)", pre, mixed or pre[1:])
         self.weights = torch.tensor([e.weight for e in self.entries], dtype=torch.float32)
         self.workers, self.max_failed_steps, self.chunk_size = workers, max_failed_steps, chunk_size
         self._mp_context = mp_context
@@ -259,14 +271,19 @@ class RewardRunner:
                 raise ValueError(f"group has {len(group)} entries but there are {n} completions")
             cols["group"] = [int(g) for g in group]
         args = [e.arguments(cols) for e in self.entries]  # fails on a missing column before any call
-        chunks = self._chunks(n, cols.get("group"))
+        for e in self.entries:
+            if e.group_aware and e.group_key != "group" and e.group_key not in cols:
+                raise ValueError(f"reward {e.label!r} scores units of column {e.group_key!r}, which this batch lacks; "
+                                 f"the batch has {sorted(cols)}")
+        chunks_by_key = {key: self._chunks(n, cols.get(key)) for key in {self._unit_key(e) for e in self.entries}}
 
         # pieces[k]: (global sample indices, outcome) covering the batch once for reward k
         pieces: list[list[tuple[list[int], Any]]] = [[] for _ in self.entries]
         jobs: list[tuple[int, list[int], list[list[int]]]] = []  # (k, indices, units) for the workers
         for k, e in enumerate(self.entries):
-            for idx in chunks:
-                units = self._units(idx, cols.get("group"), e.group_aware)
+            key = self._unit_key(e)
+            for idx in chunks_by_key[key]:
+                units = self._units(idx, cols.get(key), e.group_aware)
                 if e.in_process:
                     pieces[k].append((idx, self._score_here(e, args[k], idx, units)))
                 else:
@@ -281,6 +298,7 @@ class RewardRunner:
         for (k, unit, _), res in zip(retry, self._run_jobs(retry, args, give_up_s=budget) if retry else []):
             pieces[k].append((unit, res))
         batch = self._assemble(n, pieces)
+        audit_verifier(batch, self.entries, self._logged)  # judges vs the task verifier (rewards/judge/audit.py)
         batch.metrics["reward/seconds"] = time.monotonic() - start
         return batch
 
@@ -338,6 +356,11 @@ class RewardRunner:
         if cur:
             chunks.append(cur)
         return chunks
+
+    @staticmethod
+    def _unit_key(e: Entry) -> str:
+        """The column a reward's chunks are cut along: its group_key when group-aware, else "group"."""
+        return e.group_key if e.group_aware else "group"
 
     @staticmethod
     def _units(idx: list[int], group: list[int] | None, group_aware: bool) -> list[list[int]]:

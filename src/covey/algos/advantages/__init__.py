@@ -15,6 +15,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     drpo.py          drpo                                        (discriminative loss as advantage)
     disco.py         disco                                       (DisCO / DisCO-b discriminative loss as advantage)
     brpo.py          brpo                                        (bootstrapped in-group reference)
+    identity.py      identity                                    (A = r, for pre-normalised rewards: arenarl)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
     spo_tree.py      spo_tree                                    (segment advantages V(child) - V(parent), [N, T])
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
@@ -44,6 +45,7 @@ from covey.algos.advantages.gigpo import gigpo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
 from covey.algos.advantages.hapo import hapo
 from covey.algos.advantages.hgpo import hgpo
+from covey.algos.advantages.identity import identity
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
@@ -74,6 +76,7 @@ __all__ = [
     "gtpo",
     "hapo",
     "hgpo",
+    "identity",
     "mc_grpo",
     "mssr",
     "ngrpo",
