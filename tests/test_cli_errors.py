@@ -261,3 +261,142 @@ def test_eval_runs_on_an_explicit_cpu_device():
                               "--device", "cpu", "--dtype", "fp32"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert json.loads(res.output.strip().splitlines()[-1])["problems"] == 2
+
+
+COLUMN_REWARDS = '''
+def needs_x(prompts, completions, x):
+    return [float(v == "1") for v in x]
+
+def maybe_x(prompts, completions, x=None, **kw):
+    return [0.0 for _ in completions]
+'''
+
+
+@pytest.mark.parametrize("rows, reward, message", [
+    ([{"prompt": "a", "x": "1"}, {"prompt": "b"}, {"prompt": "c", "x": "2"}, {"prompt": "d"}], "needs_x",
+     "error: reward 'needs_x' reads column 'x', missing in rows 2, 4 of the train split (4 rows): every row needs it"),
+    ([{"prompt": "a"}, {"prompt": "b", "x": "2"}], "maybe_x",  # a default does not help: those rows would get None
+     "error: reward 'maybe_x' reads column 'x', missing in row 1 of the train split (2 rows)"),
+    ([{"prompt": "a"}, {"prompt": "b"}], "needs_x",
+     "error: reward 'needs_x' reads column 'x', which no row of the train split has"),
+])  # fmt: skip
+def test_a_reward_column_missing_from_rows_is_refused_at_start(tmp_path, monkeypatch, rows, reward, message):
+    (tmp_path / "col_rewards.py").write_text(COLUMN_REWARDS)
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["model.name=tiny-llama", "reward_workers=0", "task.name=dataset", f"task.params={{path: {tmp_path / 'd.jsonl'}}}",
+            f"rewards=[{{name: 'col_rewards:{reward}'}}]"]  # fmt: skip
+    res = runner.invoke(app, ["config", "show", *args])
+    assert res.exit_code == 2 and message in res.output, res.output
+    for row in rows:  # every row has it: accepted; none has it and the parameter has a default: accepted
+        row["x"] = "1"
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert runner.invoke(app, ["config", "show", *args]).exit_code == 0
+    if reward == "maybe_x":
+        (tmp_path / "d.jsonl").write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows))
+        assert runner.invoke(app, ["config", "show", *args]).exit_code == 0
+
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh")) + "task: {name: arithmetic, params: {x: *h}}\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    (ALIAS_BOMB, "the config expands to more than 1,000,000 values through YAML aliases"),  # 9**8 = 43M values
+    ("a: &a [1, *a]\n", "a YAML alias refers to a value that contains it"),
+    ("steps: 3\nseed: 1\nsteps: 4\n", "duplicate key 'steps' (line 1 and line 3): give each key once"),
+    ("rollout:\n  group_size: 2\n  group_size: 4\n", "duplicate key 'group_size' (line 2 and line 3)"),
+])  # fmt: skip
+def test_yaml_that_would_exhaust_memory_or_hide_a_key_is_refused(tmp_path, text, message):
+    import time
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    start = time.monotonic()
+    res = runner.invoke(app, ["config", "show", str(path), *BASE])
+    assert res.exit_code == 2 and f"error: {path}: {message}" in res.output, res.output
+    assert time.monotonic() - start < 20  # the bomb took 28 s and 1.1 GB before
+
+
+def test_yaml_aliases_and_merge_keys_within_bounds_still_work(tmp_path):
+    from covey.train.config import load_yaml
+
+    assert load_yaml("a: &a {x: 1, y: 2}\nb: {<<: *a, y: 3}\nc: [*a, *a]\n", "t") == {
+        "a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}, "c": [{"x": 1, "y": 2}, {"x": 1, "y": 2}]}
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling: &s {max_new_tokens: 8, temperature: 0.5}\neval: {size: 2, max_new_tokens: 8}\n"
+                    "rollout: {<<: {group_size: 2}, group_size: 4}\n")
+    res = runner.invoke(app, ["config", "show", str(path), *BASE])
+    assert res.exit_code == 0 and "group_size: 4" in res.output, res.output
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rollout.group_size=1000000000", "rollout.group_size: Input should be less than or equal to 4096"),
+    ("rollout.prompts_per_step=1000000000", "rollout.prompts_per_step: Input should be less than or equal to 65536"),
+    ("rollout.prompts_per_step=65536", "rollout.prompts_per_step*rollout.group_size = 524288 rows per step; at most 262144"),
+    ("steps=true", "steps: must be an integer, got True"),
+    ("steps=2.5", "steps: must be an integer, got 2.5"),
+    ("rollout.group_size=4.0", "rollout: group_size: must be an integer, got 4.0"),
+    ("optim.micro_batch_size=false", "optim: micro_batch_size: must be an integer, got False"),
+    ("seed=99999999999999999999999", "seed: Input should be less than or equal to 4294967295"),
+    ("seed=-1", "seed: Input should be greater than or equal to 0"),
+])  # fmt: skip
+def test_numbers_that_never_start_or_are_not_integers_are_refused(override, message):
+    res = _show(override)
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """A model load fails the test: these errors must come before it."""
+    import covey.models
+    import covey.train.setup
+
+    def loaded(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(covey.train.setup, "load_policy", loaded)
+    monkeypatch.setattr(covey.train.setup, "load_run_policy", loaded)
+    monkeypatch.setattr(covey.models, "load", loaded)
+
+
+EVAL = ["eval", "--task", "arithmetic", "--model", "tiny-llama"]
+SFT = ["sft", "--model", "tiny-llama", "--task", "arithmetic", "--task-param", "digits=1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (EVAL + ["--limit", "-1"], "--limit must be >= 0 (0 = all), got -1"),
+    (EVAL + ["--n", "0"], "--n must be >= 1, got 0"),
+    (EVAL + ["--k", "0"], "every k must be >= 1; got k=0"),
+    (EVAL + ["--temperature", "nan"], "--temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (EVAL + ["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    (EVAL + ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+    (EVAL + ["--dtype", "fp16"], "--dtype must be one of auto, bf16, bfloat16, fp32, float32, got 'fp16'"),
+    (EVAL + ["--seed", str(2**64)], f"--seed must be in 0..{2**32 - 1}, got {2**64}"),
+    (["eval", "--task", "arithmetic", "--model", "some-org/not-a-model"], "unknown model 'some-org/not-a-model'"),
+    (SFT + ["--out", "OUT", "--steps", "-1"], "--steps must be an integer >= 1, got -1"),
+    (SFT + ["--out", "OUT", "--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (SFT + ["--out", "OUT", "--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
+    (SFT + ["--out", "OUT", "--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
+    (SFT + ["--out", "OUT", "--seed", "-3"], f"--seed must be an integer in 0..{2**32 - 1}, got -3"),
+    (["sft", "--model", "tiny-llama", "--task", "mbpp", "--out", "OUT"], "task 'mbpp' has no demonstrations"),
+    (["sft", "--model", "some-org/not-a-model", "--task", "arithmetic", "--out", "OUT"], "unknown model 'some-org/not-a-model'"),
+])  # fmt: skip
+def test_eval_and_sft_arguments_are_checked_before_the_model_loads(no_model_load, monkeypatch, tmp_path, args, message):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = runner.invoke(app, [str(tmp_path / "out") if a == "OUT" else a for a in args])
+    assert res.exit_code == 2 and f"error: {message}" in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_chat_role_is_refused_before_the_model_loads(tmp_path):
+    from covey.models.chat import apply_chat
+
+    rows = [{"prompt": [{"role": "user", "content": "hi"}], "answer": "1"},
+            {"prompt": [{"role": "system", "content": "s"}, {"role": "robot", "content": "beep"}], "answer": "2"}]  # fmt: skip
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _show("task.name=dataset", f"task.params={{path: {tmp_path / 'd.jsonl'}}}")
+    assert res.exit_code == 2, res.output
+    assert "message 1 of 'prompt': unknown chat role 'robot'; a message's role is one of system, user, assistant, tool" in res.output
+    with pytest.raises(ValueError, match="prompt message 0: unknown chat role 'robot'"):
+        apply_chat(object(), [{"role": "robot", "content": "x"}])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -35,11 +37,34 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 _COVEY_SRC = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+# A file covey was told to use cannot be written (read-only file system, no permission, full disk or
+# quota, file too large): the run folder's or an output's, not a bug.
+_FILE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                          errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EEXIST})
+
+
+def _file_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and bool(e.filename) and e.errno in _FILE_ERRNOS
+
+
+def _message(e: BaseException) -> str:
+    """The one line printed for a user error: a file error names the file and the cause."""
+    from covey.train.checkpoint import WriteError
+
+    if _file_error(e) and not isinstance(e, WriteError):  # a WriteError words its own message
+        reason = os.strerror(e.errno).lower()
+        if e.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return f"cannot write {e.filename}: {reason}"
+        return f"{e.filename}: {reason}"
+    return str(e).strip() or type(e).__name__
+
+
 def _is_user_error(e: BaseException) -> bool:
-    """A user-error type above, or a ValueError that covey raised on purpose: a covey error class
-    (RolloutsError, a task's ...) or a plain ValueError raised in covey's own code (where covey checks
-    its inputs). A ValueError from inside torch, transformers, json, ... is a bug: traceback."""
-    if isinstance(e, _user_errors()):
+    """A user-error type above, a file covey cannot write (`_FILE_ERRNOS`), or a ValueError that covey
+    raised on purpose: a covey error class (RolloutsError, a task's ...) or a plain ValueError raised
+    in covey's own code (where covey checks its inputs). A ValueError from inside torch, transformers,
+    json, ... is a bug: traceback."""
+    if isinstance(e, _user_errors()) or _file_error(e):
         return True
     if not isinstance(e, ValueError):
         return False
@@ -65,7 +90,7 @@ class _Typer(typer.Typer):
                 except Exception as e:
                     if _DEBUG["on"] or _env_debug() or not _is_user_error(e):
                         raise
-                    msg = str(e).strip() or type(e).__name__
+                    msg = _message(e)
                     typer.secho(f"error: {msg}", fg="red", err=True)
                     typer.secho("(run with --debug or COVEY_DEBUG=1 for the traceback)", err=True)
                     raise typer.Exit(2) from None
@@ -95,6 +120,16 @@ def _options(debug: Annotated[bool, typer.Option("--debug", help="Show traceback
 def _fail(msg: str) -> None:
     typer.secho(f"error: {msg}", fg="red", err=True)
     raise typer.Exit(2)
+
+
+def _check_at_least(flag: str, value: int, low: int, note: str = "") -> None:
+    if value < low:
+        _fail(f"{flag} must be >= {low}{f' ({note})' if note else ''}, got {value}")
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**32:
+        _fail(f"--seed must be in 0..{2**32 - 1}, got {seed}")
 
 
 @app.command()
@@ -157,6 +192,7 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     from covey.algos import REGISTRIES
     from covey.algos.presets import PRESET_NOTES, PRESETS, SAMPLER_PRESETS
     from covey.engine import ENGINES
+    from covey.envs import ENVS
     from covey.rewards import REWARDS
     from covey.samplers import SAMPLERS
     from covey.strategies import STRATEGIES
@@ -173,7 +209,8 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
 
     kinds = [("task", "task", rows(TASKS)), ("reward", "rewards", rows(REWARDS)), ("sampler", "sampler", rows(SAMPLERS)),
              ("sampler preset", "sampler", [(n, p["about"], "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
-             ("strategy", "rollout.strategy", rows(STRATEGIES)), ("engine", "engine", rows(ENGINES))]  # fmt: skip
+             ("strategy", "rollout.strategy", rows(STRATEGIES)), ("environment", "env", rows(ENVS)),
+             ("engine", "engine", rows(ENGINES))]  # fmt: skip
     kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
     return kinds
@@ -255,15 +292,18 @@ def eval_cmd(
     from covey.devices import resolve_device
     from covey.engine import TorchEngine
     from covey.engine.support import check_model_support
+    from covey.eval.options import parse_ks, parse_shard
     from covey.eval.runner import eval_progress, evaluate
     from covey.tasks import get_task
     from covey.train.config import load_config, parse_overrides
     from covey.train.setup import build_rewards, load_policy, load_run_policy
 
-    from covey.eval.options import parse_ks, parse_shard
-
     if (model is None) == (run is None):
         _fail("give exactly one of --model or --run")
+    _check_at_least("--limit", limit, 0, "0 = all")
+    _check_at_least("--n", n, 1)
+    _check_at_least("--max-new-tokens", max_new_tokens, 1)
+    _check_seed(seed)
     try:
         ks = parse_ks(k, n)
         shard_i, shard_m = parse_shard(shard)
@@ -273,6 +313,12 @@ def eval_cmd(
             raise ValueError(f"--batch-prompts must be >= 1, got {batch_prompts}")
     except ValueError as e:
         _fail(str(e))
+    if not (math.isfinite(temperature) and temperature >= 0):
+        _fail(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    from covey.dtypes import CHOICES as DTYPES
+
+    if dtype is not None and dtype not in DTYPES:
+        _fail(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     try:
         dev = resolve_device(device)
     except ValueError as e:
@@ -288,6 +334,10 @@ def eval_cmd(
     name = run_cfg.task.name if same_task else task
     params = {**(run_cfg.task.params if same_task else {}), **parse_overrides(task_param or [])}
     split = split or (run_cfg.task.eval_split if same_task else "test")
+    if model is not None:
+        from covey.models.loading import check_name
+
+        check_name(model)  # an unknown model fails before anything loads
     try:
         t = get_task(name, **params)
         items = list(t.examples(split))
@@ -356,11 +406,22 @@ def sft(
     seed: int = 0,
 ):
     """A short supervised warm start on task demonstrations (for tiny models before RL)."""
+    from covey.models.loading import check_name
     from covey.tasks import get_task
     from covey.train.config import parse_overrides
-    from covey.train.sft import run_sft
+    from covey.train.sft import check_sft_args, run_sft
 
+    try:
+        check_sft_args(steps, batch_size, lr, seed)
+    except ValueError as e:
+        _fail(f"--{str(e).replace('_', '-')}")
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} exists and is not a folder")
     t = get_task(task, **parse_overrides(task_param or []))
+    if getattr(t, "demonstration", None) is None:
+        _fail(f"task {task!r} has no demonstrations (a `demonstration(item)` method) to imitate")
+    t.examples("train")  # the data loads
+    check_name(model)  # an unknown model fails before anything loads
     res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
     typer.echo(json.dumps(res))
 

@@ -158,7 +158,12 @@ class Entry:
 
     def validate_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """`params` checked against the user parameters (unknown names, missing required ones, types,
-        NaN/inf); returns them with pydantic's coercions applied (YAML's 1 for a float -> 1.0)."""
+        NaN/inf); returns them with pydantic's coercions applied (YAML's 1 for a float -> 1.0). A
+        factory may add its own check as `check_ready(params)` raising RegistryError (vllm: is vLLM
+        installed), run first."""
+        ready = getattr(self.fn, "check_ready", None)
+        if callable(ready):
+            ready(dict(params))
         ps = self._user_params()
         if ps is None:
             return dict(params)

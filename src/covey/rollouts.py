@@ -45,6 +45,12 @@ class Rollouts:
         old_logprobs:        [N, T] float32, log pi_old recomputed by the learner (proximal policy).
         policy_version:      [N, T] long, which weights produced each token (partial/async rollouts).
         tree_path:           list of N tuples of node ids from root to leaf (tree rollouts).
+        episode, turn, step_rewards, step_anchors: multi-turn episodes (`covey.strategies.episodes`):
+                             episode [N] long (id of the row's episode; rows of one episode share
+                             it in layout per_step, one row per turn); turn [N, T] long (the agent
+                             turn of each token, -1 on environment tokens and padding); step_rewards
+                             / step_anchors: N lists, one entry per turn of the row's episode (env
+                             reward; hashable state or None).
         items:               list of N dataset items (dicts, shared not copied): the item each row
                              answers; rewards read their columns from it (set by the rollout strategy).
         baseline:            [N] float32, a per-row value baseline from outside the batch (the `spo`
@@ -77,6 +83,10 @@ class Rollouts:
     old_logprobs: Tensor | None = None
     policy_version: Tensor | None = None
     tree_path: list[tuple[int, ...]] | None = None
+    episode: Tensor | None = None
+    turn: Tensor | None = None
+    step_rewards: list[list[float]] | None = None
+    step_anchors: list[list] | None = None
     items: list[dict] | None = None
     baseline: Tensor | None = None
     token_advantages: Tensor | None = None
@@ -187,6 +197,7 @@ class Rollouts:
             _check(self.baseline, "baseline", (n,), (torch.float32,))
         if self.segment_tokens is not None and (not isinstance(self.segment_tokens, int) or self.segment_tokens < 1):
             raise RolloutsError(f"segment_tokens must be a positive int, got {self.segment_tokens!r}")
+        _check_episodes(self, n, t)
         if self.tree_path is not None and len(self.tree_path) != n:
             raise RolloutsError(f"tree_path must hold N={n} tuples, got {len(self.tree_path)}")
         if self.items is not None and len(self.items) != n:
@@ -237,7 +248,8 @@ class Rollouts:
             if isinstance(vals[0], list):
                 out[f.name] = [x for v in vals for x in v]
             elif vals[0].dim() == 2 and f.name != "rewards":
-                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1])) for v in vals])
+                fill = -1 if f.name == "turn" else 0  # turn marks padding with -1
+                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=fill) for v in vals])
             else:
                 out[f.name] = torch.cat(vals)
         return Rollouts(**out)
@@ -251,6 +263,24 @@ def _same(a, b) -> bool:
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and bool(torch.equal(a, b))
     return a == b
+
+
+def _check_episodes(b: Rollouts, n: int, t: int) -> None:
+    """The multi-turn fields: shapes, an entry per turn in the step lists, no trained env token."""
+    if b.episode is not None:
+        _check(b.episode, "episode", (n,), (torch.long,))
+    if b.turn is None:
+        return
+    _check(b.turn, "turn", (n, t), (torch.long,))
+    if bool(((b.completion_mask > 0) & (b.turn < 0)).any()):
+        raise RolloutsError("completion_mask is 1 on a token with turn -1 (environment tokens are never trained)")
+    turns = (b.turn.amax(-1) + 1).tolist()
+    for name in ("step_rewards", "step_anchors"):
+        val = getattr(b, name)
+        if val is None:
+            raise RolloutsError(f"{name} must be set together with turn")
+        if len(val) != n or any(len(v) < k for v, k in zip(val, turns)):
+            raise RolloutsError(f"{name} must hold N={n} lists with one entry per turn of the row's episode")
 
 
 def _desc(x) -> str:

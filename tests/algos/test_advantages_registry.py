@@ -19,7 +19,8 @@ SPECIAL = {"spo", "tppo", "treepo", "branch_grpo"}  # need a sampler baseline, a
 # objectives wave 2: extra inputs (a sampler baseline, reward columns, tree paths) -> edge cases in their own files;
 # a plain scored batch is enough -> the shared edge cases below apply
 SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa", "spo_tree"}
-NAMES += ["disco", "hapo"]
+NAMES += ["disco", "hapo", "identity"]
+SPECIAL |= {"gigpo", "hgpo", "salt", "empg"}  # multi-turn episodes: tests/algos/test_step_credit.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 
@@ -109,7 +110,7 @@ def test_empty_completions_and_fully_masked_rows_stay_finite(name):
         assert torch.equal(res.advantages[batch.completion_mask == 0], torch.zeros(int((batch.completion_mask == 0).sum())))
 
 
-ZERO_WHEN_EQUAL = [n for n in NAMES if n not in ("ngrpo", "arm", "gtpo")]
+ZERO_WHEN_EQUAL = [n for n in NAMES if n not in ("ngrpo", "arm", "gtpo", "identity")]
 
 
 @pytest.mark.parametrize("name", ZERO_WHEN_EQUAL)
@@ -123,6 +124,7 @@ def test_documented_nonzero_cases_for_equal_rewards():
     assert (run("ngrpo", batch).advantages < 0).all()  # the virtual max reward makes all-wrong groups negative
     assert torch.equal(run("gtpo", batch, entropy_filter=False).advantages, torch.zeros(3, 5))
     assert torch.equal(run("arm", batch).advantages, torch.zeros(3))  # no correct answer -> unchanged
+    assert torch.equal(run("identity", full_batch([0.5] * 3, groups=[0, 0, 0])).advantages, torch.full((3,), 0.5))
     ones = full_batch([1.0] * 3, groups=[0, 0, 0])
     assert run("arm", ones).advantages.abs().sum() > 0  # all-correct groups still get the confidence shift
 

@@ -247,3 +247,180 @@ def test_a_step_cut_short_never_replaces_an_exact_checkpoint(tmp_path, every):
         assert not torch.equal(payload["model"][name], param.detach())
     else:  # nothing to keep: the partial state is saved
         assert seen["ino"] is None and torch.equal(payload["model"][name], param.detach())
+
+
+def _damage(path, how):
+    data = path.read_bytes()
+    path.write_bytes({"truncate": data[: len(data) // 2], "empty": b""}[how])
+
+
+@pytest.mark.parametrize("name, how", [("state.pt", "truncate"), ("state.pt", "empty"), ("meta.json", "truncate"),
+                                       ("meta.json", "empty")])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_older_one(tmp_path, caplog, name, how):
+    save_checkpoint(tmp_path, 1, {"w": torch.ones(2)}, {"tag": "one"}, keep=2)
+    save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)}, {"tag": "two"}, keep=2)
+    bad = tmp_path / "checkpoints" / "step-000002" / name
+    _damage(bad, how)
+    ckpt_mod._warned.clear()
+    with caplog.at_level("WARNING", logger="covey"):
+        assert latest_checkpoint(tmp_path).name == "step-000001"
+        path, payload, meta = ckpt_mod.load_latest_checkpoint(tmp_path)
+    assert path.name == "step-000001" and meta["tag"] == "one" and torch.equal(payload["w"], torch.ones(2))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{bad} is damaged") and "older checkpoint step-000001" in warnings[0]
+    with pytest.raises(ckpt_mod.CheckpointDamaged, match=f"^{bad} is damaged"):
+        load_checkpoint(bad.parent)
+
+
+def test_a_checkpoint_whose_tensors_do_not_load_is_passed_over(tmp_path, caplog):
+    import zipfile
+
+    save_checkpoint(tmp_path, 1, {"w": torch.ones(2)}, {}, keep=2)
+    save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)}, {}, keep=2)
+    bad = tmp_path / "checkpoints" / "step-000002" / "state.pt"
+    with zipfile.ZipFile(bad, "w") as z:  # a whole zip, but not a torch archive
+        z.writestr("junk", b"x")
+    assert latest_checkpoint(tmp_path).name == "step-000002"  # its directory looks whole
+    ckpt_mod._warned.clear()
+    with caplog.at_level("WARNING", logger="covey"):
+        path, payload, _ = ckpt_mod.load_latest_checkpoint(tmp_path)
+    assert path.name == "step-000001" and torch.equal(payload["w"], torch.ones(2))
+    assert f"{bad} is damaged" in caplog.text
+
+
+def test_no_intact_checkpoint_names_each_damaged_file(tmp_path):
+    save_checkpoint(tmp_path, 1, {"w": torch.ones(2)}, {}, keep=2)
+    save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)}, {}, keep=2)
+    _damage(tmp_path / "checkpoints" / "step-000001" / "meta.json", "truncate")
+    _damage(tmp_path / "checkpoints" / "step-000002" / "state.pt", "empty")
+    with pytest.raises(ckpt_mod.CheckpointDamaged) as e:
+        latest_checkpoint(tmp_path)
+    msg = str(e.value)
+    assert msg.startswith(f"no intact checkpoint in {tmp_path / 'checkpoints'}: ") and "\n" not in msg
+    assert "step-000002/state.pt is damaged (0 bytes" in msg and "step-000001/meta.json is damaged" in msg
+
+
+def test_resume_past_a_damaged_checkpoint_through_the_cli(tmp_path, monkeypatch):
+    """Train 2 steps (a checkpoint each, keep 2), truncate step 2: the resume warns and redoes step 2 from
+    step 1; with every checkpoint damaged, the resume is one error line, exit 2, before the model loads."""
+    from typer.testing import CliRunner
+
+    from covey.cli import app
+
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["train", str(_yaml(tmp_path, steps=2, checkpoint={"every": 1, "keep": 2})), "--run-dir", str(run)])
+    assert res.exit_code == 0, res.output
+    bad = run / "checkpoints" / "step-000002" / "state.pt"
+    _damage(bad, "truncate")
+    ckpt_mod._warned.clear()
+    res = subprocess.run(COVEY + ["train", "--resume", str(run)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"{bad} is damaged" in res.stderr and "resuming from the older checkpoint step-000001" in res.stderr
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if "loss" in str(r)][-1] == 2
+    assert load_checkpoint(latest_checkpoint(run))[1]["step"] == 2  # step 2 saved again, whole
+    for step in ("step-000001", "step-000002"):
+        _damage(run / "checkpoints" / step / "meta.json", "truncate")
+    import covey.train.setup as setup
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(setup, "load_policy", no_model)
+    res = CliRunner().invoke(app, ["train", "--resume", str(run), "steps=3"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: no intact checkpoint in {run / 'checkpoints'}: "), res.output
+
+
+EXITING_REWARD = '''
+import os
+calls = []
+
+def quit(prompts, completions, **kw):
+    calls.append(1)
+    if len(calls) == 2:
+        os._exit(0)
+    return [0.0 for _ in completions]
+
+def quit_caught(prompts, completions, **kw):
+    try:
+        os._exit(0)
+    except BaseException:
+        return [1.0 for _ in completions]
+'''
+
+
+@pytest.mark.parametrize("reward", ["quit", "quit_caught"])
+def test_an_in_process_reward_calling_os_exit_cannot_end_the_run_silently(tmp_path, reward):
+    """os._exit(0) in an in-process reward used to end `covey train` with status 0, no checkpoint and no
+    summary; now it is a RewardCrashed: one error line, exit 2, and the last checkpoint kept."""
+    (tmp_path / "exiting.py").write_text(EXITING_REWARD)
+    cfg = _yaml(tmp_path, steps=3, checkpoint={"every": 1, "keep": 2},
+                rewards=[{"name": f"exiting:{reward}", "in_process": True}])
+    run = tmp_path / "run"
+    res = subprocess.run(COVEY + ["train", str(cfg), "--run-dir", str(run)], env={**ENV, "PYTHONPATH": f"{tmp_path}:{ENV.get('PYTHONPATH', '')}"},
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 2, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and f"reward '{reward}' raised ProcessExit('os._exit(0) was called" in errors[0], res.stderr
+    assert "Traceback" not in res.stderr
+    done = 1 if reward == "quit" else 0  # the first call of `quit` returns; `quit_caught` exits on its first
+    found = latest_checkpoint(run)
+    assert found is not None and load_checkpoint(found)[1]["step"] == done
+
+
+def test_os_exit_interception_spares_forked_children_and_sees_other_threads():
+    import threading
+
+    from covey.rewards._deadline import ProcessExit, exit_intercepted
+
+    with exit_intercepted():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)  # a child the reward forked exits for real
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
+    def quietly_exit():  # another thread of the reward, which even catches what the call raises
+        try:
+            os._exit(3)
+        except BaseException as e:  # noqa: BLE001
+            seen.append(e)
+
+    seen = []
+    with pytest.raises(ProcessExit, match=r"os._exit\(3\)"):
+        with exit_intercepted():
+            t = threading.Thread(target=quietly_exit)
+            t.start()
+            t.join()
+    assert isinstance(seen[0], ProcessExit)
+    assert os._exit.__name__ == "_exit"  # restored
+
+
+def _read_only(path, cmd):
+    """`cmd` run with `path` read-only: a read-only bind mount as root (root ignores permissions),
+    mode 0555 otherwise; (command, the expected cause) or None where neither can be made."""
+    if os.geteuid() != 0:
+        os.chmod(path, 0o555)
+        return cmd, "permission denied"
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        return None
+    mount = f"mount --bind {path} {path} && mount -o remount,bind,ro {path} && exec \"$@\""
+    return ["unshare", "-m", "sh", "-c", mount, "sh", *cmd], "read-only file system"
+
+
+def test_a_read_only_run_folder_is_one_error_line_naming_the_file(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = load_config(_yaml(tmp_path, steps=2))
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    save_checkpoint(run, 1, {"model": {}}, {"config": cfg.model_dump(mode="json")})
+    for cmd, path in ((COVEY + ["train", "--resume", str(run)], run / ".lock"),
+                      (COVEY + ["train", str(_yaml(tmp_path)), "--run-dir", str(run / "sub")], run / "sub")):
+        made = _read_only(run, cmd)
+        if made is None:
+            pytest.skip("cannot make a read-only folder here (root without mount namespaces)")
+        res = subprocess.run(made[0], env=ENV, capture_output=True, text=True, timeout=300)
+        os.chmod(run, 0o755)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+        cause = made[1]
+        assert errors in ([f"error: cannot write {path}: {cause}"], [f"error: {path}: {cause}"]), res.stderr

@@ -7,6 +7,7 @@ which they need; the config check refuses an engine that lacks one, by name.
 
 `TorchEngine` implements all three for Llama-family HF models with a hand-written KV-cache decode
 loop (`TreeDecoder` is its tree session); `filter_logits` / `sample_tokens` are the sampling math.
+`VllmEngine` (`engine: vllm`, an optional install) implements `Engine` with vLLM in this process.
 The learner's log-prob forward lives in `covey.learner`, the comparison with HF `generate` in
 `covey.bench`, chat templates in `covey.models`.
 """
@@ -26,6 +27,7 @@ from covey.engine.forward import KVCache
 from covey.engine.sampling import filter_logits, inverse_cdf, sample_tokens
 from covey.engine.torch_engine import TorchEngine
 from covey.engine.tree import TreeDecoder
+from covey.engine.vllm_engine import VllmEngine
 
 __all__ = [
     "ENGINES",
@@ -39,6 +41,7 @@ __all__ = [
     "TorchEngine",
     "TreeDecoder",
     "TreeSession",
+    "VllmEngine",
     "filter_logits",
     "inverse_cdf",
     "register_engine",

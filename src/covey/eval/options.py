@@ -27,8 +27,10 @@ def parse_ks(spec: str, n: int) -> tuple[int, ...]:
         ks = tuple(int(x) for x in spec.split(","))
     except ValueError:
         raise ValueError(f"--k must be comma-separated integers (e.g. 1,4,8), got {spec!r} (or pow2: 1, 2, 4, ..., n)") from None
-    if any(k < 1 or k > n for k in ks):
-        raise ValueError(f"every k must be in 1..n={n}; got k={spec}")
+    if any(k < 1 for k in ks):
+        raise ValueError(f"every k must be >= 1; got k={spec}")
+    if any(k > n for k in ks):
+        raise ValueError(f"every k must be <= n={n}; got k={spec}")
     return ks
 
 

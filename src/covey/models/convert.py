@@ -106,7 +106,7 @@ def _gguf_source(alias: str) -> tuple[Path, str]:
 
 def _convert_into(alias: str, out: Path) -> None:
     import torch
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, filename = _gguf_source(alias)
@@ -118,14 +118,27 @@ def _convert_into(alias: str, out: Path) -> None:
     config.architectures = [type(model).__name__]  # the GGUF config has none; AutoModel and other tools read it
     config.save_pretrained(out)
     model.generation_config.save_pretrained(out)
-    # save_model drops the tied lm_head copy that safetensors' save_file would reject as shared memory.
-    save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_file(_checkpoint_state(model), str(out / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(out)
     if not tokenizer.chat_template:
         raise RuntimeError(f"the tokenizer in {folder / filename} lost its chat template during conversion")
     sums = {p.name: _sha256(p) for p in sorted(out.iterdir()) if p.is_file()}
     record = {"alias": alias, "source": filename, "version": CONVERT_VERSION, "files": sums}
     (out / CHECKSUM_FILE).write_text(json.dumps(record, indent=1))
+
+
+def _checkpoint_state(model) -> dict:
+    """The state dict to write, each tensor once. A tied output embedding is stored under the
+    input embedding's name (`model.embed_tokens.weight`) and its own name (`lm_head.weight`) is
+    left out, as HF checkpoints do: loaders that skip `lm_head.weight` for tied models (vLLM's
+    Llama) then still find the embedding (stored only as `lm_head.weight`, vLLM's stayed zero)."""
+    state = dict(model.state_dict())
+    emb, out = model.get_input_embeddings(), model.get_output_embeddings()
+    if out is not None and out.weight is emb.weight:
+        for name, module in model.named_modules():
+            if module is out:
+                state.pop(f"{name}.weight", None)
+    return {k: v.contiguous() for k, v in state.items()}
 
 
 def prepare(alias: str, *, cache_dir: str | os.PathLike | None = None, verify: bool = True) -> Path:

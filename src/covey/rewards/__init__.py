@@ -4,10 +4,12 @@ A reward has TRL's signature ``fn(prompts, completions, **columns) -> list[float
 def`` too); TRL's reward functions work unchanged, and so do its reward models (`ModelReward`). Built-in rewards are registered by name (`REWARDS`, `get_reward`);
 user rewards are named by import path ``package.module:function``. `RewardRunner` scores a batch
 with K rewards in worker processes (timeouts, failure fallbacks) into a ``rewards[N, K]`` matrix.
-Math checking is `math.py`; model-written code runs in `covey.rewards.sandbox`.
+Math checking is `math.py`; model-written code runs in `covey.rewards.sandbox`; rewards that a model
+judges (LLM-as-judge, tournaments) are `covey.rewards.judge`.
 """
 
 from covey.rewards import bleu, code, format, length, majority  # noqa: F401 - registers the rewards
+from covey.rewards.judge import ArenaReward, JudgeReward  # registers judge and arenarl
 from covey.rewards._scoring import FAILURE_KINDS, RewardOutput
 from covey.rewards.bleu import BleuReward, bleu_score
 from covey.rewards.code import CodeReward, extract_code
@@ -34,9 +36,11 @@ register_reward("boxed_format")(boxed_format_reward)
 __all__ = [
     "FAILURE_KINDS",
     "REWARDS",
+    "ArenaReward",
     "BleuReward",
     "CodeReward",
     "FormatReward",
+    "JudgeReward",
     "MajorityVoteReward",
     "ModelReward",
     "RewardBatch",

@@ -39,8 +39,10 @@ class Entry:
     fn: Callable
     payload: bytes | None  # what a worker rebuilds the reward from; None = in-process only
     group_aware: bool
+    group_key: str  # the column whose equal values a group-aware reward must see together ("group")
     accepts: frozenset[str] | None  # argument names it takes; None = anything (**kwargs)
     required: frozenset[str]  # argument names without a default
+    reads: frozenset[str] = frozenset()  # the argument names it spells out (with or without **kwargs)
 
     def arguments(self, available: dict) -> dict:
         """The subset of `available` (name -> column) this reward takes; a missing required one is an error."""
@@ -77,20 +79,22 @@ def _by_reference(obj) -> tuple[bytes | None, str]:
     return buf.getvalue(), ""
 
 
-def _signature(fn, label: str) -> tuple[frozenset[str] | None, frozenset[str]]:
+def _signature(fn, label: str) -> tuple[frozenset[str] | None, frozenset[str], frozenset[str]]:
+    """(accepts, required, reads): see `Entry`."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # some builtins have no signature: pass everything
-        return None, frozenset()
+        return None, frozenset(), frozenset()
     positional_only = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
     if positional_only:
         raise ValueError(f"reward {label!r} has positional-only parameter(s) {positional_only}; rewards are called "
                          "with keywords (prompts=..., completions=..., column=...)")
     named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     required = frozenset(p.name for p in named if p.default is p.empty)
+    reads = frozenset(p.name for p in named)
     if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None, required
-    return frozenset(p.name for p in named), required
+        return None, required, reads
+    return reads, required, reads
 
 
 def build_entry(r, workers: int, spec_type) -> Entry:
@@ -120,7 +124,7 @@ def build_entry(r, workers: int, spec_type) -> Entry:
             log.info("reward %r runs in the calling process, not in a worker (%s); its timeout_s still applies "
                      "in the main thread", spec.label, why)
     in_process = payload is None
-    accepts, required = _signature(fn, spec.label)
+    accepts, required, reads = _signature(fn, spec.label)
     return Entry(
         label=spec.label,
         weight=spec.weight,
@@ -130,6 +134,8 @@ def build_entry(r, workers: int, spec_type) -> Entry:
         fn=fn,
         payload=payload,
         group_aware=bool(getattr(fn, "group_aware", False)),
+        group_key=str(getattr(fn, "group_key", "group")),
         accepts=accepts,
         required=required,
+        reads=reads,
     )

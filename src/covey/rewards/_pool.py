@@ -37,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
+from covey.rewards._deadline import capped_prints
 from covey.rewards._scoring import ChunkOutcome, score_chunk
 
 __all__ = ["Job", "WORKER_NAME", "WorkerPool"]
@@ -100,7 +101,9 @@ def _worker_main(conn) -> None:
             conn.send(ChunkOutcome([None] * n, ["exception"] * n, {"exception": traceback.format_exc()}))
             continue
         try:
-            conn.send(score_chunk(built[key], *args, isolated=True))
+            with capped_prints(getattr(built[key], "__name__", type(built[key]).__name__)):
+                outcome = score_chunk(built[key], *args, isolated=True)
+            conn.send(outcome)
         except (BrokenPipeError, OSError):
             _end_group()
 

@@ -77,8 +77,11 @@ class BadReturn(Exception):
 def _validate(out, n: int):
     """(values, kinds, notes, metrics) of one return value; raises BadReturn for the wrong shape."""
     metrics: dict[str, list[float]] = {}
+    notes: dict[str, str] = {}
     if isinstance(out, RewardOutput):
-        metrics = {k: [float(v) for v in vals] for k, vals in out.metrics.items()}
+        metrics, bad = _numeric_metrics(out.metrics)
+        if bad:
+            notes["metric"] = bad
         out = out.scores
     if hasattr(out, "tolist"):  # tensors and arrays
         out = out.tolist()
@@ -89,7 +92,6 @@ def _validate(out, n: int):
         raise BadReturn(f"returned {len(out)} scores for {n} completions")
     values: list[float | None] = [None] * n
     kinds: list[str | None] = [None] * n
-    notes: dict[str, str] = {}
     for i, v in enumerate(out):
         if v is None:
             kinds[i] = NOT_APPLICABLE
@@ -128,6 +130,22 @@ def _await(out):
         return asyncio.run(wait())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, wait()).result()
+
+
+def _numeric_metrics(raw) -> tuple[dict[str, list[float]], str]:
+    """(the metrics whose values are all finite numbers, a note naming the first one that is not):
+    a metric such as a string is dropped, never fatal (it used to kill the worker on every call)."""
+    metrics, bad = {}, ""
+    for name, vals in dict(raw).items():
+        try:
+            nums = [float(v) for v in (vals if isinstance(vals, (list, tuple)) else [vals])]
+            if not all(math.isfinite(v) for v in nums):
+                raise ValueError("not finite")
+        except (TypeError, ValueError):
+            bad = bad or f"metric {name!r} has a value that is not a finite number ({vals!r:.100}); it is not logged"
+            continue
+        metrics[str(name)] = nums
+    return metrics, bad
 
 
 def _call(fn, kwargs: dict, idx: list[int] | None, timeout_s: float | None, isolated: bool):

@@ -8,6 +8,11 @@ arguments its signature names; a required one the batch lacks is an error naming
 a prompt is a chat message list the completion arrives as ``[{"role": "assistant", "content": text}]``;
 plain prompts get plain string completions.
 
+Group-wise rewards (``group_aware = True``, `covey.rewards.group`) see whole units: the ``group`` column,
+or the column their ``group_key`` names (e.g. a paraphrase-set id); their chunks and retry units are cut
+along that column, never through a unit. Judges declaring ``audit_against`` get a verifier-agreement
+metric (`covey.rewards.judge.audit`).
+
 Where rewards run: the batch is cut into chunks of whole groups; chunks of all rewards run in
 parallel worker processes (`_pool.py`), each call bounded by its reward's ``timeout_s``. A reward
 runs in the calling process instead when ``in_process=True``, ``workers=0``, or a worker cannot
@@ -41,9 +46,14 @@ and last traceback; a call where it applies to no sample leaves that count as it
 Bugs stop the run at once, with the reward's name: `RewardReturnError` when a reward returns the
 wrong number of scores (or not a list), `RewardCrashed` when an in-process reward raises SystemExit
 (``sys.exit``) or another BaseException (KeyboardInterrupt stays KeyboardInterrupt, with a note
-naming the reward). In a worker those count as exception failures. An in-process reward that kills
-the process itself (``os._exit``, a segfault) takes the run with it: give such rewards a worker.
-Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean).
+naming the reward). ``os._exit`` in an in-process reward raises instead (`_deadline.exit_intercepted`)
+and is a `RewardCrashed` too. In a worker those count as exception failures. An in-process reward
+that kills the process by a signal (a segfault) takes the run with it: give such rewards a worker.
+Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean); a
+metric with a value that is not a finite number is dropped with a warning. Rows whose weighted sum
+would be beyond float32 get every reward's fallback and are counted as ``reward/total/overflow``.
+A call keeps `_deadline.PRINT_LIMIT` characters of what it prints per stream; processes an
+in-process reward left running are killed by `close`.
 """
 
 from __future__ import annotations
@@ -61,10 +71,12 @@ import torch
 from pydantic import Field, field_validator
 from torch import Tensor
 
+from covey.rewards._deadline import Children, capped_prints, exit_intercepted
 from covey.rewards._entry import Entry, build_entry
 from covey.rewards._pool import Job, WorkerPool
 from covey.registry import Spec
-from covey.rewards._scoring import FAILURE_KINDS, NOT_APPLICABLE, RETRY_BUDGET, ChunkOutcome, score_chunk
+from covey.rewards._scoring import FAILURE_KINDS, FLOAT32_MAX, NOT_APPLICABLE, RETRY_BUDGET, ChunkOutcome, score_chunk
+from covey.rewards.judge.audit import audit_verifier
 
 __all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError", "RewardRunner", "RewardSpec"]
 
@@ -201,6 +213,12 @@ class RewardRunner:
         if "total" in labels:
             raise ValueError("'total' is reserved for the weighted sum; give that reward another alias")
         self.names = tuple(labels)
+        pre = [e.label for e in self.entries if getattr(e.fn, "prenormalized", False)]
+        mixed = [e.label for e in self.entries if e.label not in pre and e.weight != 0]
+        if pre and (mixed or len(pre) > 1):
+            log.warning("reward(s) %s are already normalised within their groups (prenormalized) but are summed with %s; "
+                        "the weighted sum is no longer a z-score (set the other weights to 0, e.g. task_reward_weight: 0, "
+                        "to train on the pre-normalised reward alone with the identity advantage)", pre, mixed or pre[1:])
         self.weights = torch.tensor([e.weight for e in self.entries], dtype=torch.float32)
         self.workers, self.max_failed_steps, self.chunk_size = workers, max_failed_steps, chunk_size
         self._mp_context = mp_context
@@ -208,6 +226,7 @@ class RewardRunner:
         self._finalizer = None
         self._bad_steps = [0] * len(self.entries)
         self._logged: set[tuple[str, str]] = set()
+        self._children = Children()  # processes in-process rewards left running: ended by close()
 
     def _get_pool(self) -> WorkerPool:
         if self._pool is None:
@@ -216,10 +235,12 @@ class RewardRunner:
         return self._pool
 
     def close(self) -> None:
-        """Stop the worker processes and whatever they started (also done at exit and on garbage collection)."""
+        """Stop the worker processes and whatever they started (also done at exit and on garbage
+        collection), and the processes in-process rewards started and left running."""
         if self._finalizer is not None:
             self._finalizer()
         self._pool = None
+        self._children.kill()
 
     def __enter__(self) -> RewardRunner:
         return self
@@ -250,14 +271,19 @@ class RewardRunner:
                 raise ValueError(f"group has {len(group)} entries but there are {n} completions")
             cols["group"] = [int(g) for g in group]
         args = [e.arguments(cols) for e in self.entries]  # fails on a missing column before any call
-        chunks = self._chunks(n, cols.get("group"))
+        for e in self.entries:
+            if e.group_aware and e.group_key != "group" and e.group_key not in cols:
+                raise ValueError(f"reward {e.label!r} scores units of column {e.group_key!r}, which this batch lacks; "
+                                 f"the batch has {sorted(cols)}")
+        chunks_by_key = {key: self._chunks(n, cols.get(key)) for key in {self._unit_key(e) for e in self.entries}}
 
         # pieces[k]: (global sample indices, outcome) covering the batch once for reward k
         pieces: list[list[tuple[list[int], Any]]] = [[] for _ in self.entries]
         jobs: list[tuple[int, list[int], list[list[int]]]] = []  # (k, indices, units) for the workers
         for k, e in enumerate(self.entries):
-            for idx in chunks:
-                units = self._units(idx, cols.get("group"), e.group_aware)
+            key = self._unit_key(e)
+            for idx in chunks_by_key[key]:
+                units = self._units(idx, cols.get(key), e.group_aware)
                 if e.in_process:
                     pieces[k].append((idx, self._score_here(e, args[k], idx, units)))
                 else:
@@ -272,6 +298,7 @@ class RewardRunner:
         for (k, unit, _), res in zip(retry, self._run_jobs(retry, args, give_up_s=budget) if retry else []):
             pieces[k].append((unit, res))
         batch = self._assemble(n, pieces)
+        audit_verifier(batch, self.entries, self._logged)  # judges vs the task verifier (rewards/judge/audit.py)
         batch.metrics["reward/seconds"] = time.monotonic() - start
         return batch
 
@@ -295,8 +322,9 @@ class RewardRunner:
         pos = {i: j for j, i in enumerate(idx)}
         kwargs = {name: [col[i] for i in idx] for name, col in args.items()}
         try:
-            return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
-                               timeout_s=e.timeout_s if main else None)
+            with exit_intercepted(), capped_prints(e.label), self._children.watch():
+                return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
+                                   timeout_s=e.timeout_s if main else None)
         except KeyboardInterrupt as exc:  # Ctrl-C (or a reward raising it) stays an interrupt
             exc.add_note(f"raised while reward {e.label!r} ran in the calling process")
             raise
@@ -328,6 +356,11 @@ class RewardRunner:
         if cur:
             chunks.append(cur)
         return chunks
+
+    @staticmethod
+    def _unit_key(e: Entry) -> str:
+        """The column a reward's chunks are cut along: its group_key when group-aware, else "group"."""
+        return e.group_key if e.group_aware else "group"
 
     @staticmethod
     def _units(idx: list[int], group: list[int] | None, group_aware: bool) -> list[list[int]]:
@@ -371,7 +404,10 @@ class RewardRunner:
                 for name, vals in res.metrics.items():
                     extra.setdefault(name, []).extend(vals)
             for kind, tb in tracebacks.items():
-                if counts.get(kind) and (e.label, kind) not in self._logged:
+                if kind == "metric" and (e.label, kind) not in self._logged:
+                    self._logged.add((e.label, kind))
+                    log.warning("reward %r: %s", e.label, tb)
+                elif counts.get(kind) and (e.label, kind) not in self._logged:
                     self._logged.add((e.label, kind))
                     log.warning("reward %r failed (%s); its sample(s) got fallback %s. First error:\n%s",
                                 e.label, kind, e.fallback, tb)
@@ -386,6 +422,17 @@ class RewardRunner:
                 if vals:
                     metrics[f"reward/{e.label}/{name}"] = sum(vals) / len(vals)
             self._track(k, e, failed[:, k], missing[:, k], counts, tracebacks)
+        # A weighted sum beyond float32 (two rewards of 3e38) would be inf: those rows get every reward's
+        # fallback, counted as reward/total/overflow, so advantages never see inf or NaN.
+        over = (rewards.double() @ self.weights.double()).abs() > FLOAT32_MAX
+        if bool(over.any()):
+            rewards[over] = torch.tensor([e.fallback for e in self.entries], dtype=torch.float32)
+            failed[over] = True
+            if ("total", "overflow") not in self._logged:
+                self._logged.add(("total", "overflow"))
+                log.warning("the weighted sum of the rewards is beyond float32's range for %d sample(s); they got "
+                            "every reward's fallback (counted as reward/total/overflow)", int(over.sum()))
+        metrics["reward/total/overflow"] = float(over.sum())
         total = rewards @ self.weights  # [N, K] @ [K] -> [N]; missing entries are 0.0, as in nansum
         unscorable = missing.all(dim=1) if K else torch.zeros(n, dtype=torch.bool)
         scorable = total[~unscorable]

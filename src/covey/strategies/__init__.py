@@ -4,7 +4,8 @@ completions through an Engine.
 Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
-quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts). See docs/rollouts.md."""
+quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), episodes (multi-turn agents against an environment,
+covey.envs; docs/agents.md). See docs/rollouts.md."""
 
 from covey.strategies.april import APRIL
 from covey.strategies.arrol import ARRoL
@@ -13,6 +14,7 @@ from covey.strategies.base import STRATEGIES, RolloutContext, RolloutStrategy, r
 from covey.strategies.cog_rethinker import CogRethinker
 from covey.strategies.dars import DarsRollout
 from covey.strategies.dynamic import DynamicSampling
+from covey.strategies.episodes import Episodes
 from covey.strategies.group import GroupStrategy, completion_texts, item_columns, sample_groups
 from covey.strategies.igrpo import IGRPO
 from covey.strategies.latr import LATR
@@ -28,6 +30,7 @@ __all__ = [
     "CogRethinker",
     "DarsRollout",
     "DynamicSampling",
+    "Episodes",
     "GroupStrategy",
     "IGRPO",
     "RolloutContext",

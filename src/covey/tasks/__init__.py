@@ -13,3 +13,4 @@ from covey.tasks.registry import TASKS, get_task, register_task
 
 __all__ = ["GSM8K", "MATH500", "TASKS", "Arithmetic", "Countdown", "Task", "get_task", "register_task"]
 from covey.tasks import dataset, humaneval, mbpp  # noqa: E402,F401 - registers the code tasks and `dataset`
+from covey.envs import maze as _maze  # noqa: E402,F401 - registers the `maze` task (with its environment, covey.envs)

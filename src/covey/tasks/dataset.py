@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from covey.models.chat import check_role
 from covey.tasks._common import FinalAnswerTask
 from covey.tasks._data import read_jsonl
 from covey.tasks.registry import register_task
@@ -156,6 +157,7 @@ def _check_prompt(prompt: Any, where: str, key: str):
         for j, m in enumerate(prompt):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise ValueError(f"{where}: message {j} of {key!r} must be {{'role': str, 'content': str}}, got {m!r}")
+            check_role(m["role"], f"{where}: message {j} of {key!r}")
             msgs.append({"role": m["role"], "content": m["content"]})
         return msgs
     raise ValueError(f"{where}: {key!r} must be a string or a list of chat messages, got {type(prompt).__name__} {prompt!r}")

@@ -5,25 +5,36 @@ dict, or only the LoRA adapter), optimizer, scheduler, every RNG state, the samp
 counter, the resolved config, and the state of every stateful component (sampler, rollout
 strategy: `state_dict()` saved with torch.save so tensors and int keys survive). It is written into a temporary folder next to its final place,
 fsynced, then renamed: a kill at any moment leaves either the previous checkpoint or the new one,
-never half of one.
+never half of one. A checkpoint damaged afterwards (a truncated copy, a disk error) is skipped with a
+warning that names the file, and the run resumes from the newest intact one (`checkpoint.keep`);
+with none intact, `CheckpointDamaged` (one line, exit 2) names each damaged file.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import random
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["WriteError", "latest_checkpoint", "load_checkpoint", "load_checkpoint_meta", "rng_state", "save_checkpoint", "set_rng_state", "write_error"]
+__all__ = ["CheckpointDamaged", "WriteError", "latest_checkpoint", "load_checkpoint", "load_checkpoint_meta",
+           "load_latest_checkpoint", "rng_state", "save_checkpoint", "set_rng_state", "write_error"]
 
 _PREFIX = "step-"
 _ASIDE = ".aside-"
+log = logging.getLogger("covey")
+_warned: set[str] = set()  # damaged checkpoints already reported by this process
+
+
+class CheckpointDamaged(ValueError):
+    """A checkpoint file cannot be read (truncated, empty, not JSON / not a torch archive)."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -109,15 +120,67 @@ def _complete(root: Path, prefix: str = _PREFIX) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint, or None. Temporary folders are ignored; an old copy moved aside
-    by a re-save that was killed before the new copy landed counts as its step. Read-only (a reader
-    may look while the run is writing); the next save settles such leftovers."""
+def latest_checkpoint(run_dir: str | Path, *, skip: dict[Path, str] | None = None) -> Path | None:
+    """The newest complete, intact checkpoint, or None when there is no complete one. Temporary folders
+    are ignored; an old copy moved aside by a re-save that was killed before the new copy landed counts
+    as its step. A damaged checkpoint (`damage`) or one in `skip` (path -> what is wrong) is passed
+    over with a warning naming the file; if every complete one is damaged, `CheckpointDamaged` names
+    them all. Read-only (a reader may look while the run is writing); the next save settles leftovers."""
     root = Path(run_dir) / "checkpoints"
     found = _complete(root)
     names = {p.name for p in found}
     found += [a for a in _complete(root, _ASIDE + _PREFIX) if a.name.removeprefix(_ASIDE) not in names]
-    return max(found, key=lambda p: p.name.removeprefix(_ASIDE), default=None)
+    problems = []
+    for path in sorted(found, key=lambda p: p.name.removeprefix(_ASIDE), reverse=True):
+        problem = (skip or {}).get(path) or damage(path)
+        if problem is None:
+            for older in problems:
+                _warn_once(f"{older}: resuming from the older checkpoint {path.name} instead")
+            return path
+        problems.append(problem)
+    if problems:
+        raise CheckpointDamaged(f"no intact checkpoint in {root}: " + "; ".join(problems))
+    return None
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
+def damage(path: Path) -> str | None:
+    """What makes the checkpoint folder `path` unreadable, naming the file, or None when it looks
+    whole: meta.json must be a JSON object with an integer step, and state.pt a torch archive (a zip
+    whose directory sits at its very end, so any truncation or an empty file shows). It reads only
+    meta.json and the archive's directory; `load_checkpoint` reports damage inside the tensors."""
+    meta = path / "meta.json"
+    try:
+        data = json.loads(meta.read_bytes())
+    except (OSError, ValueError) as e:
+        return f"{meta} is damaged ({type(e).__name__}: {e})"
+    if not isinstance(data, dict) or type(data.get("step")) is not int:
+        return f"{meta} is damaged (not a checkpoint's meta: no integer 'step')"
+    state = path / "state.pt"
+    try:
+        with zipfile.ZipFile(state) as z:
+            z.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as e:
+        size = state.stat().st_size if state.exists() else 0
+        return f"{state} is damaged ({size} bytes: truncated or not a torch archive: {e})"
+    return None
+
+
+def load_latest_checkpoint(run_dir: str | Path, map_location=None) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+    """(path, payload, meta) of the newest checkpoint that loads, or None when there is none; a
+    checkpoint whose tensors fail to load is passed over like a damaged one (with a warning)."""
+    skip: dict[Path, str] = {}
+    while (path := latest_checkpoint(run_dir, skip=skip)) is not None:
+        try:
+            return path, *load_checkpoint(path, map_location)
+        except CheckpointDamaged as e:
+            skip[path] = str(e)
+    return None
 
 
 def _settle_asides(root: Path) -> None:
@@ -136,9 +199,20 @@ def _is_complete(path: Path) -> bool:
 
 
 def load_checkpoint(path: str | Path, map_location=None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(payload, meta) of a checkpoint folder; tensors go to `map_location` (default: where saved)."""
+    """(payload, meta) of a checkpoint folder; tensors go to `map_location` (default: where saved).
+    An unreadable file raises `CheckpointDamaged` naming it."""
+    path = Path(path)
     meta = load_checkpoint_meta(path)
-    payload = torch.load(Path(path) / "state.pt", weights_only=False, map_location=map_location)
+    problem = damage(path)
+    if problem is not None:
+        raise CheckpointDamaged(problem)
+    try:
+        payload = torch.load(path / "state.pt", weights_only=False, map_location=map_location)
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, ImportError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise CheckpointDamaged(f"{path / 'state.pt'} is damaged ({type(e).__name__}: {first})") from None
+    if not isinstance(payload, dict):
+        raise CheckpointDamaged(f"{path / 'state.pt'} is damaged (not a checkpoint's state: {type(payload).__name__})")
     return payload, meta
 
 
@@ -147,7 +221,13 @@ def load_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not (path / "state.pt").is_file() or not (path / "meta.json").is_file():
         raise FileNotFoundError(f"{path} is not a complete covey checkpoint (state.pt + meta.json)")
-    return json.loads((path / "meta.json").read_text())
+    try:
+        meta = json.loads((path / "meta.json").read_bytes())
+    except ValueError as e:
+        raise CheckpointDamaged(f"{path / 'meta.json'} is damaged ({type(e).__name__}: {e})") from None
+    if not isinstance(meta, dict) or type(meta.get("step")) is not int:
+        raise CheckpointDamaged(f"{path / 'meta.json'} is damaged (not a checkpoint's meta: no integer 'step')")
+    return meta
 
 
 def _fsync_dir(path: Path) -> None:

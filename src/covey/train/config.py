@@ -8,6 +8,8 @@ overrides); this module only adds the run around it.
 from __future__ import annotations
 
 import copy
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,6 +32,34 @@ class ConfigError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_ints(cls, data: Any) -> Any:
+        """An integer field takes an integer: `steps: true` or `steps: 2.5` is refused, not read as 1 or 2."""
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                value = data.get(name)
+                if isinstance(value, (bool, float)) and _takes_int(field.annotation):
+                    raise ValueError(f"{name}: must be an integer, got {value!r}")
+        return data
+
+
+def _takes_int(annotation: Any) -> bool:
+    """int, or int | None (a bool field, or one that also takes bool or float, is not an int field)."""
+    if annotation is int:
+        return True
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return False
+    args = typing.get_args(annotation)
+    return int in args and not {bool, float} & set(args)
+
+
+MAX_GROUP_SIZE = 4096
+MAX_PROMPTS_PER_STEP = 65536
+MAX_ROWS_PER_STEP = 262144
+"""Bounds far above any published setting (BroRL: 512 completions per prompt), below what hangs or
+exhausts memory before the first step: a typo such as 1000000000 is refused by name."""
 
 
 class LoraConfig(_Strict):
@@ -111,6 +141,11 @@ class StrategySpec(Spec):
     name: str = "group"
 
 
+class EnvSpec(Spec):
+    """`covey.envs.ENVS`: maze, calculator, or your own ``package.module:Class`` (multi-turn agents;
+    needs ``rollout.strategy: episodes``, which receives it as its `env` parameter)."""
+
+
 class EngineSpec(Spec):
     """`covey.engine.ENGINES`: torch (default; params dtype, max_rows, ...), or ``package.module:Class``."""
 
@@ -118,10 +153,10 @@ class EngineSpec(Spec):
 
 
 class RolloutConfig(_Strict):
-    prompts_per_step: int = Field(8, ge=1)
+    prompts_per_step: int = Field(8, ge=1, le=MAX_PROMPTS_PER_STEP)
     """Prompts (groups) per training step, B."""
-    group_size: int = Field(8, ge=1)
-    """Completions per prompt, G."""
+    group_size: int = Field(8, ge=1, le=MAX_GROUP_SIZE)
+    """Completions per prompt, G. B*G is at most MAX_ROWS_PER_STEP."""
     strategy: StrategySpec = StrategySpec()
     """How items become completions (`covey.strategies.STRATEGIES`)."""
 
@@ -197,6 +232,8 @@ class RunConfig(_Strict):
     sampler: SamplerSpec = SamplerSpec()
     """Which prompts each step rolls out (`covey.samplers.SAMPLERS`)."""
     rollout: RolloutConfig = RolloutConfig()
+    env: EnvSpec | None = None
+    """The environment of multi-turn episodes (`covey.envs.ENVS`); only with rollout.strategy: episodes."""
     engine: EngineSpec = EngineSpec()
     """Generation engine (`covey.engine.ENGINES`); the torch engine takes dtype: bf16 | fp32 |
     auto; unset or auto, it follows the learner (model.dtype)."""
@@ -210,8 +247,9 @@ class RunConfig(_Strict):
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
-    steps: int = Field(20, ge=1)
-    seed: int = 0
+    steps: int = Field(20, ge=1, le=10**9)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    """Seeds python, torch and numpy (numpy takes 0 <= seed < 2**32)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -237,8 +275,12 @@ class RunConfig(_Strict):
         return sampler_spec(self.sampler)
 
     def strategy_spec(self) -> Spec:
-        """The rollout strategy to build: `rollout.strategy`, wrapped for `algo.dynamic_sampling`."""
-        return strategy_spec(self.rollout.strategy, self.algo)
+        """The rollout strategy to build: `rollout.strategy` (`episodes` gets the `env:` section as its
+        `env` parameter), wrapped for `algo.dynamic_sampling`."""
+        s = self.rollout.strategy
+        if self.env is not None and s.name == "episodes":
+            s = Spec(name="episodes", params={**s.params, "env": {"name": self.env.name, **self.env.params}})
+        return strategy_spec(s, self.algo)
 
     def resolved_device(self) -> str:
         from covey.devices import resolve_device
@@ -251,6 +293,24 @@ class RunConfig(_Strict):
         bad = _non_finite(self.model_dump(mode="python"))
         if bad:
             raise ValueError(f"{bad[0]}: must be a finite number, got {bad[1]!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _check_env(self) -> "RunConfig":
+        episodes = self.rollout.strategy.name == "episodes"
+        if episodes and self.env is None:
+            raise ValueError("rollout.strategy episodes needs an environment: add `env: {name: maze}` (see docs/agents.md)")
+        if self.env is not None and not episodes:
+            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: episodes (got {self.rollout.strategy.name!r})")
+        if episodes and "env" in self.rollout.strategy.params:
+            raise ValueError("rollout.strategy.env: give the environment as the top-level `env:` section")
+        if self.env is not None:
+            from covey.envs import ENVS
+
+            try:
+                ENVS.check_params(self.env.name, self.env.params)
+            except RegistryError as e:
+                raise ValueError(f"env: {e}") from None
         return self
 
     @model_validator(mode="after")
@@ -288,6 +348,8 @@ class RunConfig(_Strict):
     @model_validator(mode="after")
     def _check_combinations(self) -> "RunConfig":
         n = self.rollout.prompts_per_step * self.rollout.group_size
+        if n > MAX_ROWS_PER_STEP:
+            raise ValueError(f"rollout.prompts_per_step*rollout.group_size = {n} rows per step; at most {MAX_ROWS_PER_STEP}")
         if n % self.optim.mini_batches:
             raise ValueError(
                 f"optim.mini_batches={self.optim.mini_batches} must divide the batch of "
@@ -314,6 +376,82 @@ def _non_finite(value: Any, key: str = "") -> tuple[str, float] | None:
 
 
 # ------------------------------------------------------------------------------------------ loading
+MAX_YAML_VALUES = 1_000_000
+"""Values a config may hold once YAML aliases are expanded: a few hundred bytes of nested aliases
+("billion laughs") expand to gigabytes when validated."""
+
+
+class _NotYaml(ConfigError):
+    """The text does not parse as YAML (an override's value is then taken as a plain string)."""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key given twice in one mapping (YAML says keys are unique;
+    PyYAML keeps the last one silently). Merge keys (``<<: *base``) may still be overridden."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: PyYAML reports it
+                    continue
+                if first is not key_node:
+                    raise ConfigError(f"duplicate key {key!r} (line {first.start_mark.line + 1} and line "
+                                      f"{key_node.start_mark.line + 1}): give each key once")  # fmt: skip
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """YAML text -> Python values, refusing duplicate keys and alias bombs (`MAX_YAML_VALUES`)."""
+    try:
+        data = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise _NotYaml(f"{source}: not valid YAML ({e})") from None
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply") from None
+    try:
+        _count_values(data, source)
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply") from None
+    return data
+
+
+def _count_values(data: Any, source: str) -> int:
+    """Values in `data` with shared (aliased) parts counted each time they appear, computed once per
+    object; a structure that contains itself is refused."""
+    sizes: dict[int, int] = {}
+    pending: set[int] = set()
+
+    def size(x: Any) -> int:
+        if not isinstance(x, (dict, list)):
+            return 1
+        key = id(x)
+        if key in sizes:
+            return sizes[key]
+        if key in pending:
+            raise ConfigError(f"{source}: a YAML alias refers to a value that contains it (a recursive structure)")
+        pending.add(key)
+        parts = [*x.keys(), *x.values()] if isinstance(x, dict) else x
+        total = 1
+        for part in parts:
+            total += size(part)
+            if total > MAX_YAML_VALUES:
+                raise ConfigError(f"{source}: the config expands to more than {MAX_YAML_VALUES:,} values through YAML "
+                                  "aliases (*name); write the values out or use fewer aliases")  # fmt: skip
+        pending.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(data)
+
+
 def parse_overrides(args: list[str]) -> dict[str, Any]:
     """`["algo=dapo", "rollout.group_size=4"]` -> nested dict; values parsed as YAML scalars/lists."""
     out: dict[str, Any] = {}
@@ -322,8 +460,8 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"override {arg!r} must look like key=value (e.g. rollout.group_size=4)")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
+            value = load_yaml(raw, f"override {arg!r}") if raw != "" else ""
+        except _NotYaml:
             value = raw
         node = out
         parts = key.split(".")
@@ -359,10 +497,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
-        try:
-            raw = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML ({e})") from None
+        raw = load_yaml(p.read_text(), str(p)) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(raw).__name__}")
     raw = apply_overrides(raw, parse_overrides(overrides or []))

@@ -164,7 +164,11 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         task.examples(cfg.task.split)  # data files exist and parse
         if cfg.eval.size:
             task.examples(cfg.task.eval_split)
-    build_rewards(cfg, task, reward_funcs, workers=0).close()  # names, import paths and params resolve
+    runner = build_rewards(cfg, task, reward_funcs, workers=0)  # names, import paths and params resolve
+    try:
+        check_reward_columns(runner.entries, task.examples(cfg.task.split), cfg.task.split)
+    finally:
+        runner.close()
     if "wandb" in cfg.log.report_to:
         import importlib.util
 
@@ -180,6 +184,27 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
     return task
 
 
+SCORER_COLUMNS = frozenset({"prompts", "completions", "group", "completion_ids", "completion_length"})
+"""Arguments every reward call gets whatever the dataset holds (`covey.rewards.scoring`)."""
+
+
+def check_reward_columns(entries, rows: list[dict], split: str) -> None:
+    """Each column a reward names as a parameter is in every row of the split, or (for a parameter
+    with a default) in none: a column missing from some rows would reach the reward as None there,
+    and a required one missing from all would stop the run at its first step."""
+    for entry in entries:
+        for name in sorted(entry.reads - SCORER_COLUMNS - {"id", "prompt"}):
+            missing = [i for i, row in enumerate(rows, 1) if name not in row]
+            if not missing or (len(missing) == len(rows) and name not in entry.required):
+                continue
+            if len(missing) == len(rows):
+                raise ValueError(f"reward {entry.label!r} reads column {name!r}, which no row of the {split} split has "
+                                 "(add it to the dataset, or give the parameter a default)")  # fmt: skip
+            shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+            raise ValueError(f"reward {entry.label!r} reads column {name!r}, missing in row{'s' if len(missing) > 1 else ''} "
+                             f"{shown} of the {split} split ({len(rows)} rows): every row needs it")  # fmt: skip
+
+
 def load_run_policy(run_dir, *, merge: bool = True):
     """(model, tokenizer) of a training run: its config's model with the latest checkpoint's weights.
 
@@ -187,18 +212,18 @@ def load_run_policy(run_dir, *, merge: bool = True):
     peft model with `merge=False` (for exporting the adapter)."""
     from pathlib import Path
 
-    from covey.train.checkpoint import latest_checkpoint, load_checkpoint
+    from covey.train.checkpoint import load_latest_checkpoint
     from covey.train.config import load_config
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a covey run folder (no config.yaml)")
     cfg = load_config(run_dir / "config.yaml")
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is None:
+    found = load_latest_checkpoint(run_dir, map_location="cpu")
+    if found is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint yet")
+    ckpt, payload, _ = found
     model, tok = load_policy(cfg.model)
-    payload, _ = load_checkpoint(ckpt, map_location="cpu")
     missing = set(trainable_state(model)) - set(payload["model"])
     if missing:
         raise ValueError(f"checkpoint {ckpt} lacks weights {sorted(missing)[:3]}: it does not belong to {cfg.model.name!r}")

@@ -7,6 +7,7 @@ them a format and some skill; the saved folder then loads like any model (`model
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -17,12 +18,25 @@ from covey.devices import resolve_device
 from covey.models import apply_chat
 from covey.models import load as load_model
 
-__all__ = ["run_sft"]
+__all__ = ["check_sft_args", "run_sft"]
+
+
+def check_sft_args(steps: int, batch_size: int, lr: float, seed: int) -> None:
+    """ValueError naming the first argument out of range (run before any model loads)."""
+    if type(steps) is not int or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    if type(batch_size) is not int or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if type(seed) is not int or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in 0..{2**32 - 1}, got {seed!r}")
 
 
 def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_size: int = 32, lr: float = 1e-3,
             seed: int = 0, dtype: str = "bf16", device: str = "auto") -> dict:  # fmt: skip
     """Train `model_name` on the task's demonstrations; device auto = CUDA when present."""
+    check_sft_args(steps, batch_size, lr, seed)
     demo = getattr(task, "demonstration", None)
     if demo is None:
         raise ValueError(f"task {task.name!r} has no demonstrations (a `demonstration(item)` method) to imitate")

@@ -27,7 +27,7 @@ from covey.strategies import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
 from covey.tasks import get_task
 from covey.train.checkpoint import (
-    latest_checkpoint, load_checkpoint, load_checkpoint_meta, rng_state, save_checkpoint, set_rng_state,
+    latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state,
 )  # fmt: skip
 from covey.train.config import RunConfig
 from covey.learner.learner import Learner, reset_peak_memory
@@ -235,10 +235,10 @@ class Trainer:
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep)
 
     def _restore(self) -> None:
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
+        found = load_latest_checkpoint(self.run_dir, map_location="cpu")  # load_state_dict moves to the device
+        if found is None:
             raise FileNotFoundError(f"{self.run_dir} has no checkpoint to resume from")
-        payload, meta = load_checkpoint(path, map_location="cpu")  # load_state_dict moves to the device
+        path, payload, meta = found
         missing = set(trainable_state(self.model)) - set(payload["model"])
         if missing:
             raise ValueError(f"checkpoint {path} lacks weights {sorted(missing)[:3]}...: was it written by another model?")

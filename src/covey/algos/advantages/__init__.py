@@ -15,6 +15,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     drpo.py          drpo                                        (discriminative loss as advantage)
     disco.py         disco                                       (DisCO / DisCO-b discriminative loss as advantage)
     brpo.py          brpo                                        (bootstrapped in-group reference)
+    identity.py      identity                                    (A = r, for pre-normalised rewards: arenarl)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
     spo_tree.py      spo_tree                                    (segment advantages V(child) - V(parent), [N, T])
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
@@ -22,6 +23,11 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
     pairwise.py      dagrpo_provisional, trpa                    (sums over same-group pairs of rows)
     polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
+    gigpo.py         gigpo                                       (multi-turn: episode + anchor-state step groups, [N, T])
+    hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
+    salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
+    empg.py          empg                                        (multi-turn: entropy-modulated step advantages, [N, T])
+    _steps.py        the step table of multi-turn episodes (Rollouts.turn / step_rewards / step_anchors)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
 Surrogates, aggregation, KL and importance corrections live in the sibling registries; sampling
@@ -34,14 +40,19 @@ from covey.algos.advantages.difficulty import a_grae, dgpo, ngrpo
 from covey.algos.advantages.disco import disco
 from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
+from covey.algos.advantages.empg import empg
+from covey.algos.advantages.gigpo import gigpo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
 from covey.algos.advantages.hapo import hapo
+from covey.algos.advantages.hgpo import hgpo
+from covey.algos.advantages.identity import identity
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
 from covey.algos.advantages.spo_tree import spo_tree
 from covey.algos.advantages.token_credit import gtpo
@@ -57,11 +68,15 @@ __all__ = [
     "dgpo",
     "disco",
     "dr_grpo",
+    "empg",
     "drpo",
     "gdpo",
+    "gigpo",
     "grpo",
     "gtpo",
     "hapo",
+    "hgpo",
+    "identity",
     "mc_grpo",
     "mssr",
     "ngrpo",
@@ -69,6 +84,7 @@ __all__ = [
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
+    "salt",
     "tppo",
     "treepo",
     "trpa",

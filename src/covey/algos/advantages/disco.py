@@ -15,8 +15,8 @@ from typing import Literal
 
 import torch
 
-from covey.algos.advantages._groups import F64, PosFloat, groups_of, result, scalar_rewards, seq_mean_logprob
-from covey.algos.advantages.drpo import _group_softmax
+from covey.algos.advantages._groups import PosFloat, result
+from covey.algos.advantages.drpo import _group_softmax, binary_sets
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts
 
@@ -48,20 +48,8 @@ def disco(batch: Rollouts, *, tau: PosFloat = 10.0, neg: Literal["softmax", "mea
     advantage form is an approximation. Scores come from ``behaviour_logprobs``. Defaults: tau = 10
     (logL script; the Lratio script uses tau = 1). Rows with L = 0 are in neither set.
     """
-    g = groups_of(batch)
-    r = scalar_rewards(batch)
-    score, n_tok = seq_mean_logprob(batch, "disco")
-    nonempty = n_tok > 0
-    pos = (r == 1) & nonempty
-    negs = (r == 0) & nonempty
-    valid = (g.sum(pos.to(F64)) > 0) & (g.sum(negs.to(F64)) > 0)  # [B]
-    pos = pos & valid[g.index]
-    negs = negs & valid[g.index]
+    g, r, score, n_tok, pos, negs, metrics = binary_sets(batch, "disco")
     p_pos = _group_softmax(torch.zeros_like(r), pos, g.index, g.num)  # 1 / |pos_g|
     p_neg = _group_softmax(score / tau if neg == "softmax" else torch.zeros_like(r), negs, g.index, g.num)
-    scale = float(nonempty.sum()) / g.num
-    metrics = {
-        "valid_groups": float(valid.to(F64).mean()),
-        "non_binary_frac": float(((r != 0) & (r != 1)).to(F64).mean()),
-    }
+    scale = float((n_tok > 0).sum()) / g.num
     return result("disco", scale * (p_pos - p_neg), batch, g, metrics=metrics)

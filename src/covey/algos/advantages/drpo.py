@@ -35,6 +35,21 @@ def _group_softmax(z: torch.Tensor, member: torch.Tensor, gidx: torch.Tensor, nu
     return e / tot[gidx].clamp(min=torch.finfo(z.dtype).tiny)
 
 
+def binary_sets(batch: Rollouts, who: str):
+    """DRPO/DisCO's sets: (groups, r, score, n_tok, pos, neg, valid, metrics). pos/neg are the rows with
+    reward 1 / 0 and at least one token, in groups that hold both (`valid` [B]); score is each row's
+    mean behaviour log-prob."""
+    g = groups_of(batch)
+    r = scalar_rewards(batch)
+    score, n_tok = seq_mean_logprob(batch, who)
+    nonempty = n_tok > 0
+    pos = (r == 1) & nonempty
+    neg = (r == 0) & nonempty
+    valid = (g.sum(pos.to(F64)) > 0) & (g.sum(neg.to(F64)) > 0)  # [B]
+    metrics = {"valid_groups": float(valid.to(F64).mean()), "non_binary_frac": float(((r != 0) & (r != 1)).to(F64).mean())}
+    return g, r, score, n_tok, pos & valid[g.index], neg & valid[g.index], metrics
+
+
 @register_advantage(
     "drpo", group_relative=True,
     paper="DRPO: Efficient Reasoning via Decoupled Reward Policy Optimization",
@@ -70,23 +85,10 @@ def drpo(
     at theta = theta_old; rows with L = 0 are left out of both sets (the reference would divide by 0);
     script defaults tau = 10, lambda = 0.1.
     """
-    g = groups_of(batch)
-    r = scalar_rewards(batch)
-    score, n_tok = seq_mean_logprob(batch, "drpo")
-    nonempty = n_tok > 0
-    pos = (r == 1) & nonempty
-    neg = (r == 0) & nonempty
-    valid = (g.sum(pos.to(F64)) > 0) & (g.sum(neg.to(F64)) > 0)  # [B]
-    pos = pos & valid[g.index]
-    neg = neg & valid[g.index]
+    g, r, score, n_tok, pos, neg, metrics = binary_sets(batch, "drpo")
     t_max = float(max_len if max_len > 0 else batch.completion_mask.shape[1])
     logw = (1.0 - n_tok / max(t_max, 1.0)) / lam if length_weight else torch.zeros_like(r)
     p_pos = _group_softmax(logw, pos, g.index, g.num)  # P_i, normalised within positives
     p_neg = _group_softmax(score / tau, neg, g.index, g.num)
-    scale = float(nonempty.sum()) / g.num
-    adv = scale * (p_pos - p_neg)
-    metrics = {
-        "valid_groups": float(valid.to(F64).mean()),
-        "non_binary_frac": float(((r != 0) & (r != 1)).to(F64).mean()),
-    }
-    return result("drpo", adv, batch, g, metrics=metrics)
+    scale = float((n_tok > 0).sum()) / g.num
+    return result("drpo", scale * (p_pos - p_neg), batch, g, metrics=metrics)

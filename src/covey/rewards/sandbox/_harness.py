@@ -4,6 +4,7 @@
 Reads a JSON spec from stdin ``{"setup", "code", "asserts": [...], "io": [[stdin, stdout], ...],
 "timeout_s"}`` and writes one JSON line per test to the file descriptor argv[1]:
 ``{"i", "passed", "status", "message", "suspect"}``; status is pass, fail, error, timeout or crash.
+Exactly one line per test, in order: the host refuses anything else (`testing._verdicts`).
 
 Trust layout (docs/sandbox.md):
   harness (this process)  never runs model code; non-dumpable, so same-uid processes cannot read or
@@ -19,12 +20,15 @@ Trust layout (docs/sandbox.md):
                           as in MBPP's own evaluation (one exec of program + asserts).
 So rebinding builtins, walking frames, patching modules, exiting early, or returning an object that
 equals everything changes nothing the verdict depends on: the assert runs on values the test
-process rebuilt itself. stdin/stdout tests run the program as its own fresh process; the harness
-compares its output.
+process rebuilt itself. A function of the test passed to the program runs in the test process when
+the program calls it (`_Candidate._answer`). stdin/stdout tests run the program as its own fresh
+process, fed its text through a sealed memfd (no path in the shared /tmp); the harness compares its
+output.
 """
 
 import builtins
 import ctypes
+import fcntl
 import resource
 import select
 import signal
@@ -36,7 +40,12 @@ PR_SET_DUMPABLE = 4
 RESERVED = frozenset(dir(builtins)) | frozenset(sys.stdlib_module_names)  # names with a trusted meaning
 MAX_MESSAGE = 300
 MAX_IO_OUTPUT = 4 * 1024 * 1024
+# Raised again in the test as a generic error: an AssertionError would look like the test's own, and a
+# StopIteration raised by `f` inside ``all(map(f, xs))`` ends the iteration, so all() returns True.
+UNRAISABLE = (AssertionError, StopIteration, StopAsyncIteration)
 CANDIDATE = "candidate.py"
+# Programs may print and parse ints of any length, as before Python 3.11 (and as judges expect).
+NO_INT_LIMIT = ("-X", "int_max_str_digits=0")
 
 
 class CandidateError(Exception):
@@ -103,14 +112,17 @@ class _Candidate:
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-S", "-u", CANDIDATE, str(req_r), str(rep_w)], pass_fds=(req_r, rep_w),
-            stdin=subprocess.DEVNULL, preexec_fn=_limit_cpu(cpu_s, new_group=True),  # prints go to our stdout
+            [sys.executable, "-I", "-B", "-S", "-u", *NO_INT_LIMIT, CANDIDATE, str(req_r), str(rep_w)],
+            pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
+            preexec_fn=_limit_cpu(cpu_s, new_group=True),  # prints go to our stdout
         )
         os.close(req_r)
         os.close(rep_w)
         self.buf = bytearray()
         self.violation = None  # the first NotPlain / CandidateCrashed of this test; it can never pass
-        self.pending = False  # a request is out and its reply not read: the pipes are out of step
+        self.pending = 0  # requests out whose reply is not read (callbacks nest them): out of step
+        self.callbacks = []  # the test's functions passed to the program (keys: [our pid, index])
+        self.remotes = {}  # handle -> its _Remote, so the same object of the program is the same here
 
     @classmethod
     def start(cls, spec, cpu_s):
@@ -139,7 +151,7 @@ class _Candidate:
 
     def in_step(self):
         """Whether the next test may use this process: nothing pending, unread or refused."""
-        return self.violation is None and not self.pending and not self.buf
+        return self.violation is None and self.pending == 0 and not self.buf
 
     def close(self):
         for target in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
@@ -169,9 +181,30 @@ class _Candidate:
     def _ref(self, x):
         return x._id if isinstance(x, _Remote) and x._cand is self else None
 
+    def _fn(self, f):
+        self.callbacks.append(f)
+        return [os.getpid(), len(self.callbacks) - 1]
+
+    def _remote(self, i, name):
+        if i not in self.remotes:
+            self.remotes[i] = _Remote(self, i, name)
+        return self.remotes[i]
+
+    def _encode(self, x):
+        return encode(x, ref=self._ref, fn=self._fn)
+
+    def _decode(self, x):
+        return decode(x, obj=self._remote, fn=self._own)
+
+    def _own(self, key):
+        """The test's own function the program sent back (one it was given), by its key."""
+        if key[0] == os.getpid() and 0 <= key[1] < len(self.callbacks):
+            return self.callbacks[key[1]]
+        raise ValueError("a function of an earlier test")
+
     def call(self, name, args, kwargs, key="call"):
         try:
-            payload = {key: name, "args": encode(list(args), ref=self._ref), "kwargs": encode(dict(kwargs), ref=self._ref)}
+            payload = {key: name, "args": self._encode(list(args)), "kwargs": self._encode(dict(kwargs))}
         except Unsupported as e:
             raise self.refuse(NotPlain("unsupported", f"cannot pass {e} to the program")) from None
         return self._request(payload, args, name)
@@ -181,32 +214,34 @@ class _Candidate:
 
     def setattr(self, handle, attr, value):
         try:
-            payload = {"setattr": [handle, attr, encode(value, ref=self._ref)]}
+            payload = {"setattr": [handle, attr, self._encode(value)]}
         except Unsupported as e:
             raise self.refuse(NotPlain("unsupported", f"cannot pass {e} to the program")) from None
         self._request(payload, (), attr)
 
     def _request(self, payload, args, what):
-        self.pending = True
+        self.pending += 1
         try:
             send(self.req_w, payload)
         except OSError:
             raise self.refuse(CandidateCrashed("the program's process ended (exit, crash or kill)")) from None
         reply = self._reply()
-        self.pending = False
+        while "callback" in reply:  # the program calls one of the test's functions, then goes on
+            self._answer(reply)
+            reply = self._reply()
+        self.pending -= 1
         if "raise" in reply:
             etype, text = (list(reply["raise"]) + ["", ""])[:2]
             cls = getattr(__builtins__, str(etype), None) if isinstance(__builtins__, type(sys)) else None
-            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, AssertionError):
+            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, UNRAISABLE):
                 raise cls(str(text))
-            raise CandidateError(f"{etype}: {text}")
+            raise CandidateError(f"{etype}: {text}")  # StopIteration would end the test's map() / all() early
         if "bad" in reply:
             kind, text = (list(reply["bad"]) + ["", ""])[:2]
             raise self.refuse(NotPlain(kind, f"{what} returned {text}"))
-        remote = lambda i, name: _Remote(self, i, name)  # noqa: E731
         try:
-            result = decode(reply["ok"], obj=remote)
-            mut = {int(k): decode(v, obj=remote) for k, v in dict(reply.get("mut", {})).items()}
+            result = self._decode(reply["ok"])
+            mut = {int(k): self._decode(v) for k, v in dict(reply.get("mut", {})).items()}
         except (ValueError, KeyError, TypeError):
             raise self.refuse(CandidateCrashed("the program's process sent malformed data")) from None
         for i, new in mut.items():  # in-place functions: mirror the change into the caller's objects
@@ -214,6 +249,36 @@ class _Candidate:
                 args[i].clear()
                 args[i].extend(new) if type(new) is list else args[i].update(new)
         return result
+
+    def _answer(self, msg):
+        """Run the test's function the program called, on the plain data it sent; reply with its
+        result. An AssertionError (or a non-Exception) there fails the test even if the program
+        catches what it is told; other exceptions go to the program, which may expect them."""
+        key = msg.get("callback")
+        try:
+            if not (isinstance(key, list) and len(key) == 2 and all(type(k) is int for k in key)):
+                raise ValueError("malformed key")
+            f = self.callbacks[key[1]] if key[0] == os.getpid() and 0 <= key[1] < len(self.callbacks) else None
+            args, kwargs = self._decode(msg["args"]), self._decode(msg["kwargs"])
+        except (ValueError, KeyError, TypeError):
+            raise self.refuse(CandidateCrashed("the program's process sent malformed data")) from None
+        try:
+            if f is None:  # kept by the program from an earlier test, whose process is gone
+                raise RuntimeError("a function of an earlier test, which has ended")
+            reply = {"cbok": self._encode(f(*args, **kwargs))}
+        except Unsupported as e:
+            reply = {"cbraise": ["TypeError", f"the test's function returned {e}"[:MAX_MESSAGE]]}
+        except Exception as e:  # noqa: BLE001 - the program may catch it, as it could in one interpreter
+            if isinstance(e, AssertionError):
+                self.refuse(e)
+            reply = {"cbraise": [type(e).__name__, str(e)[:MAX_MESSAGE]]}
+        except BaseException as e:
+            self.refuse(e)
+            raise
+        try:
+            send(self.req_w, reply)
+        except OSError:
+            raise self.refuse(CandidateCrashed("the program's process ended (exit, crash or kill)")) from None
 
 
 class _Remote:
@@ -407,18 +472,41 @@ def _normalise_output(text):
     return "\n".join(lines)
 
 
-def _run_io(spec, stdin_text, expected, i):
-    """The program as its own fresh process (it never sees the expected output); we compare."""
-    prog = f"prog_{i}.py"
-    with open(prog, "w") as f:
-        f.write(spec["setup"] + "\n" + spec["code"])
+def _program_fd(text):
+    """A sealed, read-only memfd holding `text`: no path the program could plant a symlink at.
+
+    (Writing the program to a named file in the shared /tmp let an earlier program point that name
+    at our result descriptor and have us write its own text, with forged verdict lines, into it.)
+    """
+    fd = os.memfd_create("program", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        proc = subprocess.run([sys.executable, "-I", "-B", "-S", prog], input=stdin_text.encode(), capture_output=True,
-                              timeout=spec["timeout_s"], preexec_fn=_limit_cpu(spec["timeout_s"]), start_new_session=True)
+        data = memoryview(text.encode("utf-8", "replace"))
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _run_io(spec, stdin_text, expected):
+    """The program as its own fresh process (it never sees the expected output); we compare.
+
+    It reads its text from an inherited memfd (``/proc/self/fd/N`` is its own descriptor), so the
+    harness opens no path in the sandbox's /tmp, where the program may have planted symlinks.
+    """
+    prog = _program_fd(spec["setup"] + "\n" + spec["code"])
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-B", "-S", *NO_INT_LIMIT, f"/proc/self/fd/{prog}"], input=stdin_text.encode(),
+                              capture_output=True, timeout=spec["timeout_s"], pass_fds=(prog,),
+                              preexec_fn=_limit_cpu(spec["timeout_s"]), start_new_session=True)
     except subprocess.TimeoutExpired:
         return "timeout", f"test did not finish within {spec['timeout_s']} s", False
     finally:
-        os.unlink(prog)
+        os.close(prog)
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         return "error", (err[-1] if err else f"exit code {proc.returncode}")[:MAX_MESSAGE], False
@@ -430,6 +518,8 @@ def _run_io(spec, stdin_text, expected, i):
 
 def main():
     result_fd = int(sys.argv[1])
+    if hasattr(sys, "set_int_max_str_digits"):  # the tests' own long int literals (Python >= 3.11)
+        sys.set_int_max_str_digits(0)
     spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     try:
         protected = ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
@@ -471,7 +561,7 @@ def main():
                     cand.close()
                     cand = None
         else:
-            status, message, suspect = _run_io(spec, test[0], test[1], i)
+            status, message, suspect = _run_io(spec, test[0], test[1])
         res = {"i": i, "passed": status == "pass", "status": status, "message": message, "suspect": suspect}
         os.write(result_fd, (json.dumps(res) + "\n").encode())
 

@@ -164,15 +164,37 @@ def run_tests(
     if res.exit_code != 0 and not res.timed_out:
         messages = [f"harness exited with {res.exit_code}: {res.stderr.strip()[-200:]}"] * n
         status = ["crash"] * n
-    for line in res.channel.decode("utf-8", "replace").splitlines():
+    records, broken = _verdicts(res.channel, n)
+    if broken is not None:  # someone else wrote to the channel: no verdict of this run is trusted
+        return TestReport(passed=[False] * n, status=["crash"] * n, messages=[broken] * n, run=res, suspect=[True] * n)
+    for i, rec in enumerate(records):
+        passed[i] = rec["status"] == "pass"
+        status[i] = rec["status"]
+        messages[i] = str(rec.get("message", ""))
+        suspect[i] = bool(rec.get("suspect", False))
+    return TestReport(passed=passed, status=status, messages=messages, run=res, suspect=suspect)
+
+
+def _verdicts(channel: bytes, n: int) -> tuple[list[dict], str | None]:
+    """(the harness's records, None), or ([], why) when the channel is not exactly what it writes.
+
+    The harness writes one complete line per test, in order: line k is ``{"i": k, "status": ...}``.
+    Anything else (a second verdict for a test, an index out of order or range, a line that is not a
+    record, a partial line) means something other than the harness wrote there: the run is refused.
+    """
+    if not channel:
+        return [], None
+    lines = channel.split(b"\n")
+    if lines[-1] != b"":
+        return [], "the result channel ended in a partial line: no verdict of this run is trusted"
+    records = []
+    for k, line in enumerate(lines[:-1]):
         try:
             rec = json.loads(line)
-            i = int(rec["i"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        if 0 <= i < n and rec.get("status") in _STATUSES:
-            passed[i] = rec["status"] == "pass"
-            status[i] = rec["status"]
-            messages[i] = str(rec.get("message", ""))
-            suspect[i] = bool(rec.get("suspect", False))
-    return TestReport(passed=passed, status=status, messages=messages, run=res, suspect=suspect)
+        except ValueError:
+            rec = None
+        ok = isinstance(rec, dict) and k < n and type(rec.get("i")) is int and rec["i"] == k
+        if not (ok and rec.get("status") in _STATUSES and rec.get("passed") is (rec["status"] == "pass")):
+            return [], f"the result channel carried an unexpected record (line {k + 1}): no verdict of this run is trusted"
+        records.append(rec)
+    return records, None

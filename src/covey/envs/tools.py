@@ -1,0 +1,127 @@
+"""Tool calls: the Qwen/Hermes ``<tool_call>{json}</tool_call>`` parser and the built-in calculator.
+
+A malformed call never raises: it comes back as a `ToolCall` with `arguments=None` and an `error`,
+which the environment returns to the model as a tool message (and the episode loop counts).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import operator
+import re
+
+from covey.envs.base import ToolCall
+
+__all__ = ["CALCULATOR_SCHEMA", "calculate", "parse_tool_calls", "tool_message"]
+
+_CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+
+
+def parse_tool_calls(text: str) -> list[ToolCall]:
+    """Every ``<tool_call>...</tool_call>`` block of a turn, in order (Qwen2.5/Hermes format:
+    ``{"name": str, "arguments": {...}}``). An unclosed block at the end of the turn (the turn ran out
+    of tokens) and bad JSON are errors, as is a missing name or non-object arguments."""
+    calls = []
+    for m in _CALL.finditer(text):
+        body, closed = m.group(1).strip(), bool(m.group(2))
+        if not closed:
+            calls.append(ToolCall("", None, "unclosed <tool_call> (no </tool_call>)"))
+            continue
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError as e:
+            calls.append(ToolCall("", None, f"tool call is not valid JSON ({e.msg} at char {e.pos})"))
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+            calls.append(ToolCall("", None, 'a tool call must be a JSON object with a "name" string'))
+            continue
+        args = obj.get("arguments", {})
+        if isinstance(args, str):  # some models emit the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                pass
+        if not isinstance(args, dict):
+            calls.append(ToolCall(obj["name"], None, '"arguments" must be a JSON object'))
+            continue
+        calls.append(ToolCall(obj["name"], args))
+    return calls
+
+
+def tool_message(content: str) -> dict:
+    """A chat message with role "tool" (the result of a call, or its error)."""
+    return {"role": "tool", "content": content}
+
+
+# ------------------------------------------------------------------------------------ calculator
+CALCULATOR_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression with + - * / // % ** and parentheses.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. (12 + 3) * 4"}},
+            "required": ["expression"],
+        },
+    },
+}
+
+_BINARY = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}  # fmt: skip
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+MAX_CHARS, MAX_EXPONENT, MAX_ABS = 200, 64, 1e30
+
+
+def calculate(expression: str) -> str:
+    """The value of an arithmetic expression as text, or ``"error: ..."``.
+
+    Only numbers, + - * / // % **, unary signs and parentheses are accepted (the expression is parsed
+    with `ast` and walked; nothing is ever passed to eval). Limits keep it cheap: at most 200
+    characters, exponents at most 64 in size, |values| at most 1e30. Integral results print without
+    a decimal point ("6", not "6.0").
+    """
+    if not isinstance(expression, str) or not expression.strip():
+        return "error: empty expression"
+    if len(expression) > MAX_CHARS:
+        return f"error: expression longer than {MAX_CHARS} characters"
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+        value = _eval(tree.body)
+    except SyntaxError:
+        return "error: not an arithmetic expression"
+    except ZeroDivisionError:
+        return "error: division by zero"
+    except (ValueError, OverflowError, TypeError) as e:
+        return f"error: {e}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "error: result is not finite"
+        if value.is_integer():
+            value = int(value)
+        else:
+            return repr(round(value, 10))
+    return str(value)
+
+
+def _eval(node: ast.AST) -> int | float:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return _bounded(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise ValueError(f"exponent larger than {MAX_EXPONENT}")
+        return _bounded(_BINARY[type(node.op)](left, right))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval(node.operand))
+    raise ValueError(f"unsupported element {type(node).__name__}")
+
+
+def _bounded(x):
+    if isinstance(x, complex) or abs(x) > MAX_ABS:
+        raise ValueError("value out of range")
+    return x

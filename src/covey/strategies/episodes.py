@@ -1,0 +1,456 @@
+"""`episodes`: multi-turn agent rollouts against an environment (`covey.envs`), token-exact.
+
+Per item, G episodes share one environment seed (so their initial states coincide). Each turn, all
+live episodes go to the engine in ONE `generate` call (n=1 per episode); each turn's output is
+parsed (`<tool_call>` JSON, Qwen/Hermes) into an `Action` and handed to its environment. The
+sampled ids are what the row trains on, never a re-tokenization of their text. Layouts:
+
+concat (one row per episode; `auto` picks it when the chat template appends turns):
+
+    row tokens = prompt (chat template of the reset messages, generation prompt added)
+               + turn 0 sampled ids (mask 1) + env tokens (mask 0) + turn 1 sampled ids (mask 1) + ...
+
+    Environment messages are tokenized as the difference between the chat template rendered over a
+    fixed dummy conversation with and without them (`TemplateDelta`), starting right after the
+    assistant's end-of-turn token; when a turn was cut by its token budget, the end-of-turn token
+    the template would have written is added as an env token. The engine's prompt at each turn is
+    the row so far.
+
+per_step (one row per turn; `auto` picks it when the template rewrites earlier turns, e.g. drops
+    past ``<think>`` blocks, detected once per tokenizer): the prompt of turn t is the chat template
+    of the conversation so far (earlier turns as decoded text, rewritten as the template does), the
+    engine samples from exactly that prompt, and the row is (that prompt, the turn's sampled ids).
+
+Every row carries `Rollouts.episode` (rows of one episode share it), `turn` (each agent token's
+turn, -1 on env tokens and padding) and its episode's `step_rewards` / `step_anchors` (one entry
+per turn: the env reward, and the anchor of the state the turn acted in). `rewards` is one column,
+`env_return` (the episode's sum of step rewards, on each of its rows); reward functions and
+shaping are not applied. With per_step, an episode of k turns is k rows (no per-episode
+aggregation yet).
+
+Limits (each ends an episode with a counted reason, `episodes/end/<reason>`): the env's own
+terminated / truncated; `max_turns`; the context (`max_context_tokens`; each turn's budget is
+`min(sampling.max_new_tokens, the draw's max_new_tokens, max_context_tokens - tokens so far)`); `max_invalid` invalid actions in
+a row (``info["valid"] = False`` or only malformed tool calls); an env call that raises
+(`env_error`) or takes longer than `step_timeout_s` (`env_timeout`, its thread is abandoned). Failed
+episodes, and episodes whose first prompt leaves no room to generate, are dropped from the batch
+(counted); the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import torch
+
+from covey.engine.base import Engine
+from covey.envs.base import ENVS, Action, Env, StepResult
+from covey.envs.tools import parse_tool_calls
+from covey.rollouts import Rollouts
+from covey.strategies.base import RolloutContext, register_strategy
+
+__all__ = ["Episodes", "TemplateDelta", "TemplateError"]
+
+log = logging.getLogger(__name__)
+
+
+class TemplateError(ValueError):
+    """The chat template cannot give token-exact episodes (it rewrites earlier turns)."""
+
+
+def render(tokenizer, messages: list[dict], *, generation_prompt: bool, tools: list[dict] | None = None) -> list[int]:
+    """Token ids of `messages` under the tokenizer's chat template."""
+    kw = {"tools": tools} if tools else {}
+    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=generation_prompt, tokenize=True, **kw)
+    if hasattr(out, "keys") and "input_ids" in out:  # transformers 5 returns a BatchEncoding
+        out = out["input_ids"]
+    return [int(t) for t in out]
+
+
+class TemplateDelta:
+    """Env messages -> the token ids the chat template adds for them after an assistant turn.
+
+    ``tokens(messages, closed)`` = [end-of-turn id if the turn was not closed by it] + the template's
+    text after the end-of-turn token (e.g. "\\n") + the messages + the next generation prompt, all
+    taken from renders of a fixed dummy conversation (never from the sampled text).
+    """
+
+    _DUMMY = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+
+    def __init__(self, tokenizer, tools: list[dict] | None = None):
+        if not getattr(tokenizer, "chat_template", None):
+            raise TemplateError("the episodes strategy needs a tokenizer with a chat template")
+        self.tok, self.tools = tokenizer, tools
+        self.eos = tokenizer.eos_token_id
+        self.base = render(tokenizer, self._DUMMY, generation_prompt=False, tools=tools)
+        start = render(tokenizer, self._DUMMY[:1], generation_prompt=True, tools=tools)
+        if self.base[: len(start)] != start:
+            raise TemplateError("the chat template renders the conversation before an assistant turn differently "
+                                "once the turn is added: it does not append turns")  # fmt: skip
+        ends = [i for i, t in enumerate(self.base) if t == self.eos and i >= len(start)]
+        if not ends:
+            raise TemplateError(f"the chat template does not close assistant turns with the eos token {self.eos}")
+        self.glue = self.base[ends[-1] + 1 :]
+        think = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\ny"}]
+        before = render(tokenizer, think, generation_prompt=False, tools=tools)
+        after = render(tokenizer, [*think, {"role": "user", "content": "z"}], generation_prompt=True, tools=tools)
+        if after[: len(before)] != before:
+            raise TemplateError("the chat template rewrites earlier turns (e.g. drops <think> from past assistant "
+                                "messages), so one row per episode cannot hold the sampled tokens")  # fmt: skip
+
+    def tokens(self, messages: list[dict], closed: bool) -> list[int]:
+        full = render(self.tok, [*self._DUMMY, *messages], generation_prompt=True, tools=self.tools)
+        if full[: len(self.base)] != self.base:
+            raise TemplateError(f"the chat template rewrites earlier turns when {[m['role'] for m in messages]} "
+                                "messages are added")  # fmt: skip
+        return ([] if closed else [self.eos]) + self.glue + full[len(self.base) :]
+
+
+@dataclass
+class _Turn:
+    """One model turn: the prompt the engine saw, what it sampled, and the env tokens that follow it
+    in a concat row (empty after the last turn, and always in per_step rows)."""
+
+    prompt: list[int]
+    ids: list[int]
+    logprobs: list[float]
+    entropies: list[float] | None
+    versions: list[int]
+    finish: str
+    env_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Episode:
+    env: Env | None
+    item: dict
+    group: int
+    prompt: list[int]  # the first prompt (the reset messages, generation prompt added)
+    max_new_tokens: int | None = None  # the sampler's cap on each turn (Draw.max_new_tokens)
+    messages: list[dict] = field(default_factory=list)  # the conversation (per_step prompts are rendered from it)
+    anchor: Any = None
+    turns: list[_Turn] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    anchors: list[Any] = field(default_factory=list)
+    invalid_streak: int = 0
+    end: str | None = None  # why it ended
+    terminated: bool = False
+    success: bool | None = None
+
+    def stream(self) -> list[int]:
+        """The concat row so far: the first prompt, then each turn's sampled ids and env tokens."""
+        return self.prompt + [x for t in self.turns for x in t.ids + t.env_ids]
+
+
+class _EnvFailure(Exception):
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind = kind
+
+
+def _check_result(out: Any) -> StepResult:
+    """The env's return value, checked: a bad one is the env's bug (an env_error of its episode)."""
+    if not isinstance(out, StepResult):
+        raise TypeError(f"an environment must return a StepResult, got {type(out).__name__}")
+    for m in out.messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise TypeError(f"environment message {m!r} must be a dict with 'role' and 'content' strings")
+    if not isinstance(out.reward, (int, float)) or not math.isfinite(out.reward):
+        raise TypeError(f"environment reward must be a finite number, got {out.reward!r}")
+    if not isinstance(out.info, dict) or not isinstance(out.info.get("tool_errors", 0), int):
+        raise TypeError(f"environment info must be a dict (with an int 'tool_errors' if any), got {out.info!r}")
+    return out
+
+
+def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float) -> list[tuple[Any, float]]:
+    """Run `calls` concurrently in daemon threads; per call (result or `_EnvFailure`, seconds). A call
+    still running after `timeout_s` (counted from the start) is abandoned as ``env_timeout``."""
+    boxes: list[dict] = [{} for _ in calls]
+
+    def run(fn, box):
+        t0 = time.perf_counter()
+        try:
+            box["out"] = _check_result(fn())
+        except Exception as e:  # noqa: BLE001 - any env bug fails its episode, not the run
+            box["err"] = _EnvFailure("env_error", f"{type(e).__name__}: {e}")
+        box["s"] = time.perf_counter() - t0
+
+    threads = [threading.Thread(target=run, args=(fn, box), daemon=True) for fn, box in zip(calls, boxes)]
+    start = time.perf_counter()
+    for th in threads:
+        th.start()
+    out = []
+    for th, box in zip(threads, boxes):
+        th.join(max(0.0, start + timeout_s - time.perf_counter()))
+        if th.is_alive() or "s" not in box:
+            out.append((_EnvFailure("env_timeout", f"no answer within step_timeout_s={timeout_s}"), timeout_s))
+        else:
+            out.append((box.get("out", box.get("err")), box["s"]))
+    return out
+
+
+@register_strategy("episodes")
+class Episodes:
+    """Multi-turn episodes against the `env` environment (given by the config's top-level ``env:``)."""
+
+    engine_protocols = (Engine,)
+
+    def __init__(self, *, env: dict, max_turns: int = 8, max_context_tokens: int = 1024, max_invalid: int = 3,
+                 step_timeout_s: float = 30.0, layout: Literal["auto", "concat", "per_step"] = "auto"):  # fmt: skip
+        if not isinstance(env, dict) or not isinstance(env.get("name"), str):
+            raise ValueError(f"episodes: env must be a mapping with a 'name', got {env!r}")
+        if max_turns < 1 or max_context_tokens < 2 or max_invalid < 1 or not step_timeout_s > 0:
+            raise ValueError("episodes: need max_turns >= 1, max_context_tokens >= 2, max_invalid >= 1, step_timeout_s > 0 "
+                             f"(got {max_turns}, {max_context_tokens}, {max_invalid}, {step_timeout_s})")  # fmt: skip
+        if layout not in ("auto", "concat", "per_step"):
+            raise ValueError(f"episodes: layout must be auto, concat or per_step, got {layout!r}")
+        self.layout = layout
+        self.env_name, self.env_params = env["name"], {k: v for k, v in env.items() if k != "name"}
+        ENVS.check_params(self.env_name, self.env_params)
+        self.new_env().close()  # bad env parameter values fail now (before the model loads), not at the first step
+        self.max_turns, self.max_context, self.max_invalid = max_turns, max_context_tokens, max_invalid
+        self.timeout = float(step_timeout_s)
+        self._tok: Any = None  # the tokenizer the layout was chosen for
+        self._tools: list[dict] | None = None
+        self._delta: TemplateDelta | None = None  # concat: env messages -> tokens
+        self._per_step = layout == "per_step"
+        self._warned: set[str] = set()
+
+    def new_env(self) -> Env:
+        return ENVS.build(self.env_name, self.env_params)
+
+    # -------------------------------------------------------------------------------- the loop
+    def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
+        tok = ctx.tokenizer
+        counts: Counter = Counter()
+        env_times: list[float] = []
+        base_seed = ctx.sampling(0).seed or 0
+        episodes = [_Episode(env=None, item=d.item, group=g, prompt=[], max_new_tokens=d.max_new_tokens)
+                    for g, d in enumerate(ctx.draws) for _ in range(d.n)]  # fmt: skip
+        self._reset(episodes, base_seed, tok, counts, env_times)
+        for turn in range(self.max_turns):
+            live, prompts = self._live(episodes, tok)
+            if not live:
+                break
+            actions = self._generate(live, prompts, ctx, turn, counts)
+            results = run_with_timeout([lambda ep=ep, a=a: ep.env.step(a) for ep, a in zip(live, actions)], self.timeout)
+            for ep, action, (res, secs) in zip(live, actions, results):
+                env_times.append(secs)
+                self._record(ep, action, res, turn, counts)
+        for ep in episodes:
+            if ep.env is not None:
+                try:
+                    ep.env.close()
+                except Exception as e:  # noqa: BLE001
+                    self._warn("close", f"environment close() raised {type(e).__name__}: {e}")
+        kept = [ep for ep in episodes if ep.end not in ("env_error", "env_timeout") and ep.rewards]
+        metrics = _metrics(episodes, kept, counts, env_times)
+        metrics["episodes/per_step_layout"] = float(self._per_step)
+        return self._batch(kept, tok, ctx), metrics
+
+    def _reset(self, episodes: list[_Episode], base_seed: int, tok, counts: Counter, env_times: list[float]) -> None:
+        """Build and reset every episode's env (group g gets seed base_seed + g); choose the layout."""
+        built = []
+        for ep in episodes:
+            try:
+                ep.env = self.new_env()
+                built.append(ep)
+            except Exception as e:  # noqa: BLE001 - a factory that fails fails its episode
+                self._fail(ep, _EnvFailure("env_error", f"{type(e).__name__}: {e}"), counts)
+        calls = [lambda ep=ep: ep.env.reset(ep.item, seed=base_seed + ep.group) for ep in built]
+        for ep, (res, secs) in zip(built, run_with_timeout(calls, self.timeout)):
+            env_times.append(secs)
+            if isinstance(res, _EnvFailure):
+                self._fail(ep, res, counts)
+                continue
+            ep.anchor, ep.messages = res.anchor, list(res.messages)
+            self._template(tok, ep.env)
+            ep.prompt = render(tok, res.messages, generation_prompt=True, tools=self._tools)
+            if res.done:
+                self._fail(ep, _EnvFailure("env_error", "reset() returned a finished episode"), counts)
+
+    def _live(self, episodes: list[_Episode], tok) -> tuple[list[_Episode], list[list[int]]]:
+        """The episodes that go on, with this turn's prompt (ending those with no room left)."""
+        live, prompts = [], []
+        for ep in episodes:
+            if ep.end is not None:
+                continue
+            p = render(tok, ep.messages, generation_prompt=True, tools=self._tools) if self._per_step else ep.stream()
+            if self.max_context - len(p) < 1:
+                ep.end = "context"
+                continue
+            live.append(ep)
+            prompts.append(p)
+        return live, prompts
+
+    def _generate(self, live: list[_Episode], prompts: list[list[int]], ctx: RolloutContext, turn: int,
+                  counts: Counter) -> list[Action]:  # fmt: skip
+        """One engine call for every live episode (each turn's budget clipped to its context left);
+        records each turn and parses it into an `Action`."""
+        sp = ctx.sampling(turn)
+        budgets = tuple(min(sp.max_new_tokens, ep.max_new_tokens or sp.max_new_tokens, self.max_context - len(p))
+                        for ep, p in zip(live, prompts))  # fmt: skip
+        call = sp if all(b == sp.max_new_tokens for b in budgets) else replace(sp, prompt_max_new_tokens=budgets)
+        gen = ctx.engine.generate(prompts, 1, call)
+        actions = []
+        for i, (ep, k) in enumerate(zip(live, gen.lengths.tolist())):
+            ids = gen.completion_ids[i, :k].tolist()
+            ent = gen.entropies[i, :k].tolist() if gen.entropies is not None else None
+            ver = gen.policy_version[i, :k].tolist() if gen.policy_version is not None else [ctx.policy_version] * k
+            ep.turns.append(_Turn(prompts[i], ids, gen.logprobs[i, :k].tolist(), ent, ver, gen.finish_reason[i]))
+            ep.anchors.append(ep.anchor)
+            text = ctx.tokenizer.decode(ids, skip_special_tokens=True)
+            calls = parse_tool_calls(text)
+            counts["tool_calls"] += len(calls)
+            counts["tool_malformed"] += sum(c.error is not None for c in calls)
+            actions.append(Action(text, ids, calls, gen.finish_reason[i]))
+        return actions
+
+    def _record(self, ep: _Episode, action: Action, res: StepResult | _EnvFailure, turn: int, counts: Counter) -> None:
+        """The env's answer to one turn: reward, anchor, counters, and whether (and why) the episode ends."""
+        counts["turns"] += 1
+        if isinstance(res, _EnvFailure):
+            ep.rewards.append(0.0)
+            self._fail(ep, res, counts)
+            return
+        ep.rewards.append(float(res.reward))
+        ep.anchor = res.anchor
+        counts["tool_errors"] += int(res.info.get("tool_errors", 0))
+        if "success" in res.info:
+            ep.success = bool(res.info["success"])
+        malformed_only = bool(action.tool_calls) and all(c.error is not None for c in action.tool_calls)
+        invalid = res.info.get("valid") is False or malformed_only
+        counts["invalid"] += invalid
+        ep.invalid_streak = ep.invalid_streak + 1 if invalid else 0
+        if res.terminated or res.truncated:
+            ep.end, ep.terminated = ("terminated" if res.terminated else "truncated"), res.terminated
+        elif ep.invalid_streak >= self.max_invalid:
+            ep.end = "invalid_streak"
+        elif turn + 1 == self.max_turns:
+            ep.end = "max_turns"
+        else:
+            ep.messages += [{"role": "assistant", "content": action.text}, *res.messages]
+            if not self._per_step:
+                self._append_env_tokens(ep, action, res, counts)
+
+    def _template(self, tok, env: Env) -> None:
+        """Once per tokenizer: the layout (`auto` takes per_step when the template rewrites earlier
+        turns, and says so once; `concat` refuses such a template) and, for concat, its `TemplateDelta`."""
+        if self._tok is tok:
+            return
+        self._tok, self._tools = tok, getattr(env, "tools", None)
+        self._delta, self._per_step = None, self.layout == "per_step"
+        if self._per_step:
+            return
+        try:
+            self._delta = TemplateDelta(tok, self._tools)
+        except TemplateError as e:
+            if self.layout == "concat":
+                raise TemplateError(f"{e}; use rollout.strategy.layout per_step (or auto)") from None
+            self._per_step = True
+            log.warning("episodes: layout auto chose per_step (one row per turn): %s", e)
+
+    def _append_env_tokens(self, ep: _Episode, action: Action, res: StepResult, counts: Counter) -> None:
+        """Concat layout: the env's messages as template-delta tokens after the turn (or end the episode
+        with `context` when they leave no room for one more token)."""
+        closed = bool(action.token_ids) and action.token_ids[-1] == self._delta.eos
+        try:
+            env_ids = self._delta.tokens(res.messages, closed)
+        except TemplateError as e:
+            self._fail(ep, _EnvFailure("env_error", str(e)), counts)
+            return
+        if len(ep.stream()) + len(env_ids) >= self.max_context:
+            ep.end = "context"
+            return
+        ep.turns[-1].env_ids = env_ids
+
+    def _fail(self, ep: _Episode, failure: _EnvFailure, counts: Counter) -> None:
+        ep.end = failure.kind
+        self._warn(failure.kind, f"episode of item {ep.item.get('id')} failed ({failure.kind}): {failure} "
+                                 "(dropped from the batch; counted in episodes/end/" + failure.kind + ")")  # fmt: skip
+
+    def _warn(self, kind: str, msg: str) -> None:
+        if kind not in self._warned:  # the first of each kind, not one line per episode
+            self._warned.add(kind)
+            log.warning(msg)
+
+    def _batch(self, eps: list[_Episode], tok, ctx: RolloutContext) -> Rollouts:
+        """concat: one row per episode (turns and env tokens); per_step: one row per turn, its prompt
+        the context the engine saw. Every row carries its episode's id, return and step lists."""
+        rows = []  # (episode index, prompt, [(turn index or -1, _Turn or env ids)], finish reason)
+        for e, ep in enumerate(eps):
+            if self._per_step:
+                rows += [(e, tr.prompt, [(t, tr)], tr.finish) for t, tr in enumerate(ep.turns)]
+            else:
+                segs = [seg for t, tr in enumerate(ep.turns) for seg in ((t, tr), (-1, tr.env_ids))]
+                rows.append((e, ep.prompt, segs, "stop" if ep.terminated else "length"))
+        n = len(rows)
+        width = max([1, *(sum(len(x.ids) if t >= 0 else len(x) for t, x in segs) for _, _, segs, _ in rows)])
+        ids = torch.full((n, width), ctx.engine.pad_token_id, dtype=torch.long)
+        mask, lp = torch.zeros(n, width), torch.zeros(n, width)
+        turn = torch.full((n, width), -1, dtype=torch.long)
+        ver = torch.full((n, width), ctx.policy_version, dtype=torch.long)
+        has_ent = all(tr.entropies is not None for ep in eps for tr in ep.turns)
+        ent = torch.zeros(n, width) if has_ent else None
+        for i, (_, _, segs, _) in enumerate(rows):
+            pos = 0
+            for t, x in segs:
+                toks = x.ids if t >= 0 else x
+                k, end = len(toks), pos + len(toks)
+                ids[i, pos:end] = torch.tensor(toks, dtype=torch.long)
+                if t >= 0 and k:
+                    mask[i, pos:end], turn[i, pos:end] = 1.0, t
+                    lp[i, pos:end] = torch.tensor(x.logprobs)
+                    ver[i, pos:end] = torch.tensor(x.versions, dtype=torch.long)
+                    if ent is not None:
+                        ent[i, pos:end] = torch.tensor(x.entropies)
+                pos = end
+        of = [eps[e] for e, _, _, _ in rows]
+        return Rollouts(
+            prompt_ids=[torch.tensor(p, dtype=torch.long) for _, p, _, _ in rows],
+            completion_ids=ids, completion_mask=mask, behaviour_logprobs=lp,
+            group=torch.tensor([ep.group for ep in of], dtype=torch.long),
+            prompt_id=torch.tensor([int(ep.item["id"]) for ep in of], dtype=torch.long),
+            finish_reason=[f for _, _, _, f in rows],
+            rewards=torch.tensor([[sum(ep.rewards)] for ep in of], dtype=torch.float32).reshape(n, 1),
+            reward_names=("env_return",), entropies=ent, policy_version=ver,
+            episode=torch.tensor([e for e, _, _, _ in rows], dtype=torch.long), turn=turn,
+            step_rewards=[ep.rewards for ep in of], step_anchors=[ep.anchors for ep in of],
+            items=[ep.item for ep in of],
+        ).validate()  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def _metrics(episodes: list[_Episode], kept: list[_Episode], counts: Counter, env_times: list[float]) -> dict[str, float]:
+    total = max(len(episodes), 1)
+    out: dict[str, float] = {f"episodes/end/{k}": v / total for k, v in Counter(ep.end for ep in episodes).items()}
+    out["episodes/count"] = float(len(episodes))
+    out["episodes/failed"] = float(len(episodes) - len(kept))
+    if kept:
+        out["episodes/length_mean"] = sum(len(ep.rewards) for ep in kept) / len(kept)
+        out["episodes/return_mean"] = out["reward/mean"] = sum(sum(ep.rewards) for ep in kept) / len(kept)
+        judged = [ep.success for ep in kept if ep.success is not None]
+        if judged:
+            out["episodes/success_rate"] = sum(judged) / len(judged)
+    turns = max(counts["turns"], 1)
+    out["episodes/invalid_action_rate"] = counts["invalid"] / turns
+    out["episodes/tool_calls_per_turn"] = counts["tool_calls"] / turns
+    out["episodes/tool_malformed"] = float(counts["tool_malformed"])
+    errors = max(counts["tool_errors"], counts["tool_malformed"])
+    out["episodes/tool_error_rate"] = errors / counts["tool_calls"] if counts["tool_calls"] else 0.0
+    if env_times:
+        out["time/env_per_step"] = sum(env_times) / len(env_times)
+        out["time/env_step_max"] = max(env_times)
+    return out
