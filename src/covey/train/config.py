@@ -20,6 +20,7 @@ from covey.algos.presets import AlgoConfig, resolve_algo
 from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
 from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
+from covey.runtime.config import RuntimeConfig, check_runtime
 
 __all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
 
@@ -210,6 +211,8 @@ class RunConfig(_Strict):
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    """How the loop runs: executor inline | thread, max_staleness, timeout_s (`covey.runtime.config`)."""
     steps: int = Field(20, ge=1)
     seed: int = 0
 
@@ -267,6 +270,7 @@ class RunConfig(_Strict):
                 raise ValueError(f"{key}: {e}") from None
         check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
         check_combination(self)  # sampler x strategy x advantage: covey.compat
+        check_runtime(self)  # executor x strategy x staleness: covey.runtime.config
         spec = self.strategy_spec()
         try:  # built now (cheap, no context): a strategy that wraps another (dynamic) checks its inner one
             STRATEGIES.build(spec.name, spec.params)
