@@ -141,3 +141,21 @@ def test_a_failing_engine_is_a_one_line_error_not_a_hang(tmp_path):
 def test_refused_runtime_combinations(tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):
         _cfg(tmp_path, *overrides)
+
+
+def test_the_cli_reports_a_failing_generator_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "covey.cli", "train", "--run-dir", str(tmp_path / "run"), "model.name=tiny-llama",
+           "task.params={digits: 1, n_train: 32, n_test: 8}", "rollout.prompts_per_step=2", "rollout.group_size=2",
+           "sampling.max_new_tokens=4", "reward_workers=0", "log.progress=false", "steps=3", "algo.kl=null",
+           "runtime.executor=thread", "engine.name=tests.runtime._engines:FailingEngine", "engine.params={fail_at: 1}"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert errors == ["error: runtime: the generation thread failed generating batch 1 (step 2) at policy version 1: "
+                      "RuntimeError: fake engine failure at call 1"], out.stderr[-2000:]  # fmt: skip
+    assert "Traceback" not in out.stderr
