@@ -134,7 +134,8 @@ def test_a_failing_engine_is_a_one_line_error_not_a_hang(tmp_path):
          "carries unfinished rollouts"),
         (["runtime.executor=thread", "model.lora={r: 4}", "algo.kl={name: k1, coef: 0.1, mode: reward}"],
          "KL reward with LoRA"),
-        (["runtime.executor=ray"], "'inline' or 'thread'"),
+        (["runtime.executor=dask"], "'inline', 'thread' or 'ray'"),
+        (["runtime.executor=ray", "rollout.strategy=treepo"], "needs ForkingEngine|optional extra"),
         (["runtime.executor=thread", "runtime.timeout_s=0"], "greater than 0"),
     ],
 )

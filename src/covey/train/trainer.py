@@ -108,10 +108,16 @@ class Trainer:
         source = engine_model(self.model)
         if cfg.runtime.executor == "thread":  # the engine reads its own weights: the learner updates its in place meanwhile
             source = own_copy(source, self.model)
-        self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
+        if cfg.runtime.executor == "ray":  # the engine in a Ray actor, built there from a copy of the model
+            from covey.runtime.ray_engine import RayEngine
+
+            self.engine = RayEngine(cfg.engine.name, engine_params, source, self.tokenizer, timeout_s=cfg.runtime.timeout_s,
+                                    address=cfg.runtime.ray_address)  # fmt: skip
+        else:
+            self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
         self._sampler_lock = threading.RLock()  # the generator thread and the learner both call the sampler
         self.executor = None
-        if cfg.runtime.executor == "thread":
+        if cfg.runtime.executor != "inline":
             self.executor = ThreadExecutor(self.collect, lambda weights, v: self.engine.load_weights(weights, version=v),
                                            max_staleness=cfg.runtime.max_staleness, timeout_s=cfg.runtime.timeout_s,
                                            limit=cfg.steps)  # fmt: skip
