@@ -1,4 +1,4 @@
-"""Throughput of `runtime.executor: inline` vs `thread` (max_staleness 0 and 1) on a real model.
+"""Throughput of `runtime.executor: inline` vs `thread` (and `ray` where installed) on a real model.
 
 Trains the same config under each executor in one process, alternating the executors round by
 round so they see the same machine load, and prints one JSON line per run plus a summary: seconds
@@ -8,6 +8,9 @@ after). On a small CPU both stages compete for the same cores, so no speed-up is
 the simulated clock (`bench_async_sim.py`) shows where the gain comes from.
 
     python benchmarks/bench_async_thread.py --model tiny-llama --steps 6 --rounds 2
+
+Where Ray is installed, `ray` with max_staleness 0 and 1 is measured too, on one local Ray
+(`ray.init(num_cpus=2)`, started once: its start-up is not in the numbers).
 """
 
 from __future__ import annotations
@@ -78,13 +81,23 @@ def main() -> None:
     machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": args.threads or torch.get_num_threads(),
                "load_avg_before": os.getloadavg()}  # fmt: skip
     results: dict[str, list[dict]] = {}
+    runs = [("inline", 0), ("thread", 0), ("thread", 1)]
+    try:
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        runs += [("ray", 0), ("ray", 1)]
+    except ImportError:
+        ray = None
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for executor, eta in (("inline", 0), ("thread", 0), ("thread", 1)):
+            for executor, eta in runs:
                 row = run(executor, eta, args, Path(tmp))
                 row["round"] = r
                 print(json.dumps(row), flush=True)
                 results.setdefault(f"{executor}/eta={eta}", []).append(row)
+    if ray is not None:
+        ray.shutdown()
     machine["load_avg_after"] = os.getloadavg()
     base = statistics.median(x["s_per_step"] for x in results["inline/eta=0"])
     summary = {k: {"s_per_step_median": statistics.median(x["s_per_step"] for x in v),
