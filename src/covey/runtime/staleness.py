@@ -18,8 +18,9 @@ new rollout is started only while capacity > 0. covey's thread executor admits w
 at version v exactly when k - v <= eta; generated with the weights of version v (they never change
 under a running generation) and trained at step k, its staleness is k - v <= eta.
 
-`restore` is AReaL's resume rule (`on_version_recovered` in its design notes: accepted = v * B),
-plus the batches a checkpoint carried finished but not yet trained.
+`restore` is covey's resume rule: accepted = v * B, plus the batches a checkpoint carried finished
+but not yet trained. (AReaL's `on_version_recovered` does the first part; it is not in the commit
+read above.)
 """
 
 from __future__ import annotations
