@@ -58,6 +58,7 @@ class APRIL:
     """
 
     engine_protocols = (ForkingEngine,)
+    carries_rollouts = True  # unfinished completions go to the next step (covey.runtime.config)
 
     def __init__(self, *, over_provision: float = 2.0, chunk_tokens: int = 16, keep_surplus: bool = False,
                  old_logprobs: Literal["recompute", "behaviour"] = "recompute"):  # fmt: skip

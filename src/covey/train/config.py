@@ -22,6 +22,7 @@ from covey.algos.presets import AlgoConfig, resolve_algo
 from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
 from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
+from covey.runtime.config import RuntimeConfig, check_runtime
 
 __all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
 
@@ -247,6 +248,8 @@ class RunConfig(_Strict):
     log: LogConfig = LogConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval: EvalConfig = EvalConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    """How the loop runs: executor inline | thread | ray, max_staleness, timeout_s (`covey.runtime.config`)."""
     steps: int = Field(20, ge=1, le=10**9)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     """Seeds python, torch and numpy (numpy takes 0 <= seed < 2**32)."""
@@ -327,6 +330,7 @@ class RunConfig(_Strict):
                 raise ValueError(f"{key}: {e}") from None
         check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
         check_combination(self)  # sampler x strategy x advantage: covey.compat
+        check_runtime(self)  # executor x strategy x staleness: covey.runtime.config
         spec = self.strategy_spec()
         try:  # built now (cheap, no context): a strategy that wraps another (dynamic) checks its inner one
             STRATEGIES.build(spec.name, spec.params)

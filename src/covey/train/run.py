@@ -54,7 +54,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     max_eval_tokens = cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens
 
     def held_out(live: bool = True) -> float:  # live=False inside the training bar (one live display at a time)
-        with eval_progress(len(eval_items), console=console, label="held-out eval", live=live and cfg.log.progress) as advance:
+        with trainer.paused(), eval_progress(len(eval_items), console=console, label="held-out eval", live=live and cfg.log.progress) as advance:
             return evaluate(trainer.engine, trainer.tokenizer, trainer.task, eval_items, max_new_tokens=max_eval_tokens,
                             progress=advance)["accuracy"]  # fmt: skip
 

@@ -4,13 +4,18 @@
 
 The stages are components from other packages (samplers, rollout strategies, reward runners,
 registries); this file only wires them and keeps the run's state (step, RNG, checkpoints).
+`runtime.executor: thread` (`covey.runtime.thread`) runs `collect` for the next steps on a
+background thread, within `runtime.max_staleness` (docs/runtime.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import hashlib
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,8 @@ from covey.engine.support import engine_takes_dtype
 from covey.rewards.scoring import Scorer, shaping_terms
 from covey.strategies import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
+from covey.runtime.staleness import staleness_metrics
+from covey.runtime.thread import ThreadExecutor
 from covey.tasks import get_task
 from covey.train.checkpoint import (
     latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state,
@@ -98,7 +105,22 @@ class Trainer:
         engine_params = dict(cfg.engine.params)
         if engine_params.get("dtype", "auto") == "auto" and engine_takes_dtype(cfg.engine.name):
             engine_params["dtype"] = chosen.get("engine") or self.learner.dtype  # follows model.dtype
-        self.engine = ENGINES.build(cfg.engine.name, engine_params, engine_model(self.model), self.tokenizer)
+        source = engine_model(self.model)
+        if cfg.runtime.executor == "thread":  # the engine reads its own weights: the learner updates its in place meanwhile
+            source = own_copy(source, self.model)
+        if cfg.runtime.executor == "ray":  # the engine in a Ray actor, built there from a copy of the model
+            from covey.runtime.ray_engine import RayEngine
+
+            self.engine = RayEngine(cfg.engine.name, engine_params, source, self.tokenizer, timeout_s=cfg.runtime.timeout_s,
+                                    address=cfg.runtime.ray_address)  # fmt: skip
+        else:
+            self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
+        self._sampler_lock = threading.RLock()  # the generator thread and the learner both call the sampler
+        self.executor = None
+        if cfg.runtime.executor != "inline":
+            self.executor = ThreadExecutor(self.collect, lambda weights, v: self.engine.load_weights(weights, version=v),
+                                           max_staleness=cfg.runtime.max_staleness, timeout_s=cfg.runtime.timeout_s,
+                                           limit=cfg.steps)  # fmt: skip
         self.step_num = 0
         self.last_metrics: dict[str, Any] = {}
         if resume:
@@ -113,8 +135,16 @@ class Trainer:
         """One training step; returns its metrics (also written to metrics.jsonl)."""
         t0 = time.perf_counter()
         reset_peak_memory(self.learner.device)  # memory/peak_gb: this step's peak on CUDA
-        batch, metrics = self.collect()  # sample -> rollout -> rewards (-> group filter)
+        if self.executor is None:
+            batch, metrics = self.collect()  # sample -> rollout -> rewards (-> group filter)
+        else:  # made by the generator thread (covey.runtime.thread), within the staleness bound
+            batch, metrics, behaviour = self.executor.next_batch(self.step_num)
+            metrics.update(staleness_metrics(self.step_num, behaviour, batch.policy_version, batch.completion_mask))
+            if self.step_num - behaviour > self.cfg.runtime.max_staleness:
+                raise RuntimeError(f"runtime: batch {self.step_num} was generated at version {behaviour}, beyond "
+                                   f"runtime.max_staleness={self.cfg.runtime.max_staleness}")  # fmt: skip
         t1 = time.perf_counter()
+        published = None
         if len(batch) > 0:
             self.add_reference_logprobs(batch)
             adv = self.advantage(batch)  # advantages
@@ -122,8 +152,14 @@ class Trainer:
             metrics.update(adv.metrics)
             gen = torch.Generator().manual_seed(self._seed("learn"))
             metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
-            self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
-            metrics.update(self.sampler.after_update(batch, self.policy_logprobs))
+            if self.executor is None:
+                self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
+            else:  # a copy; the generator thread loads it between two batches
+                published = weights_copy(engine_state(self.model))
+            with self._sampler_lock:
+                metrics.update(self.sampler.after_update(batch, self.policy_logprobs))
+        if self.executor is not None:  # after after_update: with max_staleness 0 the sampler sees inline's order
+            self.executor.publish(published, self.step_num + 1)
         self.step_num += 1
         metrics["time/learn"] = time.perf_counter() - t1
         metrics["time/step"] = time.perf_counter() - t0
@@ -138,9 +174,13 @@ class Trainer:
         return metrics
 
     # ------------------------------------------------------------------------------------ stages
-    def collect(self) -> tuple[Rollouts, dict[str, Any]]:
-        """Sampler -> rollout strategy (through the engine) -> scored batch -> sampler feedback."""
+    def collect(self, step: int | None = None, version: int | None = None) -> tuple[Rollouts, dict[str, Any]]:
+        """Sampler -> rollout strategy (through the engine) -> scored batch -> sampler feedback.
+        `step`/`version`: the batch's step and the engine's policy version (default: the current
+        step; the thread executor collects ahead)."""
         cfg = self.cfg
+        step = self.step_num if step is None else step
+        version = step if version is None else version
         G = cfg.rollout.group_size + cfg.algo.group_size_extra
         timer = {"reward": 0.0}
 
@@ -151,13 +191,16 @@ class Trainer:
             return out
 
         def draw(k: int) -> list[Draw]:
-            return _checked_draws(self.sampler, self.sampler.next(k, G))
+            with self._sampler_lock:
+                return _checked_draws(self.sampler, self.sampler.next(k, G))
 
         t = time.perf_counter()
         draws = draw(cfg.rollout.prompts_per_step)  # the sampler hooks, in order: covey.samplers.base
-        ctx = RolloutContext(engine=self.engine, tokenizer=self.tokenizer, draws=draws, sampling=self._sampling,
-                             score=score, draw=draw, step=self.step_num, policy_version=self.step_num)  # fmt: skip
-        draws, metrics = self.sampler.before_rollout(draws, ctx)
+        sampling = functools.partial(self._sampling, step=step)
+        ctx = RolloutContext(engine=self.engine, tokenizer=self.tokenizer, draws=draws, sampling=sampling,
+                             score=score, draw=draw, step=step, policy_version=version)  # fmt: skip
+        with self._sampler_lock:
+            draws, metrics = self.sampler.before_rollout(draws, ctx)
         ctx.draws = _checked_draws(self.sampler, draws)
         if not draws:  # nothing left to roll out: the step is skipped
             return _empty_batch(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
@@ -173,7 +216,8 @@ class Trainer:
         metrics["time/reward"] = timer["reward"]
         metrics["time/generate"] = elapsed - timer["reward"]
         metrics.update(_rollout_metrics(batch, metrics["time/generate"]))
-        feedback = self.sampler.observe(batch)  # before advantages; it may fill a declared Rollouts field (spo: baseline)
+        with self._sampler_lock:
+            feedback = self.sampler.observe(batch)  # before advantages; it may fill a declared Rollouts field (spo: baseline)
         apply_feedback(batch, feedback)  # the gate: the trainer, not the sampler, drops rows / tokens, zeroes rewards
         metrics.update(feedback.metrics)
         metrics.update(prompt_stats(batch))  # pass-rate histogram, zero-signal groups, rollouts per prompt
@@ -197,17 +241,17 @@ class Trainer:
         return rows.old_logprobs
 
     # ------------------------------------------------------------------------------------ plumbing
-    def _seed(self, stage: str, sub: int = 0) -> int:
+    def _seed(self, stage: str, sub: int = 0, step: int | None = None) -> int:
         """A seed that depends only on (run seed, step, stage): resumed runs draw the same numbers."""
-        key = f"{self.cfg.seed}/{self.step_num}/{stage}/{sub}".encode()
+        key = f"{self.cfg.seed}/{self.step_num if step is None else step}/{stage}/{sub}".encode()
         return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
 
-    def _sampling(self, round_: int = 0) -> SamplingParams:
+    def _sampling(self, round_: int = 0, step: int | None = None) -> SamplingParams:
         s = self.cfg.sampling
         return SamplingParams(
             temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
             max_new_tokens=s.max_new_tokens, stop_strings=tuple(s.stop_strings),
-            seed=self._seed("generate", round_), return_entropies=self.need_entropies,
+            seed=self._seed("generate", round_, step), return_entropies=self.need_entropies,
             ignore_eos=s.ignore_eos,
         )  # fmt: skip
 
@@ -223,14 +267,30 @@ class Trainer:
             out["engine"] = "bf16" if engine == torch.bfloat16 else "fp32"
         return out
 
+    @contextlib.contextmanager
+    def paused(self):
+        """The engine and sampler to this thread alone (a checkpoint, an evaluation): the generator
+        thread is held at a batch boundary, the engine holds the newest weights."""
+        if self.executor is None:
+            yield
+            return
+        self.executor.pause()
+        try:
+            yield
+        finally:
+            self.executor.resume()
+
     def save(self) -> Path:
-        payload = {
-            "model": trainable_state(self.model),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": rng_state(),
-            **{name: obj.state_dict() for name, obj in self._stateful().items()},
-        }
+        with self.paused():  # thread executor: finished, untrained batches are saved with the state that made them
+            payload = {
+                "model": trainable_state(self.model),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": rng_state(),
+                **{name: obj.state_dict() for name, obj in self._stateful().items()},
+            }
+            if self.executor is not None:
+                payload["runtime"] = self.executor.state_dict()
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep)
 
@@ -250,9 +310,13 @@ class Trainer:
             obj.load_state_dict(payload.get(name, meta.get(name, {})))
         self.step_num = meta["step"]
         self.engine.load_weights(engine_state(self.model), version=self.step_num)
+        if self.executor is not None:
+            self.executor.load_state_dict(payload.get("runtime", {}), version=self.step_num)
 
     def close(self) -> None:
         """Free the reward workers, the engine, the metrics files and the run folder's lock (idempotent)."""
+        if self.executor is not None:
+            self.executor.close()
         self.rewards.close()
         self.engine.close()
         self.logger.close()
@@ -293,3 +357,14 @@ def _chosen_dtypes(run_dir: Path) -> dict[str, str]:
     if path is None:
         return {}
     return dict(load_checkpoint_meta(path).get("dtypes") or {})
+
+
+def own_copy(source: torch.nn.Module, policy: torch.nn.Module) -> torch.nn.Module:
+    """The engine's own copy of its source model (LoRA's merged copy already is one)."""
+    return source if source is not policy else copy.deepcopy(source).requires_grad_(False)
+
+
+def weights_copy(state) -> dict[str, torch.Tensor]:
+    """A detached copy of what `engine.load_weights` loads (a model or a state dict)."""
+    state = state.state_dict() if hasattr(state, "state_dict") else state
+    return {k: v.detach().clone() for k, v in state.items()}
