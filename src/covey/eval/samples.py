@@ -18,11 +18,17 @@ from pathlib import Path
 __all__ = ["append_records", "correct_counts", "open_samples", "read_samples"]
 
 
-def _lines(path: Path) -> tuple[list[dict], int]:
-    """Parsed lines and the byte length of the complete ones (a torn last line is not counted)."""
+def _lines(path: Path, hint: str = "") -> tuple[list[dict], int]:
+    """Parsed lines and the byte length of the complete ones (a torn last line is not counted); a file
+    that is not a covey samples file (unparsable, or no header line first) is a ValueError."""
     raw = path.read_bytes()
     good = raw.rfind(b"\n") + 1  # bytes up to the last newline; anything after it is a torn write
-    rows = [json.loads(line) for line in raw[:good].decode().splitlines() if line.strip()]
+    try:
+        rows = [json.loads(line) for line in raw[:good].decode().splitlines() if line.strip()]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a covey samples file ({e})") from None
+    if not rows or "meta" not in rows[0]:
+        raise ValueError(f"{path} has no covey eval header line{hint}")
     return rows, good
 
 
@@ -37,12 +43,7 @@ def open_samples(path: str | Path, meta: dict, n: int) -> dict[int, list[dict]]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"meta": meta}) + "\n")
         return {}
-    try:
-        rows, good = _lines(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a covey samples file ({e})") from None
-    if not rows or "meta" not in rows[0]:
-        raise ValueError(f"{path} has no covey eval header line; give a new --samples-out file")
+    rows, good = _lines(path, "; give a new --samples-out file")
     old = rows[0]["meta"]
     diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
     if diff:
@@ -77,12 +78,7 @@ def read_samples(paths: str | Path | list) -> tuple[dict, dict[int, list[dict]]]
         p = Path(p)
         if not p.is_file():
             raise FileNotFoundError(f"no samples file {p}")
-        try:
-            rows, _ = _lines(p)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{p} is not a covey samples file ({e})") from None
-        if not rows or "meta" not in rows[0]:
-            raise ValueError(f"{p} has no covey eval header line")
+        rows, _ = _lines(p)
         this = {k: v for k, v in rows[0]["meta"].items() if k != "shard"}
         if merged and this != {k: v for k, v in meta.items() if k != "shard"}:
             raise ValueError(f"{p} was written with other settings than {paths[0]}; shards to merge must differ only in --shard")
