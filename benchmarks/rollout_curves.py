@@ -3,7 +3,11 @@ each strategy raise the policy's accuracy? Writes docs/rollouts_learning.png and
 
     covey sft --model tiny-llama --task arithmetic --out runs/sft-tiny   # once
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_curves.py --seeds 0,1
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_curves.py --seeds 1 --only latr,april  # some
     .venv/bin/python benchmarks/rollout_curves.py --plot-only             # table + plot again
+
+`--only` re-runs some strategies: their JSON entries are replaced, the others' earlier ones kept
+(each entry has the date it was `measured`); the plot shows the runs in OUT.
 
 Setting (docs/rollouts.md "Learning runs" says why): the default arithmetic task (1-digit, 2
 operands, "+-*": 100 train + 100 test problems), 32 prompts x 8 per step, lr 1e-4, 60 steps, fp32,
