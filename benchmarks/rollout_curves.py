@@ -3,7 +3,11 @@ each strategy raise the policy's accuracy? Writes docs/rollouts_learning.png and
 
     covey sft --model tiny-llama --task arithmetic --out runs/sft-tiny   # once
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_curves.py --seeds 0,1
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_curves.py --seeds 1 --only latr,april  # some
     .venv/bin/python benchmarks/rollout_curves.py --plot-only             # table + plot again
+
+`--only` re-runs some strategies: their JSON entries are replaced, the others' earlier ones kept
+(each entry has the date it was `measured`); the plot shows the runs in OUT.
 
 Setting (docs/rollouts.md "Learning runs" says why): the default arithmetic task (1-digit, 2
 operands, "+-*": 100 train + 100 test problems), 32 prompts x 8 per step, lr 1e-4, 60 steps, fp32,
@@ -34,9 +38,10 @@ RUNS = {
     "group": ({"name": "group"}, {}),
     "treepo": ({"name": "treepo", "segment_tokens": 2}, {"advantage": {"name": "treepo"}}),
     "branch": ({"name": "branch", "segment_tokens": 1}, {"advantage": {"name": "branch_grpo"}}),
-    "latr": ({"name": "latr", "tau_abs": 0.05, "tau_rel": 0.5, "filter_steps": [3], "tau_ed": 0.3, "mix_ratio": 1.0}, {}),
+    "latr": ({"name": "latr", "tau_abs": 0.05, "tau_rel": 0.5, "filter_steps": [3], "tau_ed": 0.3}, {}),  # the code's mix_ratio schedule
+    "latr_const": ({"name": "latr", "tau_abs": 0.05, "tau_rel": 0.5, "filter_steps": [3], "tau_ed": 0.3, "mix_ratio": 1.0}, {}),
     "latr_mix": ({"name": "latr", "tau_abs": 0.05, "tau_rel": 0.5, "filter_steps": [3], "tau_ed": 0.3, "mix_ratio": 0.5}, {}),
-    "april": ({"name": "april", "chunk_tokens": 2}, {"correction": {"name": "tis"}}),
+    "april": ({"name": "april", "chunk_tokens": 2}, {}),  # the code: surplus dropped, pi_old recomputed, no correction
     "igrpo": ({"name": "igrpo"}, {}),
     "cog_rethinker": ({"name": "cog_rethinker"}, {}),
     "arrol": ({"name": "arrol", "check_tokens": 3, "warmup_rows": 64}, {}),
@@ -156,6 +161,17 @@ def plot(out: Path, names: list[str], dest: Path, title: str) -> None:
     fig.savefig(dest, dpi=110)
 
 
+def merge_previous(path: Path, setting: dict, summary: dict) -> dict:
+    """The strategies with runs in OUT replace their entries in the JSON at `path`; the JSON's other
+    entries (earlier runs of the same setting, e.g. before `--only`) are kept, in RUNS order. A JSON
+    of another setting is not merged."""
+    old = json.loads(path.read_text()) if path.exists() else {}
+    if old.get("setting") != setting:
+        return summary
+    kept = {**{k: v for k, v in old["strategies"].items() if k in RUNS}, **summary}
+    return {name: kept[name] for name in RUNS if name in kept}
+
+
 def main(a) -> None:
     torch.set_num_threads(1)
     names = a.only or list(RUNS)
@@ -166,7 +182,10 @@ def main(a) -> None:
                 print(json.dumps({"strategy": name, "seed": seed, "seconds": round(rows[-1]["seconds"], 1), "start": rows[0], "end": rows[-1]}), flush=True)
     every = [n for n in RUNS if load_seeds(a.out, n)]
     summary = summarise(a.out, every, window=10)
+    for entry in summary.values():
+        entry["measured"] = time.strftime("%Y-%m-%d", time.gmtime())
     setting = {"model": a.model, "task": "arithmetic (defaults)", "prompts_per_step": a.prompts, "group_size": a.group_size, "lr": a.lr, "steps": a.steps}
+    summary = merge_previous(Path(a.json), setting, summary)
     Path(a.json).write_text(json.dumps({"setting": setting, "strategies": summary}, indent=1) + "\n")
     print(table(summary))
     seeds = sorted({p.parent.name[4:] for p in a.out.glob("seed*/*.jsonl")})
@@ -183,9 +202,12 @@ if __name__ == "__main__":
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seeds", default="0", help="comma-separated run seeds")
     ap.add_argument("--eval-every", type=int, default=10)
-    ap.add_argument("--only", nargs="*", help="strategies to run (default: all); the summary covers every finished run in OUT")
+    ap.add_argument("--only", type=lambda s: s.split(","), help="comma-separated strategies to run (default: all); the summary covers every finished run in OUT")
     ap.add_argument("--out", type=Path, default=Path("runs/rollout-curves"))
     ap.add_argument("--plot-only", action="store_true")
     ap.add_argument("--plot", default="docs/rollouts_learning.png")
     ap.add_argument("--json", default="benchmarks/rollout_curves.json")
-    main(ap.parse_args())
+    args = ap.parse_args()
+    if unknown := [n for n in args.only or [] if n not in RUNS]:
+        ap.error(f"--only: unknown {', '.join(unknown)} (known: {', '.join(RUNS)})")
+    main(args)
