@@ -54,9 +54,10 @@ def check_combination(cfg) -> list[str]:
     strategy = cfg.strategy_spec()
     parts: list[tuple[str, str, Any, dict[str, Any]]] = [("sampler", sampler.name, SAMPLERS.get(sampler.name).fn, sampler.params)]
     parts.append(("rollout.strategy", strategy.name, STRATEGIES.get(strategy.name).fn, strategy.params))
-    if strategy.name == "dynamic":  # dynamic's own needs apply to what it wraps; what it yields is the inner's
-        inner = strategy.params.get("inner", "group")
-        parts.append(("rollout.strategy", f"dynamic(inner={inner})", STRATEGIES.get(inner).fn, strategy.params.get("inner_params") or {}))
+    wraps = getattr(parts[-1][2], "inner_strategy", None)  # dynamic: its own needs apply to what it wraps
+    if wraps is not None:
+        inner, inner_params = wraps(strategy.params)
+        parts.append(("rollout.strategy", f"{strategy.name}(inner={inner})", STRATEGIES.get(inner).fn, inner_params))
     adv = ADVANTAGES.get(cfg.algo.advantage.name)
     adv_params = {**adv.defaults, **cfg.algo.advantage.params}
     adv_requires = set(adv.requires) - TRAINER
