@@ -28,6 +28,7 @@ FEATURES = {
     "tree_path": "each row's path in a rollout tree",
     "segment_tokens": "the tree's segment length, Rollouts.segment_tokens",
     "tppo_advantages": "Extended-GAE advantages from the tppo value head, Rollouts.token_advantages",
+    "spo_chain_advantages": "SPO-chain segment advantages from Monte-Carlo cut-point values, Rollouts.token_advantages",
     "spo_baseline": "the spo sampler's per-prompt value baseline, Rollouts.baseline",
     "single_rows": "every group holds one row",
     "group_relative": "a group-relative advantage estimator",

@@ -29,6 +29,7 @@ METHODS = {
     "hapo": ["algo.advantage={name: hapo}", "algo.surrogate={name: hapo}", "algo.aggregation={name: token-mean}"],
     "spo_tree": ["algo.advantage={name: spo_tree}", "rollout.strategy={name: branch, segment_tokens: 4, branch_factor: 2}"],
     "polychromic": ["algo.advantage={name: polychromic}"],
+    "spo_chain": ["algo.advantage={name: spo_chain}", "rollout.strategy={name: spo_chain, samples: 2, interval: 3}"],
     "mssr": ["algo.advantage={name: mssr}", "sampler={name: spo, n: 2, rho_type: constant}"],
 }
 
@@ -40,6 +41,7 @@ PROOF = {  # metrics only the method writes
     "polychromic": ["adv/polychromic/distinct_frac"],
     "mssr": ["adv/mssr/psi_mean"],
     "spo_tree": ["adv/spo_tree/kept_token_frac", "tree/leaves"],
+    "spo_chain": ["adv/spo_chain/kept_token_frac", "spo_chain/mc_rollouts"],
 }
 
 

@@ -17,7 +17,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     brpo.py          brpo                                        (bootstrapped in-group reference)
     identity.py      identity                                    (A = r, for pre-normalised rewards: arenarl)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
-    spo_tree.py      spo_tree                                    (segment advantages V(child) - V(parent), [N, T])
+    spo_segment.py   spo_chain, spo_tree                         (SPO segment advantages from MC values, [N, T])
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
@@ -54,7 +54,7 @@ from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
 from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
-from covey.algos.advantages.spo_tree import spo_tree
+from covey.algos.advantages.spo_segment import spo_chain, spo_tree
 from covey.algos.advantages.token_credit import gtpo
 from covey.algos.advantages.tree import branch_grpo, treepo
 
@@ -89,6 +89,7 @@ __all__ = [
     "treepo",
     "trpa",
     "spo",
+    "spo_chain",
     "spo_tree",
     "xrpo",
 ]
