@@ -14,7 +14,7 @@ Each component declares what it needs from the others and what it adds to a batc
 A requirement "x" needs some component of the run to provide x; "!x" needs none to. `dynamic`'s
 requirements apply to the strategy it wraps. A missing `requires` is a contradiction: the config is
 refused by name (what needs what, who provides it). A missing `prefers` wastes compute: a warning.
-The trainer itself provides `ref_logprobs`, `entropies` and `old_logprobs`.
+The trainer itself provides `ref_logprobs`, `entropies`, `old_logprobs` and `probe_logprobs`.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ FEATURES = {
     "tppo_advantages": "Extended-GAE advantages from the tppo value head, Rollouts.token_advantages",
     "spo_chain_advantages": "SPO-chain segment advantages from Monte-Carlo cut-point values, Rollouts.token_advantages",
     "spo_baseline": "the spo sampler's per-prompt value baseline, Rollouts.baseline",
+    "probe_temperature": "an entropy controller's probe temperature, Rollouts.controller (rollout.strategy dcpo)",
+    "reinforce_rows": "AEPO's REINFORCE rows at the controller's temperature, Rollouts.fixed_advantage",
     "single_rows": "every group holds one row",
     "group_relative": "a group-relative advantage estimator",
 }
-TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs"})
+TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs", "probe_logprobs"})
 
 
 def features_of(component: Any, attr: str, params: dict[str, Any]) -> set[str]:

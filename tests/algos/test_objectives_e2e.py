@@ -29,6 +29,8 @@ METHODS = {
     "hapo": ["algo.advantage={name: hapo}", "algo.surrogate={name: hapo}", "algo.aggregation={name: token-mean}"],
     "spo_tree": ["algo.advantage={name: spo_tree}", "rollout.strategy={name: branch, segment_tokens: 4, branch_factor: 2}"],
     "polychromic": ["algo.advantage={name: polychromic}"],
+    "dcpo": ["algo.advantage={name: dcpo}", "rollout.strategy={name: dcpo}"],
+    "aepo_entropy": ["algo.advantage={name: aepo_entropy}", "rollout.strategy={name: aepo_entropy, extra_prompts: 1}"],
     "spo_chain": ["algo.advantage={name: spo_chain}", "rollout.strategy={name: spo_chain, samples: 2, interval: 3}"],
     "mssr": ["algo.advantage={name: mssr}", "sampler={name: spo, n: 2, rho_type: constant}"],
 }
@@ -42,6 +44,8 @@ PROOF = {  # metrics only the method writes
     "mssr": ["adv/mssr/psi_mean"],
     "spo_tree": ["adv/spo_tree/kept_token_frac", "tree/leaves"],
     "spo_chain": ["adv/spo_chain/kept_token_frac", "spo_chain/mc_rollouts"],
+    "dcpo": ["adv/dcpo/alpha", "dcpo/temperature"],
+    "aepo_entropy": ["adv/aepo_entropy/reinforce_rows", "aepo/temperature"],
 }
 
 

@@ -88,6 +88,7 @@ class Trainer:
         needs = cfg.algo.requires() | set(self.sampler.requires)  # optional Rollouts fields read
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
+        self.need_probe = "probe_logprobs" in needs  # pi_old at the strategy controller's probe temperature (dcpo)
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
         shaping = shaping_terms(cfg.algo, cfg.sampling.max_new_tokens, self.add_reference_logprobs)
         self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
@@ -122,6 +123,7 @@ class Trainer:
                                            max_staleness=cfg.runtime.max_staleness, timeout_s=cfg.runtime.timeout_s,
                                            limit=cfg.steps)  # fmt: skip
         self.step_num = 0
+        self.last_reference_reset = 0  # the step after which the reference was last reset (0: never)
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
@@ -158,6 +160,7 @@ class Trainer:
                 published = weights_copy(engine_state(self.model))
             with self._sampler_lock:
                 metrics.update(self.sampler.after_update(batch, self.policy_logprobs))
+        metrics.update(self._reference_reset(self.step_num + 1))
         if self.executor is not None:  # after after_update: with max_staleness 0 the sampler sees inline's order
             self.executor.publish(published, self.step_num + 1)
         self.step_num += 1
@@ -228,6 +231,12 @@ class Trainer:
         if self.need_ref and batch.ref_logprobs is None:
             with self.reference.active() as ref_model:
                 self.learner.fill_logprobs(batch, model=ref_model, field="ref_logprobs")
+        if self.need_probe and batch.probe_logprobs is None:
+            temperature = (batch.controller or {}).get("probe_temperature")
+            if temperature is None:
+                raise ValueError("the advantage estimator needs probe_logprobs, but the batch's rollout strategy set no "
+                                 "controller probe_temperature (use rollout.strategy dcpo)")  # fmt: skip
+            self.learner.fill_logprobs(batch, field="probe_logprobs", temperature=temperature)
 
     @torch.no_grad()
     def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
@@ -254,6 +263,18 @@ class Trainer:
             seed=self._seed("generate", round_, step), return_entropies=self.need_entropies,
             ignore_eos=s.ignore_eos,
         )  # fmt: skip
+
+    def _reference_reset(self, step: int) -> dict[str, float]:
+        """ProRL's hook (`algo.reference_reset`): after a scheduled step, pi_ref <- pi_theta and,
+        when asked, the optimizer's moments are cleared (the LR schedule goes on)."""
+        spec = self.cfg.algo.reference_reset
+        if spec is None or not spec.due(step):
+            return {}
+        self.reference.reset_to_policy()
+        if spec.reset_optimizer:
+            self.optimizer.state.clear()
+        self.last_reference_reset = step
+        return {"ref/reset": 1.0}
 
     def _stateful(self) -> dict[str, Any]:
         """Components whose state the checkpoint holds (through torch.save: tensors, int keys intact)."""
@@ -289,6 +310,8 @@ class Trainer:
                 "rng": rng_state(),
                 **{name: obj.state_dict() for name, obj in self._stateful().items()},
             }
+            if self.last_reference_reset:  # the reference is no longer the initial model
+                payload["reference"] = {"step": self.last_reference_reset, "weights": self.reference.state_dict()}
             if self.executor is not None:
                 payload["runtime"] = self.executor.state_dict()
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
@@ -308,6 +331,9 @@ class Trainer:
         set_rng_state(payload["rng"])
         for name, obj in self._stateful().items():
             obj.load_state_dict(payload.get(name, meta.get(name, {})))
+        if "reference" in payload:
+            self.reference.load_state_dict(payload["reference"]["weights"])
+            self.last_reference_reset = payload["reference"]["step"]
         self.step_num = meta["step"]
         self.engine.load_weights(engine_state(self.model), version=self.step_num)
         if self.executor is not None:

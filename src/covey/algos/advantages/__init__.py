@@ -18,6 +18,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     identity.py      identity                                    (A = r, for pre-normalised rewards: arenarl)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
     spo_segment.py   spo_chain, spo_tree                         (SPO segment advantages from MC values, [N, T])
+    entropy_control.py dcpo, aepo_entropy                    (entropy controller in the dcpo / aepo_entropy strategies)
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
@@ -41,6 +42,7 @@ from covey.algos.advantages.disco import disco
 from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
 from covey.algos.advantages.empg import empg
+from covey.algos.advantages.entropy_control import aepo_entropy, dcpo
 from covey.algos.advantages.gigpo import gigpo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
 from covey.algos.advantages.hapo import hapo
@@ -61,10 +63,12 @@ from covey.algos.advantages.tree import branch_grpo, treepo
 __all__ = [
     "a_grae",
     "ace",
+    "aepo_entropy",
     "arm",
     "branch_grpo",
     "brpo",
     "dagrpo_provisional",
+    "dcpo",
     "dgpo",
     "disco",
     "dr_grpo",
