@@ -96,28 +96,26 @@ class Learner:
             return nullcontext()
         return torch.autocast(model_device(model or self.model).type, dtype=torch.bfloat16)
 
-    def logprobs(self, model, batch: Rollouts, with_entropy: bool = False, temperature: float | None = None) -> tuple[Tensor, Tensor | None]:
-        """Log-probs (and entropies) of `batch`'s completions under `model`, on the model's device
-        (at the sampling temperature unless `temperature` is given)."""
+    def logprobs(self, model, batch: Rollouts, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Log-probs (and entropies) of `batch`'s completions under `model`, on the model's device."""
         with self._ctx(model):
             return completion_logprobs(
                 model,
                 batch.prompt_ids,
                 batch.completion_ids,
                 batch.completion_mask,
-                temperature=self.temperature if temperature is None else temperature,
+                temperature=self.temperature,
                 with_entropy=with_entropy,
                 share_prompts=self.share_prompts,
             )
 
     @torch.no_grad()
-    def fill_logprobs(self, batch: Rollouts, model=None, field: str = "old_logprobs", temperature: float | None = None) -> None:
-        """Write no-grad log-probs of `model` (default: the policy) into `batch.<field>`, micro-batched
-        (at `temperature`, default the sampling temperature)."""
+    def fill_logprobs(self, batch: Rollouts, model=None, field: str = "old_logprobs") -> None:
+        """Write no-grad log-probs of `model` (default: the policy) into `batch.<field>`, micro-batched."""
         model = model or self.model
         out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=batch.completion_mask.device)
         for idx in self._chunks(batch):
-            lp, _ = self.logprobs(model, batch.select(idx), temperature=temperature)
+            lp, _ = self.logprobs(model, batch.select(idx))
             out[idx.to(out.device)] = lp.float().to(out.device)
         setattr(batch, field, out * batch.completion_mask)
 

@@ -236,7 +236,11 @@ class Trainer:
             if temperature is None:
                 raise ValueError("the advantage estimator needs probe_logprobs, but the batch's rollout strategy set no "
                                  "controller probe_temperature (use rollout.strategy dcpo)")  # fmt: skip
-            self.learner.fill_logprobs(batch, field="probe_logprobs", temperature=temperature)
+            sampling_temperature, self.learner.temperature = self.learner.temperature, temperature
+            try:
+                self.learner.fill_logprobs(batch, field="probe_logprobs")
+            finally:
+                self.learner.temperature = sampling_temperature
 
     @torch.no_grad()
     def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:

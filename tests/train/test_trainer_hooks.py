@@ -1,4 +1,5 @@
-"""ProRL's reference reset hook (`algo.reference_reset`) and the `prorl` preset."""
+"""Trainer hooks: ProRL's reference reset (`algo.reference_reset`), the `prorl` preset, and the probe
+log-probs an estimator requires (DCPO: pi_old at the controller's temperature)."""
 
 import pytest
 import torch
@@ -70,3 +71,23 @@ def test_lora_is_refused_before_the_model_loads(tmp_path):
                              "algo.reference_reset={every: 2}", "task.name=arithmetic", f"log.dir={tmp_path}"])  # fmt: skip
     with pytest.raises(ValueError, match="model.lora"):
         check_run(cfg)
+
+
+def test_probe_logprobs_are_pi_old_at_the_controller_temperature(tmp_path):
+    from covey.learner.logprobs import completion_logprobs
+
+    cfg = load_config(None, [
+        "model.name=tiny-llama", "task.name=arithmetic", "task.params={digits: 1, n_train: 16, n_test: 4}",
+        "rollout.prompts_per_step=2", "rollout.group_size=2", "sampling.max_new_tokens=6", "reward_workers=0",
+        "log.progress=false", "log.tensorboard=false", "algo.kl=null", "steps=1", f"log.dir={tmp_path}",
+        "model.dtype=fp32", "algo.advantage={name: dcpo}", "rollout.strategy={name: dcpo, t_high: 1.7}",
+    ])  # fmt: skip
+    tr = Trainer(cfg, tmp_path / "run")
+    batch, _ = tr.collect()
+    assert batch.controller["probe_temperature"] == 1.7  # H_hat = 0 <= h0 at the first step
+    tr.add_reference_logprobs(batch)
+    with torch.no_grad():
+        want, _ = completion_logprobs(tr.model, batch.prompt_ids, batch.completion_ids, batch.completion_mask, temperature=1.7)
+    assert torch.allclose(batch.probe_logprobs, want * batch.completion_mask, atol=1e-5)
+    assert not torch.allclose(batch.probe_logprobs, batch.behaviour_logprobs, atol=1e-3)
+    assert tr.learner.temperature == 1.0  # the learner's own temperature is restored
