@@ -52,16 +52,22 @@ PROOF = {  # metrics only the method writes (besides the generic adv/<name>/ nam
     "dcpo": ["dcpo/temperature"],
     "aepo_entropy": ["aepo/temperature"],
     "prorl": ["ref/reset"],
+    "bupo": ["learn/internal_layer"],
 }
 
 
+# Methods that are a trainer hook (an `algo.*` setting), not a registry entry.
+HOOKS = {"bupo": ["algo.logprob_source={layer: 0, until_step: 1}"]}
+
+
 def _where(name: str) -> list[tuple[str, str]]:
-    """(kind, config key) of every registry that holds `name`."""
+    """(kind, config key) of every registry that holds `name` (or the hook setting it is)."""
     from covey.algos import PRESETS, REGISTRIES
     from covey.rewards import REWARDS
     from covey.strategies import STRATEGIES
 
-    found = [(kind, f"algo.{kind}") for kind, reg in REGISTRIES.items() if name in reg]
+    found = [("hook", "algo")] if name in HOOKS else []
+    found += [(kind, f"algo.{kind}") for kind, reg in REGISTRIES.items() if name in reg]
     found += [("preset", "algo.preset")] if name in PRESETS else []
     found += [("strategy", "rollout.strategy")] if name in STRATEGIES else []
     found += [("reward", "rewards")] if name in REWARDS else []
@@ -87,7 +93,9 @@ def _providers(name: str) -> list[str]:
 
 
 def _overrides(name: str, kind: str) -> list[str]:
-    if kind == "preset":
+    if kind == "hook":
+        base = list(HOOKS[name])
+    elif kind == "preset":
         base = [f"algo.preset={name}"]
     elif kind == "regularizer":
         base = [f"algo.regularizers=[{{name: {name}}}]"]

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
 from covey.registry import Registry, Spec
 
-__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "OverlongSpec", "ReferenceResetSpec", "apply_sampler_preset", "resolve_algo",
+__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "LogprobSourceSpec", "OverlongSpec", "ReferenceResetSpec", "apply_sampler_preset", "resolve_algo",
            "sampler_spec", "strategy_spec"]
 
 DEFAULT_PRESET = "grpo"
@@ -322,6 +322,18 @@ class ReferenceResetSpec(_Strict):
         return (self.every is not None and step % self.every == 0) or step in self.steps
 
 
+class LogprobSourceSpec(_Strict):
+    """BuPO's learner log-prob source: for steps 1..`until_step` the learner's log-probs (pi_theta and
+    the recomputed pi_old) come from decoder layer `layer` (0-based) through the unembedding, without
+    the final norm unless `final_norm` (`covey.train.logprob_source`)."""
+
+    where: ClassVar[str] = "algo.logprob_source"
+
+    layer: int = Field(..., ge=0)
+    until_step: int = Field(..., ge=1)
+    final_norm: bool = False
+
+
 _AXES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
     "surrogate": SURROGATES,
@@ -355,6 +367,8 @@ class AlgoConfig(_Strict):
     """Extra samples per prompt beyond the trained group size G (MC-GRPO samples G + 1)."""
     reference_reset: ReferenceResetSpec | None = None
     """ProRL: reset the reference model to the policy (and the optimizer state) on a schedule."""
+    logprob_source: LogprobSourceSpec | None = None
+    """BuPO: the learner's log-probs from an internal layer for the first steps."""
 
     @model_validator(mode="after")
     def _check_components(self) -> AlgoConfig:
@@ -367,6 +381,9 @@ class AlgoConfig(_Strict):
             except ValueError as e:
                 raise ValueError(f"algo.{axis}: {e}") from None
             spec.params.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
+        if self.logprob_source is not None and self.correction is not None:
+            raise ValueError("algo.logprob_source trains an internal layer's policy, which is not the engine's: an "
+                             "importance correction against the engine's log-probs is meaningless then; set algo.correction: null")  # fmt: skip
         if self.reference_reset is not None and "ref_logprobs" not in self.requires():
             raise ValueError("algo.reference_reset resets the reference model, but no component uses one: "
                              "set algo.kl with coef > 0 (or drop reference_reset)")  # fmt: skip

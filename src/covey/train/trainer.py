@@ -153,7 +153,9 @@ class Trainer:
             batch.advantages, batch.sample_mask = adv.advantages.float(), adv.sample_mask
             metrics.update(adv.metrics)
             gen = torch.Generator().manual_seed(self._seed("learn"))
-            metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
+            with self._logprob_source(self.step_num + 1, batch) as source:
+                metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
+            metrics.update(source)
             if self.executor is None:
                 self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
             else:  # a copy; the generator thread loads it between two batches
@@ -267,6 +269,24 @@ class Trainer:
             seed=self._seed("generate", round_, step), return_entropies=self.need_entropies,
             ignore_eos=s.ignore_eos,
         )  # fmt: skip
+
+    @contextlib.contextmanager
+    def _logprob_source(self, step: int, batch: Rollouts):
+        """BuPO's hook (`algo.logprob_source`): for steps <= until_step the learner sees the policy read
+        out at an internal layer (same parameters) and recomputes pi_old with it. Yields the metrics."""
+        spec = self.cfg.algo.logprob_source
+        if spec is None or step > spec.until_step:
+            yield {"learn/internal_layer": -1.0} if spec is not None else {}
+            return
+        from covey.train.logprob_source import InternalLayerPolicy
+
+        policy = self.learner.model
+        self.learner.model = InternalLayerPolicy(policy, spec.layer, spec.final_norm)
+        batch.old_logprobs, batch.recompute_old_logprobs = None, True  # pi_old of the internal policy
+        try:
+            yield {"learn/internal_layer": float(spec.layer)}
+        finally:
+            self.learner.model = policy
 
     def _reference_reset(self, step: int) -> dict[str, float]:
         """ProRL's hook (`algo.reference_reset`): after a scheduled step, pi_ref <- pi_theta and,
