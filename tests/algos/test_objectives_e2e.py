@@ -37,7 +37,7 @@ EXTRA = {
     "dagrpo_provisional": ["algo.advantage={name: dagrpo_provisional, score_column: quality}"],
     "disco": ["algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
     "trpa": ["algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
-    "hapo": ["algo.surrogate={name: hapo}", "algo.aggregation={name: token-mean}"],
+    "hapo": ["algo.surrogate={name: hapo}", "algo.aggregation={name: token-mean}", "rollout.strategy={name: hapo_temperature}"],
     "spo_tree": ["rollout.strategy={name: branch, segment_tokens: 4, branch_factor: 2}"],
     "spo_chain": ["rollout.strategy={name: spo_chain, samples: 2, interval: 3}"],
     "mssr": ["sampler={name: spo, n: 2, rho_type: constant}"],
@@ -46,7 +46,7 @@ EXTRA = {
 }
 
 PROOF = {  # metrics only the method writes (besides the generic adv/<name>/ namespace)
-    "hapo": ["surrogate/h_hat_mean"],
+    "hapo": ["surrogate/h_hat_mean", "hapo/adaptive"],
     "spo_tree": ["tree/leaves"],
     "spo_chain": ["spo_chain/mc_rollouts"],
     "dcpo": ["dcpo/temperature"],

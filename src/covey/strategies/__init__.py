@@ -4,7 +4,7 @@ completions through an Engine.
 Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
-quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), dcpo and aepo_entropy (entropy controller), episodes (multi-turn agents against an environment,
+quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
 covey.envs; docs/agents.md). See docs/rollouts.md."""
 
 from covey.strategies.april import APRIL
@@ -17,6 +17,7 @@ from covey.strategies.dynamic import DynamicSampling
 from covey.strategies.entropy import AEPOEntropy, DCPOStrategy
 from covey.strategies.episodes import Episodes
 from covey.strategies.group import GroupStrategy, completion_texts, item_columns, sample_groups
+from covey.strategies.hapo_temperature import HAPOTemperature
 from covey.strategies.igrpo import IGRPO
 from covey.strategies.latr import LATR
 from covey.strategies.spo_chain import SPOChain
@@ -36,6 +37,7 @@ __all__ = [
     "DynamicSampling",
     "Episodes",
     "GroupStrategy",
+    "HAPOTemperature",
     "IGRPO",
     "RolloutContext",
     "RolloutStrategy",
