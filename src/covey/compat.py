@@ -17,7 +17,7 @@ Reward columns a component reads by name (a parameter whose name ends in `_colum
 A requirement "x" needs some component of the run to provide x; "!x" needs none to. `dynamic`'s
 requirements apply to the strategy it wraps. A missing `requires` is a contradiction: the config is
 refused by name (what needs what, who provides it). A missing `prefers` wastes compute: a warning.
-The trainer itself provides `ref_logprobs`, `entropies`, `old_logprobs` and `probe_logprobs`.
+The trainer itself provides `ref_logprobs`, `entropies`, `old_logprobs`, `probe_logprobs` and `sum_p2`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ FEATURES = {
     "single_rows": "every group holds one row",
     "group_relative": "a group-relative advantage estimator",
 }
-TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs", "probe_logprobs"})
+TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs", "probe_logprobs", "sum_p2"})
 
 
 def features_of(component: Any, attr: str, params: dict[str, Any]) -> set[str]:

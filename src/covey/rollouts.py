@@ -61,6 +61,8 @@ class Rollouts:
                              the `branch` strategy; read by `branch_grpo`).
         probe_logprobs:      [N, T] float32, no-grad log pi_old of each token at the probe temperature
                              `controller["probe_temperature"]` (filled by the trainer for DCPO).
+        sum_p2:              [N, T] float32, sum_v pi_old(v|s_t)^2 at each position (at the sampling
+                             temperature; filled by the trainer for OBLR-PO's baseline).
         fixed_advantage:     [N] float32, an advantage a rollout strategy fixed for a row (AEPO's
                              REINFORCE rows: 1), NaN where the estimator decides.
         controller:          dict of floats, what a strategy's controller chose for this step (the
@@ -98,6 +100,7 @@ class Rollouts:
     token_advantages: Tensor | None = None
     segment_tokens: int | None = None
     probe_logprobs: Tensor | None = None
+    sum_p2: Tensor | None = None
     fixed_advantage: Tensor | None = None
     controller: dict[str, float] | None = None
     recompute_old_logprobs: bool = False
@@ -194,7 +197,7 @@ class Rollouts:
             if shape not in ((n,), (n, t)):
                 raise RolloutsError(f"advantages must have shape [N]=({n},) or [N, T]=({n}, {t}), got {shape}")
             _check(self.advantages, "advantages", shape, (torch.float32,))
-        for name in ("entropies", "ref_logprobs", "old_logprobs", "token_advantages", "probe_logprobs"):
+        for name in ("entropies", "ref_logprobs", "old_logprobs", "token_advantages", "probe_logprobs", "sum_p2"):
             val = getattr(self, name)
             if val is not None:
                 _check(val, name, (n, t), (torch.float32,))

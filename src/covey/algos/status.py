@@ -50,6 +50,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("advantage", "mc_grpo"): ("code", "lotusroot-kim/MC-GRPO"),
     ("advantage", "mssr"): ("partial", "abstract; shaping form from arXiv 2506.14758"),
     ("advantage", "ngrpo"): ("code", "nangongrui-ngr/NGRPO"),
+    ("advantage", "oblr_baseline"): ("partial", "abstract; gradient-norm proxy from verl compute_optimal_token_baseline_advantage"),
     ("advantage", "polychromic"): ("partial", "summaries and a third-party re-implementation"),
     ("advantage", "reinforce_pp_baseline"): ("framework", f"{_V} compute_reinforce_plus_plus_baseline_outcome_advantage"),
     ("advantage", "riskpo"): ("code", "RTkenny/RiskPO"),

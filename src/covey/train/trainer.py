@@ -89,6 +89,7 @@ class Trainer:
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
         self.need_probe = "probe_logprobs" in needs  # pi_old at the strategy controller's probe temperature (dcpo)
+        self.need_sum_p2 = "sum_p2" in needs  # sum_v pi_old^2 per position (oblr_baseline)
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
         shaping = shaping_terms(cfg.algo, cfg.sampling.max_new_tokens, self.add_reference_logprobs)
         self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
@@ -233,6 +234,8 @@ class Trainer:
         if self.need_ref and batch.ref_logprobs is None:
             with self.reference.active() as ref_model:
                 self.learner.fill_logprobs(batch, model=ref_model, field="ref_logprobs")
+        if self.need_sum_p2 and batch.sum_p2 is None:
+            self._fill_sum_p2(batch)
         if self.need_probe and batch.probe_logprobs is None:
             temperature = (batch.controller or {}).get("probe_temperature")
             if temperature is None:
@@ -243,6 +246,25 @@ class Trainer:
                 self.learner.fill_logprobs(batch, field="probe_logprobs")
             finally:
                 self.learner.temperature = sampling_temperature
+
+    @torch.no_grad()
+    def _fill_sum_p2(self, batch: Rollouts) -> None:
+        """`batch.sum_p2`: sum_v pi_old(v|s)^2 of every position, from the learner's chunked head
+        (`completion_logprobs_stats`), micro-batched like the learner's own forwards."""
+        from covey.learner.logprobs import completion_logprobs_stats
+
+        out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
+        learner = self.learner
+        for idx in learner._chunks(batch):
+            sub = batch.select(idx)
+            with learner._ctx():
+                _, _, stats = completion_logprobs_stats(
+                    self.model, [p.to(learner.device) for p in sub.prompt_ids], sub.completion_ids.to(learner.device),
+                    sub.completion_mask.to(learner.device), temperature=learner.temperature, stats=("sum_p2",),
+                    share_prompts=learner.share_prompts,
+                )  # fmt: skip
+            out[idx] = stats["sum_p2"].float().cpu()
+        batch.sum_p2 = out.to(batch.completion_mask.device) * batch.completion_mask
 
     @torch.no_grad()
     def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:

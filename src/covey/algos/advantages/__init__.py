@@ -23,6 +23,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
     pairwise.py      dagrpo_provisional, trpa                    (sums over same-group pairs of rows)
+    oblr.py          oblr_baseline                               (OBLR-PO gradient-weighted baseline, [N] or [N, T])
     polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
     gigpo.py         gigpo                                       (multi-turn: episode + anchor-state step groups, [N, T])
     hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
@@ -51,6 +52,7 @@ from covey.algos.advantages.identity import identity
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
+from covey.algos.advantages.oblr import oblr_baseline
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
@@ -84,6 +86,7 @@ __all__ = [
     "mc_grpo",
     "mssr",
     "ngrpo",
+    "oblr_baseline",
     "polychromic",
     "reinforce_pp_baseline",
     "riskpo",
