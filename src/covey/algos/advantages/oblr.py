@@ -1,7 +1,7 @@
 """OBLR-PO's optimal baseline: each row's reward weighted by a proxy of its squared gradient norm.
 
 Paper: "Optimal Baseline and Learning-Rate Policy Optimization" (OBLR-PO), arXiv 2511.23310. Status
-PARTIAL (covey's objectives spec §2.3): the variance-optimal baseline b* = E[||grad log pi(o)||^2 R] /
+PARTIAL (covey's objectives spec, §2.3): the variance-optimal baseline b* = E[||grad log pi(o)||^2 R] /
 E[||grad log pi(o)||^2] is the abstract's; the paper's estimator of the gradient norm was not read.
 The proxy is verl's "Optimal Token Baseline" (`compute_optimal_token_baseline_advantage`, a framework
 implementation of the same principle, not by the OBLR-PO authors): the logit-space squared gradient
