@@ -13,11 +13,14 @@ store. The normalisation is the HAPO surrogate's (`covey.algos.surrogates.hapo_e
                                    T_t = T (1 + tau clamp(h_hat_t, -1, 1))
     first step (no statistics yet): T_t = T
 
-The released h_hat is >= 0 (its sign is lost), so the temperature never goes below T; `signed: true`
-is the abstract's reading (low-entropy tokens sampled cooler). The engine returns the log-probs of the
+covey's default `signed: true` is the abstract's reading (h_hat in [-1, 1]: low-entropy tokens sampled
+cooler, high-entropy ones hotter); the released h_hat is >= 0 (its sign is lost), so the temperature
+never goes below T: `signed: false` reproduces that quirk on purpose. The engine returns the log-probs of the
 distribution it sampled from (at T_t), so the batch asks the learner to recompute pi_old at T (as
-verl always does). covey's statistics come from the engine's entropies of the tokens sampled at the
-previous step (HAPO: the actor's old-log-prob entropies; a documented departure). State (the
+verl always does). covey's statistics are those of the previous step's base-temperature entropies as
+the sampler saw them: the engine's at the first step, afterwards the rule's own H(softmax(z / T)) of
+every decoded position (rows that stopped but are still decoded until the engine compacts them
+included). HAPO takes the actor's old-log-prob entropies of the sampled tokens: a documented departure. State (the
 statistics) is saved in checkpoints with the strategy. Needs an engine with per-token temperature rules
 (`torch`).
 """
@@ -44,6 +47,8 @@ class EntropyTemperature:
 
     def __init__(self, base: float, tau: float, stats: tuple[float, float, float, float], signed: bool):
         self.base, self.tau, self.stats, self.signed = base, tau, stats, signed
+        self.applied: list[Tensor] = []  # the temperatures of each call (rows decoded at that step)
+        self.entropies: list[Tensor] = []  # H at the base temperature T of the same positions
 
     def entropy_temperature(self, entropy: Tensor) -> Tensor:
         return self.base * (1.0 + self.tau * hapo_h_hat(entropy, self.stats, self.signed).clamp(-1.0, 1.0))
@@ -51,7 +56,10 @@ class EntropyTemperature:
     def __call__(self, logits: Tensor) -> Tensor:
         logp = torch.log_softmax(logits.float() / self.base, -1)
         entropy = -(logp.exp() * logp).sum(-1)
-        return self.entropy_temperature(entropy)
+        temps = self.entropy_temperature(entropy)
+        self.applied.append(temps.detach().cpu())
+        self.entropies.append(entropy.detach().cpu())
+        return temps
 
 
 @register_strategy("hapo_temperature")
@@ -60,12 +68,12 @@ class HAPOTemperature:
 
     tau:     temperature swing (the recipe's `temperature_tau` 0.05).
     pivot:   entropy quantile of the normalisation (`entropy_pivot` 0.8).
-    signed:  False: the released code (h_hat >= 0, never cooler than T); True: h_hat in [-1, 1].
+    signed:  True (covey): h_hat in [-1, 1]; False: the released code's lost sign (h_hat >= 0, never cooler than T).
     """
 
     engine_protocols = (TemperatureRuleEngine,)
 
-    def __init__(self, *, tau: float = 0.05, pivot: float = 0.8, signed: bool = False):
+    def __init__(self, *, tau: float = 0.05, pivot: float = 0.8, signed: bool = True):
         if not 0.0 <= tau < 1.0 or not 0.0 <= pivot <= 1.0:
             raise ValueError(f"rollout strategy hapo_temperature: tau must be in [0, 1) and pivot in [0, 1], got {tau}, {pivot}")
         self.tau, self.pivot, self.signed = tau, pivot, signed
@@ -76,13 +84,17 @@ class HAPOTemperature:
         rule = None if self.stats is None else EntropyTemperature(sp.temperature, self.tau, self.stats, self.signed)
         batch = sample_groups(ctx.engine, ctx.tokenizer, ctx.draws, dataclasses.replace(sp, temperature_rule=rule))
         metrics = {"hapo/adaptive": float(rule is not None)}
-        if rule is not None:
-            mask = batch.completion_mask > 0
-            temps = rule.entropy_temperature(batch.entropies)[mask]  # engine entropies are at T_t: a close read-out
+        if rule is not None and rule.applied:
+            temps = torch.cat(rule.applied)  # every decoded position (incl. rows still decoding after their stop)
             metrics.update({"hapo/temperature_mean": float(temps.mean()), "hapo/temperature_min": float(temps.min()),
                             "hapo/temperature_max": float(temps.max())})  # fmt: skip
+        if rule is not None:
             batch.recompute_old_logprobs = True  # behaviour log-probs are at T_t; pi_old at T for the ratio
-        self.stats = hapo_entropy_stats(batch.entropies, batch.completion_mask, self.pivot) or self.stats
+        if rule is None:  # sampled at T: the engine's entropies are the base distribution's
+            self.stats = hapo_entropy_stats(batch.entropies, batch.completion_mask, self.pivot) or self.stats
+        elif rule.entropies:  # sampled at T_t: the base-temperature entropies the rule computed
+            h = torch.cat(rule.entropies)
+            self.stats = hapo_entropy_stats(h, torch.ones_like(h), self.pivot) or self.stats
         return batch, metrics
 
     def state_dict(self) -> dict[str, Any]:
