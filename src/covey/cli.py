@@ -194,6 +194,7 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     from covey.algos.presets import PRESET_NOTES, PRESETS, SAMPLER_PRESETS
     from covey.engine import ENGINES
     from covey.envs import ENVS
+    from covey.preference import PAIRS, PREFERENCE_LOSSES
     from covey.rewards import REWARDS
     from covey.samplers import SAMPLERS
     from covey.strategies import STRATEGIES
@@ -214,6 +215,7 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
              ("engine", "engine", rows(ENGINES))]  # fmt: skip
     kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
+    kinds += [("preference loss", "preference.loss", rows(PREFERENCE_LOSSES)), ("pair builder", "preference.pairs", rows(PAIRS))]
     return kinds
 
 
