@@ -18,6 +18,7 @@ from covey.strategies.episodes import Episodes
 from covey.strategies.group import GroupStrategy, completion_texts, item_columns, sample_groups
 from covey.strategies.igrpo import IGRPO
 from covey.strategies.latr import LATR
+from covey.strategies.pairs import OfflinePairs, ReferencePairs
 from covey.strategies.tppo import TPPO
 from covey.strategies.treepo import TreePO
 
@@ -25,6 +26,8 @@ __all__ = [
     "APRIL",
     "ARRoL",
     "LATR",
+    "OfflinePairs",
+    "ReferencePairs",
     "STRATEGIES",
     "BranchStrategy",
     "CogRethinker",
