@@ -194,6 +194,8 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     from covey.algos.presets import PRESET_NOTES, PRESETS, SAMPLER_PRESETS
     from covey.engine import ENGINES
     from covey.envs import ENVS
+    from covey.preference import PAIRS, PREFERENCE_LOSSES
+    from covey.train.sft_losses import SFT_LOSSES
     from covey.rewards import REWARDS
     from covey.samplers import SAMPLERS
     from covey.strategies import STRATEGIES
@@ -214,6 +216,8 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
              ("engine", "engine", rows(ENGINES))]  # fmt: skip
     kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
+    kinds += [("preference loss", "preference.loss", rows(PREFERENCE_LOSSES)), ("pair builder", "preference.pairs", rows(PAIRS)),
+              ("sft loss", "covey sft --loss", rows(SFT_LOSSES))]
     return kinds
 
 
@@ -433,6 +437,8 @@ def sft(
     lr: float = 1e-3,
     task_param: Annotated[Optional[list[str]], typer.Option(help="Task parameter key=value (repeatable).")] = None,
     seed: int = 0,
+    loss: Annotated[str, typer.Option(help="SFT loss: ce (cross-entropy) or otr (One-Token Rollout).")] = "ce",
+    loss_param: Annotated[Optional[list[str]], typer.Option(help="SFT loss parameter key=value (repeatable), e.g. k=8.")] = None,
 ):
     """A short supervised warm start on task demonstrations (for tiny models before RL)."""
     from covey.models.loading import check_name
@@ -446,12 +452,19 @@ def sft(
         _fail(f"--{str(e).replace('_', '-')}")
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} exists and is not a folder")
+    from covey.train.sft_losses import SFT_LOSSES
+
+    loss_params = parse_overrides(loss_param or [])
+    try:
+        SFT_LOSSES.get(loss).validate_params(loss_params)
+    except ValueError as e:
+        _fail(f"--loss: {e}")
     t = get_task(task, **parse_overrides(task_param or []))
     if getattr(t, "demonstration", None) is None:
         _fail(f"task {task!r} has no demonstrations (a `demonstration(item)` method) to imitate")
     t.examples("train")  # the data loads
     check_name(model)  # an unknown model fails before anything loads
-    res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
+    res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, loss_params=loss_params)
     typer.echo(json.dumps(res))
 
 

@@ -66,7 +66,12 @@ def _where(name: str) -> list[tuple[str, str]]:
     from covey.rewards import REWARDS
     from covey.strategies import STRATEGIES
 
+    from covey.preference import PAIRS, PREFERENCE_LOSSES
+    from covey.train.sft_losses import SFT_LOSSES
+
     found = [("hook", "algo")] if name in HOOKS else []
+    found += [("preference", "preference")] if name in PREFERENCE_LOSSES or name in PAIRS else []
+    found += [("sft", "covey sft --loss")] if name in SFT_LOSSES else []
     found += [(kind, f"algo.{kind}") for kind, reg in REGISTRIES.items() if name in reg]
     found += [("preset", "algo.preset")] if name in PRESETS else []
     found += [("strategy", "rollout.strategy")] if name in STRATEGIES else []
@@ -110,6 +115,10 @@ def _overrides(name: str, kind: str) -> list[str]:
     return base + provided + mine
 
 
+OTHER_MODES = {  # training modes with their own end-to-end tests
+    "preference": "tests/preference/test_preference_train.py",
+    "sft": "tests/train/test_sft.py",
+}
 CASES = [pytest.param(n, w[0][0], id=n) for n in SPEC_METHODS if (w := _where(n))]
 NOT_BUILT = [n for n in SPEC_METHODS if not _where(n)]
 
@@ -123,6 +132,8 @@ def side_rewards(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("method,kind", CASES)
 def test_method_trains_two_steps_from_config(tmp_path, side_rewards, method, kind):
+    if kind in OTHER_MODES:
+        pytest.skip(f"{method} is a {kind} objective, not RL on advantages: trained end to end by {OTHER_MODES[kind]}")
     kl = [] if kind == "preset" else ["algo.kl=null"]  # a preset keeps its own KL (prorl resets its reference)
     cfg = load_config(None, [
         "model.name=tiny-llama", "task.name=arithmetic", "task.params={digits: 1, n_train: 16, n_test: 4}",

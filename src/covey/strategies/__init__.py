@@ -20,6 +20,7 @@ from covey.strategies.group import GroupStrategy, completion_texts, item_columns
 from covey.strategies.hapo_temperature import HAPOTemperature
 from covey.strategies.igrpo import IGRPO
 from covey.strategies.latr import LATR
+from covey.strategies.pairs import OfflinePairs, ReferencePairs
 from covey.strategies.spo_chain import SPOChain
 from covey.strategies.tppo import TPPO
 from covey.strategies.treepo import TreePO
@@ -29,6 +30,8 @@ __all__ = [
     "APRIL",
     "ARRoL",
     "LATR",
+    "OfflinePairs",
+    "ReferencePairs",
     "STRATEGIES",
     "BranchStrategy",
     "CogRethinker",

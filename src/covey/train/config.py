@@ -23,6 +23,7 @@ from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, 
 from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
 from covey.runtime.config import RuntimeConfig, check_runtime
+from covey.preference.config import PreferenceConfig, check_preference, no_preference_strategy
 
 __all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
 
@@ -250,6 +251,8 @@ class RunConfig(_Strict):
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     """How the loop runs: executor inline | thread | ray, max_staleness, timeout_s (`covey.runtime.config`)."""
+    preference: PreferenceConfig | None = None
+    """Preference mode (DPO, RSO, XPO, TGDPO, GEPO): train a preference loss on pairs (docs/preference.md)."""
     steps: int = Field(20, ge=1, le=10**9)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     """Seeds python, torch and numpy (numpy takes 0 <= seed < 2**32)."""
@@ -336,6 +339,14 @@ class RunConfig(_Strict):
             STRATEGIES.build(spec.name, spec.params)
         except ValueError as e:  # a RegistryError, or the strategy's own check of its parameters
             raise ValueError(f"rollout.strategy: {e}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _check_preference(self) -> "RunConfig":
+        strategy = self.rollout.strategy.name
+        no_preference_strategy(strategy, self.preference)
+        if self.preference is not None:
+            check_preference(self.preference, self.algo == resolve_algo({"preset": "grpo"}), strategy, self.rewards)
         return self
 
     @model_validator(mode="after")

@@ -28,7 +28,8 @@ SAMPLES_FILE = "samples.jsonl"
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
-    name = cfg.log.name or f"{cfg.task.name}-{cfg.algo.preset or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    method = cfg.preference.loss.name if cfg.preference is not None else cfg.algo.preset or "custom"
+    name = cfg.log.name or f"{cfg.task.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Path(cfg.log.dir) / name
 
 

@@ -97,6 +97,13 @@ class Reference:
         self._policy = policy
         self._copy = None if lora else copy.deepcopy(policy).requires_grad_(False).eval()
 
+    def engine_model(self) -> torch.nn.Module:
+        """A plain model for an engine that samples from the reference: the frozen copy, or with LoRA
+        a copy of the base model with the adapters removed unmerged (peft `unload`)."""
+        if self._copy is not None:
+            return self._copy
+        return copy.deepcopy(self._policy).unload().requires_grad_(False).eval()
+
     @contextmanager
     def active(self):
         if self._copy is not None:
@@ -150,6 +157,8 @@ def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, worker
     configured rewards, then `reward_funcs` (callables or import paths, from the Python API)."""
     from covey.rewards import RewardRunner, RewardSpec
 
+    if cfg.rollout.strategy.name == "offline_pairs":  # the dataset labels the pairs: that is the only reward
+        return RewardRunner([{"name": "preference_label"}], workers=0)
     rewards: list = []
     if getattr(task, "reward", None) is not None:
         spec = RewardSpec(name="accuracy", weight=cfg.task_reward_weight, timeout_s=cfg.task_reward_timeout_s)
@@ -193,7 +202,7 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
                          "reference is the base model under the adapters: drop one of them")  # fmt: skip
     advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     singleton = {**advantage.defaults, **cfg.algo.advantage.params}.get("singleton", "zero")
-    if advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
+    if cfg.preference is None and advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
         logging.getLogger("covey").warning(
             "rollout.group_size=1 with the group-relative estimator %r: every advantage is zero, nothing will be "
             "learned; use group_size >= 2", advantage.name)  # fmt: skip

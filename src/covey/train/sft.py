@@ -12,11 +12,11 @@ import random
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from covey.devices import resolve_device
 from covey.models import apply_chat
 from covey.models import load as load_model
+from covey.train.sft_losses import SFT_LOSSES
 
 __all__ = ["check_sft_args", "run_sft"]
 
@@ -34,9 +34,12 @@ def check_sft_args(steps: int, batch_size: int, lr: float, seed: int) -> None:
 
 
 def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_size: int = 32, lr: float = 1e-3,
-            seed: int = 0, dtype: str = "bf16", device: str = "auto") -> dict:  # fmt: skip
-    """Train `model_name` on the task's demonstrations; device auto = CUDA when present."""
+            seed: int = 0, dtype: str = "bf16", device: str = "auto", loss: str = "ce",
+            loss_params: dict | None = None) -> dict:  # fmt: skip
+    """Train `model_name` on the task's demonstrations with SFT loss `loss` (`covey.train.sft_losses`:
+    ce, otr); device auto = CUDA when present."""
     check_sft_args(steps, batch_size, lr, seed)
+    loss_fn = SFT_LOSSES.get(loss).bind(loss_params or {})  # a bad name or parameter fails before the model loads
     demo = getattr(task, "demonstration", None)
     if demo is None:
         raise ValueError(f"task {task.name!r} has no demonstrations (a `demonstration(item)` method) to imitate")
@@ -49,13 +52,16 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
     eos = tok.eos_token or ""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / 10) * max(0.0, 1 - i / steps))
-    losses = []
+    losses, extra = [], {}
+    gen = torch.Generator(device=dev).manual_seed(seed)
     for _ in range(steps):
         batch = [items[rng.randrange(len(items))] for _ in range(batch_size)]
         ids, labels = (t.to(dev) for t in _encode(tok, batch, demo, eos))
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
             logits = model(input_ids=ids).logits  # right padding: causal attention never sees it
-        loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+        target = labels[:, 1:]
+        loss_tok, extra = loss_fn(logits[:, :-1], target, gen)
+        loss = loss_tok.sum() / (target != -100).sum().clamp_min(1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -66,7 +72,8 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
     out.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out)
     tok.save_pretrained(out)
-    return {"out": str(out), "steps": steps, "loss_first": losses[0], "loss_last": sum(losses[-10:]) / len(losses[-10:])}
+    return {"out": str(out), "steps": steps, "sft_loss": loss_fn.__name__, "loss_first": losses[0],
+            "loss_last": sum(losses[-10:]) / len(losses[-10:]), **extra}  # fmt: skip
 
 
 def _encode(tok, batch: list[dict], demo, eos: str) -> tuple[torch.Tensor, torch.Tensor]:

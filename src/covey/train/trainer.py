@@ -86,6 +86,8 @@ class Trainer:
         self.sampler = SAMPLERS.build(sampler.name, sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
         needs = cfg.algo.requires() | set(self.sampler.requires)  # optional Rollouts fields read
+        if cfg.preference is not None:  # preference mode: the loss compares policy and reference log-ratios
+            needs = set(self.sampler.requires) | {"ref_logprobs"}
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
         self.need_probe = "probe_logprobs" in needs  # pi_old at the strategy controller's probe temperature (dcpo)
@@ -98,8 +100,13 @@ class Trainer:
         learner_dtype = chosen.get("learner", cfg.model.dtype) if cfg.model.dtype == "auto" else cfg.model.dtype
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.steps)
         o = cfg.optim
-        self.learner = Learner(
-            self.model, self.optimizer, self.scheduler, cfg.algo,
+        learner_cls, extra = Learner, {}
+        if cfg.preference is not None:  # the same learner, its update training a preference loss on pairs
+            from covey.preference.learner import PreferenceLearner, load_guide
+
+            learner_cls, extra = PreferenceLearner, {"preference": cfg.preference, "guide": load_guide(cfg.preference, self.model, self.device)}
+        self.learner = learner_cls(
+            self.model, self.optimizer, self.scheduler, cfg.algo, **extra,
             temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens,
             epochs=o.epochs, mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
             grad_clip=o.grad_clip, dtype=learner_dtype,
@@ -117,6 +124,10 @@ class Trainer:
                                     address=cfg.runtime.ray_address)  # fmt: skip
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
+        self.reference_engine = None  # XPO's reference samples: an engine over the frozen reference
+        if getattr(STRATEGIES.get(cfg.strategy_spec().name).fn, "needs_reference_engine", False):
+            self.reference = self.reference or build_reference(self.model, cfg.model)
+            self.reference_engine = ENGINES.build(cfg.engine.name, engine_params, self.reference.engine_model(), self.tokenizer)
         self._sampler_lock = threading.RLock()  # the generator thread and the learner both call the sampler
         self.executor = None
         if cfg.runtime.executor != "inline":
@@ -150,9 +161,10 @@ class Trainer:
         published = None
         if len(batch) > 0:
             self.add_reference_logprobs(batch)
-            adv = self.advantage(batch)  # advantages
-            batch.advantages, batch.sample_mask = adv.advantages.float(), adv.sample_mask
-            metrics.update(adv.metrics)
+            if self.cfg.preference is None:  # (preference mode: the learner builds pairs from the rewards)
+                adv = self.advantage(batch)  # advantages
+                batch.advantages, batch.sample_mask = adv.advantages.float(), adv.sample_mask
+                metrics.update(adv.metrics)
             gen = torch.Generator().manual_seed(self._seed("learn"))
             with self._logprob_source(self.step_num + 1, batch) as source:
                 metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
@@ -204,7 +216,8 @@ class Trainer:
         draws = draw(cfg.rollout.prompts_per_step)  # the sampler hooks, in order: covey.samplers.base
         sampling = functools.partial(self._sampling, step=step)
         ctx = RolloutContext(engine=self.engine, tokenizer=self.tokenizer, draws=draws, sampling=sampling,
-                             score=score, draw=draw, step=step, policy_version=version)  # fmt: skip
+                             score=score, draw=draw, step=step, policy_version=version,
+                             reference_engine=self.reference_engine)  # fmt: skip
         with self._sampler_lock:
             draws, metrics = self.sampler.before_rollout(draws, ctx)
         ctx.draws = _checked_draws(self.sampler, draws)
@@ -391,6 +404,8 @@ class Trainer:
             self.executor.close()
         self.rewards.close()
         self.engine.close()
+        if self.reference_engine is not None:
+            self.reference_engine.close()
         self.logger.close()
         self._lock.release()
 
