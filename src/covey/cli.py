@@ -252,8 +252,36 @@ def list_cmd(kinds: Annotated[Optional[list[str]], typer.Argument(help="Only the
 
 @app.command()
 def algos():
-    """The algorithm part of `covey list`: every component per axis (paper, arXiv id, parameters) and the presets."""
-    list_cmd(list(ALGO_KINDS))
+    """Every algorithm component per axis and every preset: arXiv id, status (checked against the
+    authors' code, a framework, partly, or reconstructed; `covey.algos.status`), the code checked, and
+    the parameters with their defaults."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from covey.algos.status import STATUS_MEANING, status_of
+
+    table = Table("kind (config key)", "name", "arXiv", "status", "checked against", "parameters (defaults)")
+    for kind, key, entries in _catalogue():
+        if kind not in ALGO_KINDS:
+            continue
+        arxiv = _arxiv_ids(kind)
+        for name, _summary, _paper, params in entries:
+            status, source = status_of(kind, name)
+            table.add_row(f"{kind} ({key})", name, arxiv.get(name, ""), status, source, params)
+    Console(width=220).print(table)
+    typer.echo("status: " + "; ".join(f"{k} = {v}" for k, v in STATUS_MEANING.items()))
+
+
+def _arxiv_ids(kind: str) -> dict[str, str]:
+    """{name: arXiv id} of one algorithm kind (presets: the id in their note, if any)."""
+    import re
+
+    from covey.algos import REGISTRIES
+    from covey.algos.presets import PRESET_NOTES
+
+    if kind in REGISTRIES:
+        return {n: REGISTRIES[kind][n].arxiv for n in REGISTRIES[kind]}
+    return {n: m.group(1) for n, note in PRESET_NOTES.items() if (m := re.search(r"arXiv (\d{4}\.\d{4,5})", note))}
 
 
 @app.command()

@@ -11,10 +11,13 @@ Each component declares what it needs from the others and what it adds to a batc
                                    two rows or more (unless its `singleton: raw`) and provides
                                    `group_relative`
 
+Reward columns a component reads by name (a parameter whose name ends in `_column`, e.g. dagrpo's
+`score_column`, trpa's `level_column`) must be columns of the run: `check_column_params`.
+
 A requirement "x" needs some component of the run to provide x; "!x" needs none to. `dynamic`'s
 requirements apply to the strategy it wraps. A missing `requires` is a contradiction: the config is
 refused by name (what needs what, who provides it). A missing `prefers` wastes compute: a warning.
-The trainer itself provides `ref_logprobs`, `entropies` and `old_logprobs`.
+The trainer itself provides `ref_logprobs`, `entropies`, `old_logprobs`, `probe_logprobs` and `sum_p2`.
 """
 
 from __future__ import annotations
@@ -22,17 +25,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["FEATURES", "check_combination", "features_of"]
+__all__ = ["FEATURES", "check_column_params", "check_combination", "features_of"]
 
 FEATURES = {
     "tree_path": "each row's path in a rollout tree",
     "segment_tokens": "the tree's segment length, Rollouts.segment_tokens",
     "tppo_advantages": "Extended-GAE advantages from the tppo value head, Rollouts.token_advantages",
+    "spo_chain_advantages": "SPO-chain segment advantages from Monte-Carlo cut-point values, Rollouts.token_advantages",
     "spo_baseline": "the spo sampler's per-prompt value baseline, Rollouts.baseline",
+    "probe_temperature": "an entropy controller's probe temperature, Rollouts.controller (rollout.strategy dcpo)",
+    "reinforce_rows": "AEPO's REINFORCE rows at the controller's temperature, Rollouts.fixed_advantage",
     "single_rows": "every group holds one row",
     "group_relative": "a group-relative advantage estimator",
 }
-TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs"})
+TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs", "probe_logprobs", "sum_p2"})
 
 
 def features_of(component: Any, attr: str, params: dict[str, Any]) -> set[str]:
@@ -87,6 +93,24 @@ def check_combination(cfg) -> list[str]:
                 warnings.append(msg)
                 logging.getLogger("covey").warning(msg)
     return warnings
+
+
+def check_column_params(algo, columns: list[str]) -> None:
+    """Refuse (ValueError) an active algorithm component whose `*_column` parameter is empty or names no
+    reward column of the run (`columns`: the task's `accuracy`, the configured rewards, shaping terms)."""
+    from covey.algos.presets import _AXES
+
+    for axis, spec in algo.active().items():
+        entry = _AXES[axis].get(spec.name)
+        params = {**entry.defaults, **spec.params}
+        for key in sorted(k for k in params if k.endswith("_column")):
+            value = params[key]
+            if not value:
+                raise ValueError(f"algo.{axis} {spec.name!r} needs {key}: the name of a reward column (columns are "
+                                 f"{columns})")  # fmt: skip
+            if value not in columns:
+                raise ValueError(f"algo.{axis} {spec.name!r}: {key}={value!r} is not a reward column (columns are {columns}); "
+                                 f"add a reward with that name or alias (weight 0 if it only feeds {spec.name})")  # fmt: skip
 
 
 def _missing(need: str, provided: dict[str, list[str]]) -> str | None:

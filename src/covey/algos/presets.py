@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
 from covey.registry import Registry, Spec
 
-__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "OverlongSpec", "apply_sampler_preset", "resolve_algo",
+__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "LogprobSourceSpec", "OverlongSpec", "ReferenceResetSpec", "apply_sampler_preset", "resolve_algo",
            "sampler_spec", "strategy_spec"]
 
 DEFAULT_PRESET = "grpo"
@@ -114,6 +114,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "surrogate": {**_PPO},
         "aggregation": {"name": "token-mean"},
     },
+    "prorl": {  # ProRL: DAPO clip-higher 0.2 / 0.4 and dynamic sampling, KL kept, reference resets (period: choice)
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 0.2, "eps_high": 0.4},
+        "aggregation": {"name": "token-mean"},
+        "kl": {"name": "k3", "coef": 1e-4, "mode": "loss"},
+        "dynamic_sampling": True,
+        "max_gen_batches": 10,
+        "reference_reset": {"every": 200, "reset_optimizer": True},
+    },
 }
 
 
@@ -133,6 +142,7 @@ PRESET_NOTES: dict[str, str] = {
     "drpo": "DRPO: the discriminative loss expressed as an advantage, REINFORCE",
     "luspo": "LUSPO: length-unbiased sequence ratio, clip 2e-3 / 2.5e-3 (TRL)",
     "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
+    "prorl": "ProRL (arXiv 2505.24864): clip 0.2 / 0.4, dynamic sampling, k3 KL kept, reference + optimizer reset every 200 steps",
 }
 """One line per preset for `covey list` (sources and choices in docs/algorithms.md, "Presets")."""
 
@@ -288,6 +298,42 @@ class OverlongSpec(_Strict):
         return tokens
 
 
+class ReferenceResetSpec(_Strict):
+    """ProRL's reference reset: after step `every`, 2 `every`, ... and after each step in `steps`
+    (1-based step numbers), the reference model becomes a copy of the policy (pi_ref <- pi_theta) and,
+    with `reset_optimizer`, the optimizer's moments are cleared. The learning-rate schedule goes on."""
+
+    where: ClassVar[str] = "algo.reference_reset"
+
+    every: int | None = Field(None, ge=1)
+    steps: list[int] = Field(default_factory=list)
+    reset_optimizer: bool = True
+
+    @model_validator(mode="after")
+    def _some_schedule(self) -> ReferenceResetSpec:
+        if self.every is None and not self.steps:
+            raise ValueError("algo.reference_reset needs `every` (a period in steps) or `steps` (a list of steps)")
+        if any(s < 1 for s in self.steps):
+            raise ValueError(f"algo.reference_reset.steps are 1-based step numbers, got {self.steps}")
+        return self
+
+    def due(self, step: int) -> bool:
+        """Whether the reset runs after (1-based) step `step`."""
+        return (self.every is not None and step % self.every == 0) or step in self.steps
+
+
+class LogprobSourceSpec(_Strict):
+    """BuPO's learner log-prob source: for steps 1..`until_step` the learner's log-probs (pi_theta and
+    the recomputed pi_old) come from decoder layer `layer` (0-based) through the unembedding, without
+    the final norm unless `final_norm` (`covey.train.logprob_source`)."""
+
+    where: ClassVar[str] = "algo.logprob_source"
+
+    layer: int = Field(..., ge=0)
+    until_step: int = Field(..., ge=1)
+    final_norm: bool = False
+
+
 _AXES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
     "surrogate": SURROGATES,
@@ -319,6 +365,10 @@ class AlgoConfig(_Strict):
     """Dynamic sampling gives up (falls back) after this many generation batches."""
     group_size_extra: int = Field(0, ge=0)
     """Extra samples per prompt beyond the trained group size G (MC-GRPO samples G + 1)."""
+    reference_reset: ReferenceResetSpec | None = None
+    """ProRL: reset the reference model to the policy (and the optimizer state) on a schedule."""
+    logprob_source: LogprobSourceSpec | None = None
+    """BuPO: the learner's log-probs from an internal layer for the first steps."""
 
     @model_validator(mode="after")
     def _check_components(self) -> AlgoConfig:
@@ -331,6 +381,12 @@ class AlgoConfig(_Strict):
             except ValueError as e:
                 raise ValueError(f"algo.{axis}: {e}") from None
             spec.params.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
+        if self.logprob_source is not None and self.correction is not None:
+            raise ValueError("algo.logprob_source trains an internal layer's policy, which is not the engine's: an "
+                             "importance correction against the engine's log-probs is meaningless then; set algo.correction: null")  # fmt: skip
+        if self.reference_reset is not None and "ref_logprobs" not in self.requires():
+            raise ValueError("algo.reference_reset resets the reference model, but no component uses one: "
+                             "set algo.kl with coef > 0 (or drop reference_reset)")  # fmt: skip
         return self
 
     def active(self) -> dict[str, Spec]:

@@ -356,29 +356,42 @@ def dhpo(
 
 
 # ---------------------------------------------------------------------------- entropy-adaptive token surrogates
-def hapo_entropy_norm(entropy: Tensor, mask: Tensor, pivot: float, signed: bool, eps: float = 1e-8) -> Tensor:
-    """HAPO's normalised log-entropy h_hat [N, T] over the unmasked tokens of `entropy` (no gradient).
+def hapo_entropy_stats(entropy: Tensor, mask: Tensor, pivot: float, eps: float = 1e-8) -> tuple[float, float, float, float] | None:
+    """(m, rms, pos, neg) of HAPO's entropy normalisation over the unmasked tokens (None: no token).
 
-        l     = log(max(H, eps));   m = l's `pivot` quantile over unmasked tokens ("nearest": the
-                kthvalue at round(pivot (n - 1)), Python rounding, as `torch_quantile`)
-        h     = (l - m) / sqrt(max(mean_mask((l - m)^2), eps))          (RMS about m, not a std)
-        pos   = max(max(h over mask, h > 0), eps);  neg = min(min(h over mask, h < 0), -eps)
-        h_hat = h / pos where h > 0;  h / neg where h <= 0  (released: >= 0, the sign is lost)
-                                      h / |neg|               (signed=True: h_hat in [-1, 1])
-    No unmasked token: h_hat = 0 everywhere.
+        l   = log(max(H, eps));   m = l's `pivot` quantile over unmasked tokens ("nearest": the
+              kthvalue at round(pivot (n - 1)), Python rounding, as `torch_quantile`)
+        rms = sqrt(max(mean_mask((l - m)^2), eps))                     (RMS about m, not a std)
+        pos = max(max(h over mask, h > 0), eps);  neg = min(min(h over mask, h < 0), -eps),  h = (l - m) / rms
     """
     keep = mask > 0
     n = int(keep.sum())
     if n == 0:
-        return torch.zeros_like(entropy)
+        return None
     lg = torch.log(entropy.detach().float().clamp_min(eps))
-    vals = lg[keep]
-    m = torch.kthvalue(vals, round(pivot * (n - 1)) + 1).values
-    h = lg - m
-    h = h / ((h.pow(2) * keep).sum() / n).clamp_min(eps).sqrt()
+    m = torch.kthvalue(lg[keep], round(pivot * (n - 1)) + 1).values
+    rms = ((lg - m).pow(2) * keep).sum().div(n).clamp_min(eps).sqrt()
+    h = (lg - m) / rms
     pos = h.masked_fill(~(keep & (h > 0)), 0.0).max().clamp_min(eps)
     neg = h.masked_fill(~(keep & (h < 0)), 0.0).min().clamp_max(-eps)
-    return torch.where(h > 0, h / pos, h / (neg.abs() if signed else neg))
+    return float(m), float(rms), float(pos), float(neg)
+
+
+def hapo_h_hat(entropy: Tensor, stats: tuple[float, float, float, float], signed: bool, eps: float = 1e-8) -> Tensor:
+    """h_hat of `entropy` (any shape) under normalisation `stats` (`hapo_entropy_stats`):
+    h = (log(max(H, eps)) - m) / rms;  h / pos where h > 0;  h / neg where h <= 0 (released: >= 0, the
+    sign is lost), h / |neg| with `signed` (h_hat in [-1, 1] on the tokens the stats came from)."""
+    m, rms, pos, neg = stats
+    h = (torch.log(entropy.detach().float().clamp_min(eps)) - m) / rms
+    return torch.where(h > 0, h / pos, h / (abs(neg) if signed else neg))
+
+
+def hapo_entropy_norm(entropy: Tensor, mask: Tensor, pivot: float, signed: bool, eps: float = 1e-8) -> Tensor:
+    """HAPO's normalised log-entropy h_hat [N, T] over the unmasked tokens of `entropy` (no gradient):
+    the statistics of these tokens (`hapo_entropy_stats`) applied to them (`hapo_h_hat`).
+    No unmasked token: h_hat = 0 everywhere."""
+    stats = hapo_entropy_stats(entropy, mask, pivot, eps)
+    return torch.zeros_like(entropy) if stats is None else hapo_h_hat(entropy, stats, signed, eps)
 
 
 @register_surrogate(

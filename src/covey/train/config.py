@@ -17,7 +17,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from covey.compat import check_combination
+from covey.compat import check_column_params, check_combination
 from covey.algos.presets import AlgoConfig, resolve_algo
 from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
 from covey.registry import RegistryError, Spec
@@ -355,9 +355,10 @@ class RunConfig(_Strict):
         from covey.rewards.scoring import check_reward_columns
 
         try:
-            check_reward_columns(self.rewards, self.algo, self.sampling.max_new_tokens)
+            columns = check_reward_columns(self.rewards, self.algo, self.sampling.max_new_tokens)
         except RegistryError as e:  # an unknown reward name: say where
             raise ValueError(f"rewards: {e}") from None
+        check_column_params(self.algo, ["accuracy", *columns])  # dagrpo's score_column, trpa's level_column, ...
         return self
 
     @model_validator(mode="after")

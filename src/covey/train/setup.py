@@ -112,6 +112,19 @@ class Reference:
             with self._policy.disable_adapter():
                 yield self._policy
 
+    def reset_to_policy(self) -> None:
+        """pi_ref <- pi_theta: copy the policy's weights into the frozen copy (ProRL's reset)."""
+        if self._copy is None:
+            raise ValueError("a reference reset needs a full reference copy; with LoRA the reference is the base model")
+        self._copy.load_state_dict(self._policy.state_dict())
+
+    def state_dict(self) -> dict:
+        return {} if self._copy is None else self._copy.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if self._copy is not None and state:
+            self._copy.load_state_dict(state)
+
 
 def build_reference(policy: torch.nn.Module, cfg: ModelConfig) -> Reference:
     return Reference(policy, lora=cfg.lora is not None)
@@ -184,6 +197,9 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if importlib.util.find_spec("wandb") is None:
             raise ValueError("log.report_to has wandb but the wandb package is not installed: pip install wandb, "
                              "or remove it from log.report_to")  # fmt: skip
+    if cfg.algo.reference_reset is not None and cfg.model.lora is not None:
+        raise ValueError("algo.reference_reset copies the policy into the reference model, but with model.lora the "
+                         "reference is the base model under the adapters: drop one of them")  # fmt: skip
     advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     singleton = {**advantage.defaults, **cfg.algo.advantage.params}.get("singleton", "zero")
     if cfg.preference is None and advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:

@@ -90,6 +90,8 @@ class Trainer:
             needs = set(self.sampler.requires) | {"ref_logprobs"}
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
+        self.need_probe = "probe_logprobs" in needs  # pi_old at the strategy controller's probe temperature (dcpo)
+        self.need_sum_p2 = "sum_p2" in needs  # sum_v pi_old^2 per position (oblr_baseline)
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
         shaping = shaping_terms(cfg.algo, cfg.sampling.max_new_tokens, self.add_reference_logprobs)
         self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
@@ -133,6 +135,7 @@ class Trainer:
                                            max_staleness=cfg.runtime.max_staleness, timeout_s=cfg.runtime.timeout_s,
                                            limit=cfg.steps)  # fmt: skip
         self.step_num = 0
+        self.last_reference_reset = 0  # the step after which the reference was last reset (0: never)
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
@@ -163,13 +166,16 @@ class Trainer:
                 batch.advantages, batch.sample_mask = adv.advantages.float(), adv.sample_mask
                 metrics.update(adv.metrics)
             gen = torch.Generator().manual_seed(self._seed("learn"))
-            metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
+            with self._logprob_source(self.step_num + 1, batch) as source:
+                metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
+            metrics.update(source)
             if self.executor is None:
                 self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
             else:  # a copy; the generator thread loads it between two batches
                 published = weights_copy(engine_state(self.model))
             with self._sampler_lock:
                 metrics.update(self.sampler.after_update(batch, self.policy_logprobs))
+        metrics.update(self._reference_reset(self.step_num + 1))
         if self.executor is not None:  # after after_update: with max_staleness 0 the sampler sees inline's order
             self.executor.publish(published, self.step_num + 1)
         self.step_num += 1
@@ -241,6 +247,37 @@ class Trainer:
         if self.need_ref and batch.ref_logprobs is None:
             with self.reference.active() as ref_model:
                 self.learner.fill_logprobs(batch, model=ref_model, field="ref_logprobs")
+        if self.need_sum_p2 and batch.sum_p2 is None:
+            self._fill_sum_p2(batch)
+        if self.need_probe and batch.probe_logprobs is None:
+            temperature = (batch.controller or {}).get("probe_temperature")
+            if temperature is None:
+                raise ValueError("the advantage estimator needs probe_logprobs, but the batch's rollout strategy set no "
+                                 "controller probe_temperature (use rollout.strategy dcpo)")  # fmt: skip
+            sampling_temperature, self.learner.temperature = self.learner.temperature, temperature
+            try:
+                self.learner.fill_logprobs(batch, field="probe_logprobs")
+            finally:
+                self.learner.temperature = sampling_temperature
+
+    @torch.no_grad()
+    def _fill_sum_p2(self, batch: Rollouts) -> None:
+        """`batch.sum_p2`: sum_v pi_old(v|s)^2 of every position, from the learner's chunked head
+        (`completion_logprobs_stats`), micro-batched like the learner's own forwards."""
+        from covey.learner.logprobs import completion_logprobs_stats
+
+        out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
+        learner = self.learner
+        for idx in learner._chunks(batch):
+            sub = batch.select(idx)
+            with learner._ctx():
+                _, _, stats = completion_logprobs_stats(
+                    self.model, [p.to(learner.device) for p in sub.prompt_ids], sub.completion_ids.to(learner.device),
+                    sub.completion_mask.to(learner.device), temperature=learner.temperature, stats=("sum_p2",),
+                    share_prompts=learner.share_prompts,
+                )  # fmt: skip
+            out[idx] = stats["sum_p2"].float().cpu()
+        batch.sum_p2 = out.to(batch.completion_mask.device) * batch.completion_mask
 
     @torch.no_grad()
     def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
@@ -267,6 +304,36 @@ class Trainer:
             seed=self._seed("generate", round_, step), return_entropies=self.need_entropies,
             ignore_eos=s.ignore_eos,
         )  # fmt: skip
+
+    @contextlib.contextmanager
+    def _logprob_source(self, step: int, batch: Rollouts):
+        """BuPO's hook (`algo.logprob_source`): for steps <= until_step the learner sees the policy read
+        out at an internal layer (same parameters) and recomputes pi_old with it. Yields the metrics."""
+        spec = self.cfg.algo.logprob_source
+        if spec is None or step > spec.until_step:
+            yield {"learn/internal_layer": -1.0} if spec is not None else {}
+            return
+        from covey.train.logprob_source import InternalLayerPolicy
+
+        policy = self.learner.model
+        self.learner.model = InternalLayerPolicy(policy, spec.layer, spec.final_norm)
+        batch.old_logprobs, batch.recompute_old_logprobs = None, True  # pi_old of the internal policy
+        try:
+            yield {"learn/internal_layer": float(spec.layer)}
+        finally:
+            self.learner.model = policy
+
+    def _reference_reset(self, step: int) -> dict[str, float]:
+        """ProRL's hook (`algo.reference_reset`): after a scheduled step, pi_ref <- pi_theta and,
+        when asked, the optimizer's moments are cleared (the LR schedule goes on)."""
+        spec = self.cfg.algo.reference_reset
+        if spec is None or not spec.due(step):
+            return {}
+        self.reference.reset_to_policy()
+        if spec.reset_optimizer:
+            self.optimizer.state.clear()
+        self.last_reference_reset = step
+        return {"ref/reset": 1.0}
 
     def _stateful(self) -> dict[str, Any]:
         """Components whose state the checkpoint holds (through torch.save: tensors, int keys intact)."""
@@ -302,6 +369,8 @@ class Trainer:
                 "rng": rng_state(),
                 **{name: obj.state_dict() for name, obj in self._stateful().items()},
             }
+            if self.last_reference_reset:  # the reference is no longer the initial model
+                payload["reference"] = {"step": self.last_reference_reset, "weights": self.reference.state_dict()}
             if self.executor is not None:
                 payload["runtime"] = self.executor.state_dict()
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
@@ -321,6 +390,9 @@ class Trainer:
         set_rng_state(payload["rng"])
         for name, obj in self._stateful().items():
             obj.load_state_dict(payload.get(name, meta.get(name, {})))
+        if "reference" in payload:
+            self.reference.load_state_dict(payload["reference"]["weights"])
+            self.last_reference_reset = payload["reference"]["step"]
         self.step_num = meta["step"]
         self.engine.load_weights(engine_state(self.model), version=self.step_num)
         if self.executor is not None:
