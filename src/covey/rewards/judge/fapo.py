@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from covey.rewards._scoring import RewardOutput
-from covey.rewards.judge.core import Judge
+from covey.rewards.judge.core import Judge, JudgeHolder
 from covey.rewards.judge.reward import judge_metrics, prompt_text
 from covey.rewards.math import completion_text, extract_boxed, math_equal
 from covey.rewards.registry import register_reward
@@ -34,7 +34,7 @@ __all__ = ["FapoReward"]
 
 
 @register_reward("fapo")
-class FapoReward:
+class FapoReward(JudgeHolder):
     """+1 correct and clean, 0 correct but flawed (the GenRM found an erroneous step), -1 incorrect.
 
     backend: the GenRM's backend (the paper serves FAPO-GenRM-4B behind an OpenAI-compatible router);

@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from covey.rewards._scoring import RewardOutput
-from covey.rewards.judge.core import Judge
+from covey.rewards.judge.core import Judge, JudgeHolder
 from covey.rewards.judge.parsers import PARSERS
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
@@ -43,7 +43,7 @@ def prompt_text(prompt) -> str:
 
 
 @register_reward("judge")
-class JudgeReward:
+class JudgeReward(JudgeHolder):
     """A model judges each completion.
 
     backend:          {kind: local, model, dtype, device, seed} | {kind: openai, base_url, model, api_key_env,

@@ -31,7 +31,7 @@ from typing import Any
 from covey.algos.advantages.brpo import reference_rows
 from covey.rewards._scoring import RewardOutput
 from covey.rewards.group import iter_units
-from covey.rewards.judge.core import Judge
+from covey.rewards.judge.core import Judge, JudgeHolder
 from covey.rewards.judge.reward import judge_metrics, prompt_text
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
@@ -49,7 +49,7 @@ def pair_margin(order1: tuple[float, float], order2: tuple[float, float]) -> flo
 
 
 @register_reward("writing_zero")
-class WritingZeroReward:
+class WritingZeroReward(JudgeHolder):
     """Writing-Zero pairwise GenRM: every row judged in both orders against its group's BRPO reference
     row (module docstring). Group-wise; needs the ``completion_ids`` column (covey's trainer passes it).
 
