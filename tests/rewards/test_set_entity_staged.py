@@ -195,3 +195,30 @@ def test_medix_exact_match_and_invalid_answers_skip_the_judge():
     with pytest.raises(ValueError, match="sentence-transformers"):
         get_reward("medix", backend=backend, embedder={"model": "abhinand/MedEmbed-large-v0.1"})
     assert not math.isnan(out.scores[0])
+
+
+# ------------------------------------------------------------------ switch
+def test_switch_dispatches_by_kind_and_forwards_the_engine():
+    reward = get_reward("switch", cases={"verifiable": {"name": "math"},
+                                         "open": {"name": "format", "params": {"tags": ["answer"]}}})
+    out = reward(prompts=["q"] * 4, completions=["\\boxed{4}", "<answer>x</answer>", "\\boxed{5}", "plain"],
+                 kind=["verifiable", "open", "verifiable", "preference"], answer=["4", None, "4", None])
+    assert out.scores == [1.0, 1.0, 0.0, None]  # no case for "preference": does not apply
+    assert out.metrics["verifiable/mean"] == [1.0, 0.0] and out.metrics["open/mean"] == [1.0]
+    assert not reward.needs_engine and not reward.in_process
+    zero = get_reward("switch", cases={"open": {"name": "format"}}, default=0.0)
+    assert zero(prompts=["q"], completions=["x"], kind=["other"]).scores == [0.0]
+    policy = get_reward("switch", cases={"open": {"name": "judge", "params": {"backend": {"kind": "policy"},
+                                                                             "template": "Is {completion} good?"}}})
+    assert policy.needs_engine and policy.in_process
+    seen = {}
+    policy.cases["open"][0].judge.backend.set_context = lambda **kw: seen.update(kw)
+    policy.set_context(engine="E", tokenizer="T", policy_version=7)
+    assert seen == {"engine": "E", "tokenizer": "T", "policy_version": 7}
+    staged = get_reward("staged", stages=[{"name": "format"}, {"name": "judge", "params": {"backend": {"kind": "policy"},
+                                                                                           "template": "Is {completion} good?"}}])
+    assert staged.needs_engine and staged.in_process
+    with pytest.raises(ValueError, match="kind"):
+        reward(prompts=["q"], completions=["x"])
+    with pytest.raises(ValueError, match="default"):
+        get_reward("switch", cases={"open": {"name": "format"}}, default="skip")
