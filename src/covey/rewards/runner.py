@@ -313,7 +313,7 @@ class RewardRunner:
         for (k, unit, _), res in zip(retry, self._run_jobs(retry, args, give_up_s=budget) if retry else []):
             pieces[k].append((unit, res))
         batch = self._assemble(n, pieces)
-        audit_verifier(batch, self.entries, self._logged)  # judges vs the task verifier (rewards/judge/audit.py)
+        audit_verifier(batch, self.entries, self._logged, cols)  # judges vs the task verifier (rewards/judge/audit.py)
         batch.metrics["reward/seconds"] = time.monotonic() - start
         return batch
 
