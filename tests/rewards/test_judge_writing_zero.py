@@ -127,3 +127,21 @@ def test_writing_zero_config_errors():
         get_reward("writing_zero", backend=PairJudge(), parser="yes_no")
     with pytest.raises(ValueError, match="completion_ids"):
         get_reward("writing_zero", backend=PairJudge())(prompts=["q"], completions=["1"], group=[0])
+
+
+def test_config_check_pairs_writing_zero_with_brpo_and_its_seed():
+    from pathlib import Path
+
+    import yaml
+
+    from covey.train.config import load_config, validate_config
+    from covey.train.setup import check_run
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "judge" / "pairwise_genrm.yaml"
+    check_run(load_config(example))  # the example passes
+    with pytest.raises(ValueError, match="reference_seed=0 but brpo's seed=3"):
+        check_run(load_config(example, ["algo.advantage.seed=3"]))
+    raw = yaml.safe_load(example.read_text())
+    raw["algo"]["advantage"] = {"name": "grpo"}
+    with pytest.raises(ValueError, match="set algo.advantage"):
+        check_run(validate_config(raw))

@@ -165,8 +165,12 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if cfg.eval.size:
             task.examples(cfg.task.eval_split)
     runner = build_rewards(cfg, task, reward_funcs, workers=0)  # names, import paths and params resolve
+    advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     try:
         check_reward_columns(runner.entries, task.examples(cfg.task.split), cfg.task.split)
+        for e in runner.entries:  # a reward tied to an advantage checks it (writing_zero: brpo's reference row)
+            if hasattr(e.fn, "check_advantage"):
+                e.fn.check_advantage(advantage.name, {**advantage.defaults, **cfg.algo.advantage.params})
     finally:
         runner.close()
     if "wandb" in cfg.log.report_to:
@@ -175,7 +179,6 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if importlib.util.find_spec("wandb") is None:
             raise ValueError("log.report_to has wandb but the wandb package is not installed: pip install wandb, "
                              "or remove it from log.report_to")  # fmt: skip
-    advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     singleton = {**advantage.defaults, **cfg.algo.advantage.params}.get("singleton", "zero")
     if advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
         logging.getLogger("covey").warning(

@@ -82,6 +82,16 @@ class WritingZeroReward(JudgeHolder):
         self.reference_seed, self.score, self.on_fail, self.tie_score = int(reference_seed), score, on_fail, float(tie_score)
         self.__name__ = "writing_zero"
 
+    def check_advantage(self, name: str, params: dict) -> None:
+        """Config check (`covey.train.setup.check_run`): the advantage must be brpo drawing the same reference."""
+        if name != "brpo":
+            raise ValueError(f"writing_zero scores every row against brpo's reference row and gives that row 0; with the "
+                             f"{name!r} advantage the reference would be trained on a fake 0: set algo.advantage: "
+                             "{name: brpo, compare: sign}")
+        if int(params.get("seed", 0)) != self.reference_seed:
+            raise ValueError(f"writing_zero.reference_seed={self.reference_seed} but brpo's seed={params.get('seed', 0)}: "
+                             "they must be equal, or the reward and the advantage pick different reference rows")
+
     def __call__(self, prompts, completions, group=None, completion_ids=None, **_) -> RewardOutput:
         if group is None or completion_ids is None:
             raise ValueError("writing_zero needs the 'group' and 'completion_ids' columns (the BRPO reference draw reads "
