@@ -187,8 +187,12 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if cfg.eval.size:
             task.examples(cfg.task.eval_split)
     runner = build_rewards(cfg, task, reward_funcs, workers=0)  # names, import paths and params resolve
+    advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     try:
         check_reward_columns(runner.entries, task.examples(cfg.task.split), cfg.task.split)
+        for e in runner.entries:  # a reward tied to an advantage checks it (writing_zero: brpo's reference row)
+            if hasattr(e.fn, "check_advantage"):
+                e.fn.check_advantage(advantage.name, {**advantage.defaults, **cfg.algo.advantage.params})
     finally:
         runner.close()
     if "wandb" in cfg.log.report_to:
@@ -200,7 +204,6 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
     if cfg.algo.reference_reset is not None and cfg.model.lora is not None:
         raise ValueError("algo.reference_reset copies the policy into the reference model, but with model.lora the "
                          "reference is the base model under the adapters: drop one of them")  # fmt: skip
-    advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     singleton = {**advantage.defaults, **cfg.algo.advantage.params}.get("singleton", "zero")
     if cfg.preference is None and advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
         logging.getLogger("covey").warning(

@@ -204,6 +204,8 @@ class Trainer:
 
         def score(batch: Rollouts) -> dict[str, Any]:
             t = time.perf_counter()
+            if self.rewards.needs_engine:  # a judge with the `policy` backend: the live policy referees (URPO)
+                self.rewards.set_context(engine=self.engine, tokenizer=self.tokenizer, policy_version=version)
             out = self.scorer(batch)
             timer["reward"] += time.perf_counter() - t
             return out
