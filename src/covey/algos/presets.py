@@ -319,6 +319,9 @@ class AlgoConfig(_Strict):
     """Dynamic sampling gives up (falls back) after this many generation batches."""
     group_size_extra: int = Field(0, ge=0)
     """Extra samples per prompt beyond the trained group size G (MC-GRPO samples G + 1)."""
+    regularizers: list[Spec] = Field(default_factory=list)
+    """Extra loss terms (`covey.algos.regularizers`), each `{name, ...params}`, in order; a list in
+    the user's config replaces the preset's."""
 
     @model_validator(mode="after")
     def _check_components(self) -> AlgoConfig:
@@ -331,6 +334,18 @@ class AlgoConfig(_Strict):
             except ValueError as e:
                 raise ValueError(f"algo.{axis}: {e}") from None
             spec.params.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
+        from covey.algos.regularizers import REGULARIZERS
+
+        seen: set[str] = set()
+        for i, spec in enumerate(self.regularizers):
+            if spec.name in seen:
+                raise ValueError(f"algo.regularizers[{i}]: {spec.name!r} is listed twice; give each regularizer once")
+            seen.add(spec.name)
+            try:
+                spec.params.update(REGULARIZERS.get(spec.name).validate_params(spec.params))
+                REGULARIZERS.build(spec.name, spec.params)  # its own checks of its parameters (cheap, no state)
+            except ValueError as e:
+                raise ValueError(f"algo.regularizers[{i}]: {e}") from None
         return self
 
     def active(self) -> dict[str, Spec]:
@@ -348,8 +363,12 @@ class AlgoConfig(_Strict):
         return None if spec is None else _AXES[axis].get(spec.name).bind(spec.params)
 
     def requires(self) -> set[str]:
-        """Optional Rollouts fields the active components read (e.g. "ref_logprobs", "entropies")."""
-        return {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+        """Optional Rollouts fields and learner inputs the active components read (e.g. "ref_logprobs",
+        "entropies", "stat:vocab_mean_logp", "group"), regularizers included."""
+        from covey.algos.regularizers import REGULARIZERS
+
+        out = {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+        return out | {f for spec in self.regularizers for f in REGULARIZERS.get(spec.name).requires}
 
 
 # ---------------------------------------------------------------------------- resolution
