@@ -21,6 +21,7 @@ SPECIAL = {"spo", "tppo", "treepo", "branch_grpo"}  # need a sampler baseline, a
 SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa", "spo_tree"}
 NAMES += ["disco", "hapo", "identity"]
 SPECIAL |= {"gigpo", "hgpo", "salt", "empg"}  # multi-turn episodes: tests/algos/test_step_credit.py
+SPECIAL |= {"rover"}  # batch-level success rate, not per group: tests/algos/test_surrogates_wave2.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 

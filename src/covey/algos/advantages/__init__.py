@@ -23,6 +23,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
     pairwise.py      dagrpo_provisional, trpa                    (sums over same-group pairs of rows)
     polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
+    rover.py         rover                                       (ROVER: batch success-rate shaping of binary rewards)
     gigpo.py         gigpo                                       (multi-turn: episode + anchor-state step groups, [N, T])
     hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
     salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
@@ -52,6 +53,7 @@ from covey.algos.advantages.multi_reward import gdpo
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.rover import rover
 from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
 from covey.algos.advantages.spo_tree import spo_tree
@@ -84,6 +86,7 @@ __all__ = [
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
+    "rover",
     "salt",
     "tppo",
     "treepo",
