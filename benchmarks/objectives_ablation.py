@@ -8,9 +8,10 @@ Llama on arithmetic. Prints a markdown table (docs/algorithms.md, "Ablation") an
 
 Equal compute: every method generates the same rows (prompts x group x steps, same seeds, so the
 first step's batch is identical) and takes the same optimizer steps (two mini-batches per step, so
-the terms on pi_theta vs pi_old act on the second); no KL; lr 1e-4; fp32. Scored before and after on
-the 100 train problems (8 samples at T=1: the expected reward RL maximises) and greedily on the 100
-held-out problems (`covey.eval.runner.evaluate`, seed 1234). Writes OUT/seed<k>/<method>.jsonl.
+the terms on pi_theta vs pi_old act on the second); no KL; lr 1e-4; fp32. Scored before (once per
+seed: same model) and after on the 100 train problems (`--eval-samples` samples at T=1: the expected
+reward RL maximises) and greedily on the 100 held-out problems (`covey.eval.runner.evaluate`, seed
+1234). Writes OUT/seed<k>/<method>.jsonl.
 """
 
 from __future__ import annotations
@@ -59,9 +60,12 @@ def run(name: str, seed: int, a) -> list[dict]:
 
     def scores() -> dict:
         ev = lambda items, **kw: evaluate(trainer.engine, trainer.tokenizer, trainer.task, items, max_new_tokens=8, seed=1234, **kw)["accuracy"]  # noqa: E731
-        return {"train_sampled": ev(train, n=8, temperature=1.0), "test_greedy": ev(test)}
+        return {"train_sampled": ev(train, n=a.eval_samples, temperature=1.0), "test_greedy": ev(test)}
 
-    rows = [{"step": 0, **scores()}]
+    start = out / "start.json"  # the same model and evaluation seed for every method: scored once per seed
+    if not start.exists():
+        start.write_text(json.dumps(scores()))
+    rows = [{"step": 0, **json.loads(start.read_text())}]
     t0 = time.perf_counter()
     try:
         for step in range(1, a.steps + 1):
@@ -113,7 +117,7 @@ def main(a) -> None:
                 print(json.dumps({"method": name, "seed": seed, "seconds": round(rows[-1]["seconds"], 1), "start": rows[0], "end": rows[-1]}), flush=True)
     summary = summarise(a.out)
     setting = {"model": a.model, "task": "arithmetic (defaults)", "prompts_per_step": a.prompts, "group_size": a.group_size, "lr": a.lr,
-               "steps": a.steps, "mini_batches": 2, "measured": time.strftime("%Y-%m-%d", time.gmtime())}  # fmt: skip
+               "steps": a.steps, "mini_batches": 2, "eval_samples": a.eval_samples, "measured": time.strftime("%Y-%m-%d", time.gmtime())}  # fmt: skip
     Path(a.json).write_text(json.dumps({"setting": setting, "methods": summary}, indent=1) + "\n")
     print(table(summary))
 
@@ -125,6 +129,7 @@ if __name__ == "__main__":
     ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--eval-samples", type=int, default=8, help="samples per train problem at T=1")
     ap.add_argument("--seeds", default="0", help="comma-separated run seeds")
     ap.add_argument("--only", type=lambda s: s.split(","), help="comma-separated methods (default: all)")
     ap.add_argument("--out", type=Path, default=Path("runs/objectives-ablation"))

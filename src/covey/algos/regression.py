@@ -42,7 +42,7 @@ def _group_zscore(x: Tensor, group: Tensor, keep: Tensor, eps: float) -> Tensor:
 
 @register_surrogate(
     "reg_grpo_provisional",
-    paper="DeepVideo-R1: Video Reinforcement Fine-Tuning via Difficulty-aware Regressive GRPO (UNVERIFIED reconstruction)",
+    paper="DeepVideo-R1, Regressive GRPO (UNVERIFIED reconstruction)",
     arxiv="2506.07464",
     requires=("group",),
 )  # fmt: skip
@@ -78,7 +78,7 @@ def reg_grpo_provisional(inp: LossInputs, *, eps: Positive = 1e-6) -> tuple[Tens
 
 @register_surrogate(
     "rover",
-    paper="Random Policy Valuation is Enough for LLM Reasoning with Verifiable Rewards (VERIFIED-CODE)",
+    paper="ROVER: Random Policy Valuation for Diverse Reasoning (VERIFIED-CODE)",
     arxiv="2509.24981",
     requires=("stat:vocab_mean_logp",),
 )  # fmt: skip

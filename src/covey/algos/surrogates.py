@@ -470,7 +470,7 @@ def etr_provisional(
     """ETR (UNVERIFIED reconstruction): PPO clip with per-sample bounds, wider for large |A| and for
     groups with a high reward spread.
 
-    Paper: "Outcome-Guided Elastic Trust Regions" (arXiv 2601.03723). UNVERIFIED (spec
+    Paper: ETR, Outcome-Guided Elastic Trust Regions (arXiv 2601.03723). UNVERIFIED (spec
     objectives-wave2 §2.7): only the abstract's mechanism (micro level: |A|; macro level: the group's
     reward variance) was read, no code; the parametrisation is covey's:
 

@@ -13,7 +13,7 @@ __all__ = ["rover"]
 
 @register_advantage(
     "rover",
-    paper="Random Policy Valuation is Enough for LLM Reasoning with Verifiable Rewards (VERIFIED-CODE)",
+    paper="ROVER: Random Policy Valuation for Diverse Reasoning (VERIFIED-CODE)",
     arxiv="2509.24981",
 )  # fmt: skip
 def rover(batch: Rollouts, *, pos: NonNegFloat = 5.0, neg: NonNegFloat = 2.0) -> AdvantageResult:

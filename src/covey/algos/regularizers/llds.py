@@ -14,7 +14,7 @@ NonNeg = Annotated[float, Field(ge=0.0)]
 
 @register_regularizer(
     "llds",
-    paper="On GRPO Collapse in Search-R1: The Lazy Likelihood-Displacement Death Spiral (PARTIAL: third-party gates)",
+    paper="Lazy Likelihood Displacement regularization, LLDS (PARTIAL: third-party gates; paper title not read)",
     arxiv="2512.04220",
 )  # fmt: skip
 class LLDS(Regularizer):
