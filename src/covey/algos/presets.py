@@ -369,6 +369,9 @@ class AlgoConfig(_Strict):
     """ProRL: reset the reference model to the policy (and the optimizer state) on a schedule."""
     logprob_source: LogprobSourceSpec | None = None
     """BuPO: the learner's log-probs from an internal layer for the first steps."""
+    regularizers: list[Spec] = Field(default_factory=list)
+    """Extra loss terms (`covey.algos.regularizers`), each `{name, ...params}`, in order; a list in
+    the user's config replaces the preset's."""
 
     @model_validator(mode="after")
     def _check_components(self) -> AlgoConfig:
@@ -387,6 +390,18 @@ class AlgoConfig(_Strict):
         if self.reference_reset is not None and "ref_logprobs" not in self.requires():
             raise ValueError("algo.reference_reset resets the reference model, but no component uses one: "
                              "set algo.kl with coef > 0 (or drop reference_reset)")  # fmt: skip
+        from covey.algos.regularizers import REGULARIZERS
+
+        seen: set[str] = set()
+        for i, spec in enumerate(self.regularizers):
+            if spec.name in seen:
+                raise ValueError(f"algo.regularizers[{i}]: {spec.name!r} is listed twice; give each regularizer once")
+            seen.add(spec.name)
+            try:
+                spec.params.update(REGULARIZERS.get(spec.name).validate_params(spec.params))
+                REGULARIZERS.build(spec.name, spec.params)  # its own checks of its parameters (cheap, no state)
+            except ValueError as e:
+                raise ValueError(f"algo.regularizers[{i}]: {e}") from None
         return self
 
     def active(self) -> dict[str, Spec]:
@@ -404,8 +419,12 @@ class AlgoConfig(_Strict):
         return None if spec is None else _AXES[axis].get(spec.name).bind(spec.params)
 
     def requires(self) -> set[str]:
-        """Optional Rollouts fields the active components read (e.g. "ref_logprobs", "entropies")."""
-        return {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+        """Optional Rollouts fields and learner inputs the active components read (e.g. "ref_logprobs",
+        "entropies", "stat:vocab_mean_logp", "group"), regularizers included."""
+        from covey.algos.regularizers import REGULARIZERS
+
+        out = {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+        return out | {f for spec in self.regularizers for f in REGULARIZERS.get(spec.name).requires}
 
 
 # ---------------------------------------------------------------------------- resolution

@@ -339,7 +339,7 @@ class Trainer:
 
     def _stateful(self) -> dict[str, Any]:
         """Components whose state the checkpoint holds (through torch.save: tensors, int keys intact)."""
-        return {"sampler": self.sampler, "strategy": self.strategy}
+        return {"sampler": self.sampler, "strategy": self.strategy, "regularizers": self.learner.regularizers}
 
     def dtypes(self) -> dict[str, str]:
         """The compute dtypes in use ("bf16"/"fp32"): what `dtype: auto` chose, kept by a resume."""
