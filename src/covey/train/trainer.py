@@ -262,24 +262,9 @@ class Trainer:
             finally:
                 self.learner.temperature = sampling_temperature
 
-    @torch.no_grad()
     def _fill_sum_p2(self, batch: Rollouts) -> None:
-        """`batch.sum_p2`: sum_v pi_old(v|s)^2 of every position, from the learner's chunked head
-        (`completion_logprobs_stats`), micro-batched like the learner's own forwards."""
-        from covey.learner.logprobs import completion_logprobs_stats
-
-        out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
-        learner = self.learner
-        for idx in learner._chunks(batch):
-            sub = batch.select(idx)
-            with learner._ctx():
-                _, _, stats = completion_logprobs_stats(
-                    self.model, [p.to(learner.device) for p in sub.prompt_ids], sub.completion_ids.to(learner.device),
-                    sub.completion_mask.to(learner.device), temperature=learner.temperature, stats=("sum_p2",),
-                    share_prompts=learner.share_prompts,
-                )  # fmt: skip
-            out[idx] = stats["sum_p2"].float().cpu()
-        batch.sum_p2 = out.to(batch.completion_mask.device) * batch.completion_mask
+        """`batch.sum_p2`: sum_v pi_old(v|s)^2 of every position, from the learner's chunked head."""
+        batch.sum_p2 = self.learner.token_stats(batch, ("sum_p2",))["sum_p2"]
 
     @torch.no_grad()
     def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
