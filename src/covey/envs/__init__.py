@@ -1,13 +1,16 @@
 """Environments for multi-turn agents (the `Env` seam, registry `ENVS`, config ``env:``).
 
 Built in: maze (a seeded text grid maze; also the `maze` task), calculator (arithmetic with a
-calculator tool over any task with answers). Tool-call parsing and the calculator live in tools.py.
+calculator tool over any task with answers). Adapters (optional extras):
+gymnasium (gym_adapter.py), textarena (textarena_adapter.py). Tool-call parsing and the calculator live in tools.py.
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
 
 from covey.envs.base import ENVS, Action, Env, StepResult, ToolCall, register_env
 from covey.envs.calculator import CalculatorEnv
+from covey.envs.gym_adapter import GymnasiumEnv
 from covey.envs.maze import MazeEnv, MazeTask
+from covey.envs.textarena_adapter import TextArenaEnv
 from covey.envs.tools import calculate, parse_tool_calls
 
 __all__ = [
@@ -15,9 +18,11 @@ __all__ = [
     "Action",
     "CalculatorEnv",
     "Env",
+    "GymnasiumEnv",
     "MazeEnv",
     "MazeTask",
     "StepResult",
+    "TextArenaEnv",
     "ToolCall",
     "calculate",
     "parse_tool_calls",
