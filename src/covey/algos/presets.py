@@ -114,6 +114,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "surrogate": {**_PPO},
         "aggregation": {"name": "token-mean"},
     },
+    "loop": {  # apple/ml-loop 6ade7b9 conf/rl/params/default.yaml + train.py: leave_one_out baseline,
+        # adv_normalization false, pg_per_token with clip [1/(1+eps), 1+eps], eps 0.1 (eps_low =
+        # 1 - 1/1.1), loss = mean over the rollout's tokens, rloo_kl_lambda 0 (no KL)
+        "advantage": {"name": "rloo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 1 - 1 / 1.1, "eps_high": 0.1},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
 }
 
 
@@ -133,6 +140,7 @@ PRESET_NOTES: dict[str, str] = {
     "drpo": "DRPO: the discriminative loss expressed as an advantage, REINFORCE",
     "luspo": "LUSPO: length-unbiased sequence ratio, clip 2e-3 / 2.5e-3 (TRL)",
     "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
+    "loop": "LOOP (arXiv 2502.01600): leave-one-out PPO over episodes, per-token clip 1/1.1 .. 1.1, no KL (apple/ml-loop)",
 }
 """One line per preset for `covey list` (sources and choices in docs/algorithms.md, "Presets")."""
 
