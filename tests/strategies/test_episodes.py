@@ -426,3 +426,24 @@ def test_episodes_resume_exactly_after_sigkill(tmp_path):
            "log": {"report_to": ["jsonl"], "progress": False, "dir": str(tmp_path)}}  # fmt: skip
     a, _, _ = kill_and_resume(tmp_path, cfg, kill_at=2)
     assert [r["step"] for r in a] == [1, 2, 3] and any(r["adv/std"] > 0 for r in a)
+
+
+# ---------------------------------------------------------------------------- samples.jsonl
+@pytest.mark.parametrize("layout", ["concat", "per_step"])
+def test_samples_show_whole_episodes_turn_by_turn_with_roles(layout):
+    from covey.train.metrics import sample_rows
+
+    moves = ["right", "?", "down"]
+    tok, engine = tiny_script(lambda p, k: moves[k])
+    item = maze_item(0)
+    batch, _ = strategy({"name": "maze"}, max_turns=3, layout=layout).rollout([item], context([item], engine, tok, group=2))
+    assert item.get("transcript") is None  # the task's item is not changed
+    rows = sample_rows(batch, tok, 5)
+    assert len(rows) == 2 and [r["group"] for r in rows] == [0, 0]  # one sample per episode, in both layouts
+    ep = rows[0]["episode"]
+    assert [m["role"] for m in ep] == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert ep[0] == item["prompt"][0]
+    assert [(m["content"], m["turn"], m["reward"], m["finish_reason"]) for m in ep if m["role"] == "assistant"] == [
+        ("right", 0, 0.0, "stop"), ("?", 1, 0.0, "stop"), ("down", 2, 0.0, "stop")]
+    assert ep[2] == {"role": "user", "content": "OK.\n.A#\n#..\n#.G", "turn": 0}
+    assert ep[4]["turn"] == 1 and ep[6]["content"] == "OK.\n..#\n#A.\n#.G" and rows[0]["episode_end"] == "max_turns"
