@@ -419,8 +419,8 @@ class Episodes:
                 pos = end
         of = [eps[e] for e, _, _, _ in rows]
         # each row's item, plus its episode turn by turn (`transcript`: the messages with roles, each
-        # assistant turn with its turn index, reward and finish reason) and why it ended
-        views = [{**ep.item, "transcript": ep.transcript, "episode_end": ep.end} for ep in eps]
+        # assistant turn with its turn index, reward and finish reason), why it ended and its success
+        views = [{**ep.item, "transcript": ep.transcript, "episode_end": ep.end, "episode_success": ep.success} for ep in eps]
         return Rollouts(
             prompt_ids=[torch.tensor(p, dtype=torch.long) for _, p, _, _ in rows],
             completion_ids=ids, completion_mask=mask, behaviour_logprobs=lp,
