@@ -137,3 +137,16 @@ def test_textarena_two_player_game_with_an_opponent():
     r = env.step(act("[6]"))  # O on the diagonal 2-4-6
     assert r.terminated and r.reward == 1.0 and r.info["success"]
     assert isinstance(r, StepResult)
+
+
+def test_a_missing_extra_is_a_one_line_config_error(monkeypatch):
+    import sys
+
+    from covey.train.config import ConfigError, load_config
+
+    monkeypatch.setitem(sys.modules, "gymnasium", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"pip install 'covey\[gymnasium\]'"):
+        load_config(None, ["env.name=gymnasium", "env.id=FrozenLake-v1", "rollout.strategy.name=episodes", "task.name=maze"])
+    monkeypatch.setitem(sys.modules, "bm25s", None)
+    with pytest.raises(ConfigError, match=r"pip install 'covey\[search\]'"):
+        load_config(None, ["env.name=search_qa", "rollout.strategy.name=episodes", "task.name=search_qa"])

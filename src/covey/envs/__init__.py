@@ -6,7 +6,7 @@ search.py). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (t
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
 
-from covey.envs.base import ENVS, Action, Env, StepResult, ToolCall, register_env
+from covey.envs.base import ENVS, Action, Env, MissingExtra, StepResult, ToolCall, register_env
 from covey.envs.calculator import CalculatorEnv
 from covey.envs.gym_adapter import GymnasiumEnv
 from covey.envs.maze import MazeEnv, MazeTask
@@ -22,6 +22,7 @@ __all__ = [
     "GymnasiumEnv",
     "MazeEnv",
     "MazeTask",
+    "MissingExtra",
     "SearchQAEnv",
     "SearchQATask",
     "StepResult",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from covey.envs.base import Action, StepResult, register_env
+from covey.envs.base import Action, MissingExtra, StepResult, register_env
 
 __all__ = ["GymnasiumEnv"]
 
@@ -51,7 +51,7 @@ def _need_gymnasium():
     try:
         import gymnasium
     except ImportError:
-        raise ImportError("the gymnasium environment needs the gymnasium package: pip install 'covey[gymnasium]'") from None
+        raise MissingExtra("the gymnasium environment needs the gymnasium package: pip install 'covey[gymnasium]'") from None
     return gymnasium
 
 

@@ -29,7 +29,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
-from covey.envs.base import Action, StepResult, register_env
+from covey.envs.base import Action, MissingExtra, StepResult, register_env
 from covey.envs.tools import tool_message
 from covey.tasks._common import check_split
 from covey.tasks.registry import register_task
@@ -81,11 +81,16 @@ def make_corpus(n: int, seed: int) -> list[dict]:
 class Index:
     """BM25 (bm25s, Lucene variant, k1 1.5, b 0.75) over a list of document texts."""
 
-    def __init__(self, texts: list[str]):
+    @staticmethod
+    def check_installed():
         try:
             import bm25s
         except ImportError:
-            raise ImportError("search needs the bm25s package: pip install 'covey[search]'") from None
+            raise MissingExtra("search needs the bm25s package: pip install 'covey[search]'") from None
+        return bm25s
+
+    def __init__(self, texts: list[str]):
+        bm25s = self.check_installed()
         if not texts:
             raise ValueError("search: the corpus is empty")
         self.bm25s, self.texts = bm25s, list(texts)
@@ -147,7 +152,9 @@ class SearchQAEnv:
         if k < 1 or max_calls < 1:
             raise ValueError(f"search_qa: need k >= 1 and max_calls >= 1, got {k}, {max_calls}")
         if corpus is not None:
-            index_for(corpus)  # a bad corpus fails when the config is read
+            index_for(corpus)  # a bad corpus (or no bm25s) fails when the config is read
+        else:
+            Index.check_installed()
         self.corpus, self.k, self.max_calls, self.system_prompt = corpus, k, max_calls, system_prompt
         self.index: Index | None = None
         self.answer, self.calls = "", 0

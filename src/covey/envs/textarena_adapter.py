@@ -29,7 +29,7 @@ import importlib
 import random
 import threading
 
-from covey.envs.base import Action, StepResult, register_env
+from covey.envs.base import Action, MissingExtra, StepResult, register_env
 
 __all__ = ["TextArenaEnv"]
 
@@ -40,7 +40,7 @@ def _need_textarena():
     try:
         import textarena
     except ImportError:
-        raise ImportError("the textarena environment needs the textarena package: pip install 'covey[textarena]'") from None
+        raise MissingExtra("the textarena environment needs the textarena package: pip install 'covey[textarena]'") from None
     return textarena
 
 
