@@ -123,6 +123,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_gen_batches": 10,
         "reference_reset": {"every": 200, "reset_optimizer": True},
     },
+    "loop": {  # apple/ml-loop 6ade7b9 conf/rl/params/default.yaml + train.py: leave_one_out baseline,
+        # adv_normalization false, pg_per_token with clip [1/(1+eps), 1+eps], eps 0.1 (eps_low =
+        # 1 - 1/1.1), loss = mean over the rollout's tokens, rloo_kl_lambda 0 (no KL)
+        "advantage": {"name": "rloo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 1 - 1 / 1.1, "eps_high": 0.1},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
 }
 
 
@@ -143,6 +150,7 @@ PRESET_NOTES: dict[str, str] = {
     "luspo": "LUSPO: length-unbiased sequence ratio, clip 2e-3 / 2.5e-3 (TRL)",
     "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
     "prorl": "ProRL (arXiv 2505.24864): clip 0.2 / 0.4, dynamic sampling, k3 KL kept, reference + optimizer reset every 200 steps",
+    "loop": "LOOP (arXiv 2502.01600): leave-one-out PPO over episodes, per-token clip 1/1.1 .. 1.1, no KL (apple/ml-loop)",
 }
 """One line per preset for `covey list` (sources and choices in docs/algorithms.md, "Presets")."""
 

@@ -113,6 +113,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("preset", "grpo"): ("partial", "DeepSeekMath; beta 0.04 recalled"),
     ("preset", "gspo"): ("framework", "paper §5.1 via TRL / verl example"),
     ("preset", "gtpo"): ("code", "winstonsmith1897/GTPO"),
+    ("preset", "loop"): ("code", "apple/ml-loop 6ade7b9"),
     ("preset", "luspo"): ("framework", f"{_T}"),
     ("preset", "mc_grpo"): ("code", "lotusroot-kim/MC-GRPO recipe"),
     ("preset", "ngrpo"): ("code", "nangongrui-ngr/NGRPO script"),
