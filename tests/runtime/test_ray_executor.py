@@ -6,17 +6,11 @@ import pytest
 import torch
 
 ray = pytest.importorskip("ray")
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("local_ray")]
 
 from covey.runtime.thread import GenerationFailed  # noqa: E402
 from covey.train.trainer import Trainer  # noqa: E402
 from tests.runtime.test_thread_trainer import _cfg, _comparable, _train  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def test_ray_with_zero_staleness_reproduces_inline_bit_exactly(tmp_path):
