@@ -63,6 +63,25 @@ def carries_rollouts(name: str, params: dict) -> bool:
     return inner is not None and carries_rollouts(*inner(params))
 
 
+def _check_swarm(cfg, name: str, params: dict) -> None:
+    """`swarm` (SAPO sharing, covey.strategies.swarm) anywhere in the strategy chain needs Ray and no correction."""
+    from covey.strategies import STRATEGIES
+
+    factory = STRATEGIES.get(name).fn
+    if name == "swarm" or factory is STRATEGIES.get("swarm").fn:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError("rollout.strategy swarm shares rollouts through Ray, an optional extra: pip install 'covey[ray]'")
+        if cfg.algo.active().get("correction") is not None:
+            raise ValueError("rollout.strategy swarm cannot use algo.correction: the external rows' sampling log-probs are "
+                             "unknown (another model sampled them); the learner recomputes pi_old for all rows instead")  # fmt: skip
+        return
+    inner = getattr(factory, "inner_strategy", None)
+    if inner is not None:
+        _check_swarm(cfg, *inner(params))
+
+
 def check_runtime(cfg) -> None:
     """Raise a one-line ValueError for a `runtime` that cannot run with the rest of `cfg` (a RunConfig)."""
     rt = cfg.runtime
@@ -72,9 +91,10 @@ def check_runtime(cfg) -> None:
     if rt.executor != "ray" and (rt.engine_workers != 1 or "weight_sync" in rt.model_fields_set):
         raise ValueError(f"runtime.engine_workers and runtime.weight_sync need runtime.executor: ray (got {rt.executor}; "
                          "the thread executor has one engine and syncs in process)")  # fmt: skip
+    spec = cfg.strategy_spec()
+    _check_swarm(cfg, spec.name, spec.params)
     if rt.executor == "inline":
         return
-    spec = cfg.strategy_spec()
     if rt.executor == "ray":
         import importlib.util
 

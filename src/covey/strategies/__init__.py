@@ -18,6 +18,7 @@ from covey.strategies.episodes import Episodes
 from covey.strategies.group import GroupStrategy, completion_texts, item_columns, sample_groups
 from covey.strategies.igrpo import IGRPO
 from covey.strategies.latr import LATR
+from covey.strategies.swarm import SwarmSharing
 from covey.strategies.tppo import TPPO
 from covey.strategies.treepo import TreePO
 
@@ -35,6 +36,7 @@ __all__ = [
     "IGRPO",
     "RolloutContext",
     "RolloutStrategy",
+    "SwarmSharing",
     "TPPO",
     "TreePO",
     "completion_texts",
