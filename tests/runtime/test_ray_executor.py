@@ -30,7 +30,7 @@ def test_two_engine_workers_each_sample_their_share_of_the_prompts():
     model, tok = load_model("tiny-llama")
     prompts = [[1, 5, 9], [1, 7], [1, 4, 4, 2]]
     sampling = SamplingParams(max_new_tokens=6, seed=5, prompt_max_new_tokens=(6, 3, 5))
-    remote = RayEngine("torch", {}, model, tok, timeout_s=120, workers=2)
+    remote = RayEngine("torch", {}, model, tok, timeout_s=600, workers=2)
     try:
         got = remote.generate(prompts, 2, sampling)
     finally:
@@ -67,7 +67,7 @@ def test_two_engine_workers_and_disk_sync_train_three_steps_within_the_bound(tmp
 
 
 def test_a_killed_engine_actor_is_a_one_line_error_naming_it(tmp_path):
-    trainer = Trainer(_cfg(tmp_path, "runtime.executor=ray", "runtime.timeout_s=60"), tmp_path / "run")
+    trainer = Trainer(_cfg(tmp_path, "runtime.executor=ray", "runtime.timeout_s=300"), tmp_path / "run")
     try:
         trainer.step()
         with trainer.paused():  # the generator is between batches: kill the actor before the next one
@@ -87,7 +87,7 @@ def test_killing_an_engine_worker_mid_generate_names_it_and_the_run_resumes_exac
     """2 engine workers, eta 0: step 1, checkpoint (it holds batch 1, made meanwhile), then worker 1
     is killed after generate was sent for batch 2; a one-line error names it. Resumed from the checkpoint, steps 2-3 equal an
     uninterrupted run's."""
-    cfg = _cfg(tmp_path, "runtime.executor=ray", "runtime.engine_workers=2", "runtime.timeout_s=60")
+    cfg = _cfg(tmp_path, "runtime.executor=ray", "runtime.engine_workers=2", "runtime.timeout_s=300")
     straight, w_straight = _train(cfg, tmp_path / "straight")
     first = Trainer(cfg, tmp_path / "cut")
     try:

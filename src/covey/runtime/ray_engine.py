@@ -131,14 +131,19 @@ class RayEngine:
         self._pg = placement_group([dict(bundle) for _ in range(workers)], strategy="PACK", name=f"covey-{run}")
         self._actors: list | None = []
         if not self._wait(self._pg.ready(), "the placement group"):
+            self.close()
             raise RayEngineError(f"placement group covey-{run}: {workers} x {bundle} not available within runtime.timeout_s="
                                  f"{self.timeout_s:g} s (cluster resources: {ray.cluster_resources()})")  # fmt: skip
-        cls, model_ref = _worker_class(), ray.put(model)
-        for i, actor in enumerate(self.actor_names):
-            strategy = PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=i)
-            self._actors.append(cls.options(name=actor, num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0,
-                                            scheduling_strategy=strategy).remote(name, dict(params), model_ref, tokenizer, self.sync))  # fmt: skip
-        infos = self._gather([a.info.remote() for a in self._actors], "start")
+        try:
+            cls, model_ref = _worker_class(), ray.put(model)
+            for i, actor in enumerate(self.actor_names):
+                strategy = PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=i)
+                self._actors.append(cls.options(name=actor, num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0,
+                                                scheduling_strategy=strategy).remote(name, dict(params), model_ref, tokenizer, self.sync))  # fmt: skip
+            infos = self._gather([a.info.remote() for a in self._actors], "start")
+        except BaseException:
+            self.close()  # a failed start frees its actors and placement group
+            raise
         self.pad_token_id, self.version, self.dtype = infos[0]
 
     def _wait(self, ref, what: str) -> bool:
@@ -147,7 +152,7 @@ class RayEngine:
 
     def _gather(self, refs: list, what: str, workers: list[int] | None = None) -> list:
         """ray.get of one ref per worker, all within `timeout_s`; the first failure names its actor."""
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayError, RayTaskError
 
         deadline = time.monotonic() + self.timeout_s
         out = []
@@ -161,10 +166,17 @@ class RayEngine:
             except RayActorError as e:
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 raise RayEngineError(f"engine actor {actor!r} died during {what}: {first}") from None
+            except OutOfMemoryError as e:
+                first = " ".join(str(e).split())[:200]
+                raise RayEngineError(f"engine actor {actor!r} was killed by Ray's memory monitor during {what} (the node ran "
+                                     f"low on memory): {first}") from None  # fmt: skip
             except RayTaskError as e:
                 cause = e.cause if getattr(e, "cause", None) is not None else e
                 msg = " ".join(str(cause).split())[:300]
                 raise RayEngineError(f"engine actor {actor!r}: {what} failed: {type(cause).__name__}: {msg}") from None
+            except RayError as e:  # any other Ray failure: still one line naming the actor
+                msg = " ".join(str(e).split())[:300]
+                raise RayEngineError(f"engine actor {actor!r}: {what} failed: {type(e).__name__}: {msg}") from None
         return out
 
     def generate(self, prompts, n: int, sampling):
