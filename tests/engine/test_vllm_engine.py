@@ -67,6 +67,31 @@ def test_tree_strategy_refused_with_vllm_engine():
         assert out.returncode == 2 and "tree forking" in out.stderr and "vllm" in out.stderr, out.stderr
 
 
+def test_config_time_check_refuses_truncation_and_entropies():
+    """`check_config` (run when the config is read) refuses what `generate` would refuse, with the
+    values in the message; untruncated sampling without entropies passes."""
+    from covey.engine.vllm_engine import VllmEngine
+    from covey.train.config import SamplingConfig
+
+    ok = SamplingConfig(temperature=0.7)
+    VllmEngine.check_config({}, ok, {"ref_logprobs"}, "cpu")
+    for bad, shown in ((dict(top_p=0.9), "top_p=0.9"), (dict(top_k=5), "top_k=5"), (dict(min_p=0.1), "min_p=0.1")):
+        with pytest.raises(ValueError, match=f"truncated distribution.*{shown}"):
+            VllmEngine.check_config({}, SamplingConfig(**bad), set(), "cpu")
+    with pytest.raises(ValueError, match="cannot return entropies"):
+        VllmEngine.check_config({}, ok, {"entropies"}, "cpu")
+
+
+@pytest.mark.parametrize("bad, message", [("sampling.top_k=20", "top_k=20"), ("algo.advantage=empg", "cannot return entropies")])
+def test_cli_refuses_unsupported_sampling_before_loading(bad, message):
+    """`covey config show` (the check `covey train` runs first) exits 2 with an `error:` naming the
+    setting, no traceback. Without vLLM installed the install check answers first, also exit 2."""
+    out = _cli("config", "show", "examples/quickstart.yaml", "engine.name=vllm", bad, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error:") and "Traceback" not in out.stderr, out.stderr
+    assert ("engine: engine 'vllm' " + ("" if HAVE_VLLM else "needs the vllm package")) in out.stderr and \
+        (message if HAVE_VLLM else "needs the vllm package") in out.stderr, out.stderr
+
+
 # ------------------------------------------------------------------ with vLLM
 @pytest.fixture(scope="module")
 def tiny():

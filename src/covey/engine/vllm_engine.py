@@ -104,6 +104,14 @@ class VllmEngine:
         if not vllm_available():
             raise RegistryError(f"engine 'vllm' needs the vllm package, which is not installed: {INSTALL_HINT}")
 
+    @classmethod
+    def check_config(cls, params: dict, sampling, needs: set[str], device: str) -> None:
+        """Config-time check (`covey.engine.support.check_engine_config`): the run's training sampling
+        must be untruncated and nothing may need entropies (see the module docstring)."""
+        why = _unsupported(sampling.top_p, sampling.top_k, sampling.min_p, "entropies" in needs)
+        if why:
+            raise ValueError(why)
+
     def __init__(
         self,
         model,
@@ -199,12 +207,9 @@ class VllmEngine:
         validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if not sp.greedy and (sp.top_p < 1.0 or sp.top_k > 0 or sp.min_p > 0.0):
-            raise ValueError("engine 'vllm' reports log-probs of the truncated distribution under top_p/top_k/min_p, "
-                             "not covey's full tempered one: use top_p=1, top_k=0, min_p=0, or engine torch")  # fmt: skip
-        if sp.return_entropies:
-            raise ValueError("engine 'vllm' cannot return entropies (it would need the whole distribution per token): "
-                             "use engine torch for algorithms that need entropies")  # fmt: skip
+        why = _unsupported(*((1.0, 0, 0.0) if sp.greedy else (sp.top_p, sp.top_k, sp.min_p)), sp.return_entropies)
+        if why:
+            raise ValueError(why)
         if sp.greedy and sp.temperature != 1.0 and not self._warned_greedy:
             self._warned_greedy = True
             warnings.warn("engine 'vllm': greedy rows carry log-probs at temperature 1, not at the sampling "
@@ -257,6 +262,18 @@ class VllmEngine:
             completion_ids=tok, completion_mask=mask, logprobs=lp, finish_reason=[r[2] for r in rows],
             prompt_index=torch.arange(len(plist)).repeat_interleave(n), policy_version=version_tensor(mask, self.version),
         )  # fmt: skip
+
+
+def _unsupported(top_p: float, top_k: int, min_p: float, entropies: bool) -> str | None:
+    """Why the vllm engine cannot serve these settings (None when it can): truncated sampling (vLLM
+    reports the renormalised truncated distribution's log-probs) or entropies."""
+    if top_p < 1.0 or top_k > 0 or min_p > 0.0:
+        return (f"engine 'vllm' reports log-probs of the truncated distribution under top_p/top_k/min_p (got top_p={top_p}, "
+                f"top_k={top_k}, min_p={min_p}), not covey's full tempered one: use top_p=1, top_k=0, min_p=0, or engine torch")  # fmt: skip
+    if entropies:
+        return ("engine 'vllm' cannot return entropies (it would need the whole distribution per token): "
+                "use engine torch for algorithms that need entropies")  # fmt: skip
+    return None
 
 
 def save_for_vllm(model, tokenizer, folder: str) -> None:
