@@ -71,8 +71,8 @@ def check_engine_config(cfg) -> None:
     """Raise ValueError (one line, starting "engine:") when engine `cfg.engine` cannot serve the run
     `cfg` (a `covey.train.config.RunConfig`): the engine class's ``check_config(params, sampling,
     needs, device)`` sees its params, the `sampling:` section, the optional `Rollouts` fields the
-    algorithm and sampler read (``"entropies"``, ...) and the configured device. Engines without
-    the hook accept every run."""
+    algorithm and sampler read (``"entropies"``, ...) and the device the run resolves to ("cpu",
+    "cuda", "cuda:1"). Engines without the hook accept every run."""
     from covey.engine import ENGINES
     from covey.samplers import SAMPLERS
 
@@ -82,6 +82,6 @@ def check_engine_config(cfg) -> None:
     sampler = SAMPLERS.get(cfg.sampler_spec().name).fn
     needs = set(cfg.algo.requires()) | set(getattr(sampler, "requires", ()) or ())
     try:
-        check(dict(cfg.engine.params), cfg.sampling, needs, cfg.device)
+        check(dict(cfg.engine.params), cfg.sampling, needs, cfg.resolved_device())
     except ValueError as e:
         raise ValueError(f"engine: {e}") from None

@@ -44,6 +44,7 @@ architectures outside `forward.SUPPORTED`.
 from __future__ import annotations
 
 import threading
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -74,6 +75,9 @@ class TorchEngine:
     max_cache_bytes:  fewer rows per wave when the KV cache of max_rows would exceed this (2 GiB).
     max_positions:    longest prompt + completion (default: the model's max_position_embeddings).
     sync_every:       decode steps between host checks for finished rows (default 1 on CPU, 8 on CUDA).
+    quantize:         "int8": generate with int8 decoder linears (CPU; Sol-RL-style low-precision
+                      rollouts while the learner trains in full precision; `forward` module
+                      docstring); re-quantized from the learner's weights at every `load_weights`.
 
     Public facts (the tree decoder reads them): `weights` (the packed `DecoderWeights`), `dtype`,
     `device`, `eos_ids`, `max_positions`, `model`, `tokenizer`.
@@ -99,6 +103,7 @@ class TorchEngine:
         max_cache_bytes: int = 2 << 30,
         max_positions: int | None = None,
         sync_every: int | None = None,
+        quantize: Literal["int8"] | None = None,
     ):
         if dtype != "auto" and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES) + ['auto']}, got {dtype!r}")
@@ -118,7 +123,10 @@ class TorchEngine:
         self.max_cache_bytes = int(max_cache_bytes)
         self._elt = self.dtype.itemsize
         self.max_positions = int(max_positions or getattr(model.config, "max_position_embeddings", 4096))
-        self.weights = pack_weights(model, self.dtype, self.max_positions)
+        if quantize is not None and self.device.type != "cpu":
+            raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's quantized linear); the model is on {self.device}")
+        self.quantize = quantize
+        self.weights = pack_weights(model, self.dtype, self.max_positions, quantize)
         if pad_token_id is None:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad_token_id) if pad_token_id is not None else 0
@@ -129,6 +137,14 @@ class TorchEngine:
         self._lock = threading.Lock()
         self._running = False  # a generate call is in flight
         self._stop = threading.Event()  # set by interrupt(); read once per decode step
+
+    @classmethod
+    def check_config(cls, params: dict, sampling, needs: set[str], device: str) -> None:
+        """Config-time check (`covey.engine.support.check_engine_config`): int8 generation runs on
+        the CPU only."""
+        if params.get("quantize") is not None and device.startswith("cuda"):
+            raise ValueError(f"engine 'torch' quantize={params['quantize']!r} runs on the CPU only (torch's quantized "
+                             "linear), but device is cuda: use device: cpu, or no quantize")  # fmt: skip
 
     # ------------------------------------------------------------------ weights
     @property
