@@ -5,7 +5,7 @@
 Named `staged`, not `prs` (PRS is also Dr. Kernel's profiling-based rejection sampling). Reconstructed:
 the paper's code is not released (searched 2026-11-24); the abstract says the reward is given in stages
 (first parseable, well-formed tool calls, then factual correctness and answer quality); the gating rule is
-the spec's design (rewards-eval-diffusion §2.12):
+the spec's design:
 
     r = r_1 + 1[r_1 >= g_1] * (r_2 + 1[r_2 >= g_2] * (r_3 + ...))
 
