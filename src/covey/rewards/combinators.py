@@ -19,7 +19,7 @@ judge, `mpo`) make the combinator run in the trainer's process too. Metrics: ``s
 
 `switch`: one reward per kind of item, chosen by an item column -- URPO's mixed batches (arXiv 2507.17515:
 verifiable problems, preference data and open-ended instructions in one GRPO loop, the open ones judged by
-the policy itself through the `policy` judge backend). Design (URPO's code is not released; spec §2.6):
+the policy itself through the `policy` judge backend). Design (URPO's code is not released):
 
     r_i = cases[item_i[column]](row i)      rows of one kind are scored together, in one call of that case
           a kind with no case -> default (none: the reward does not apply, None; or a number)

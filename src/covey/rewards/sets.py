@@ -14,7 +14,7 @@ released code was found (searched 2026-11-24); the rule is the spec's reading of
          a / an / the as SQuAD does) | bleu (covey's sentence BLEU, the other completion as reference)
 
 `consistency` -- stability over prompt variants (recommendations, arXiv 2512.12858). Reconstructed: the
-paper's entropy-based rewards are not read (abstract only; spec §2.2 is a design):
+paper's entropy-based rewards are not read (abstract only; this is a design):
 
     items(c)       = the recommended items of completion c: `item_regex` matches (group 1 if it has one),
                      else the text inside the last <answer>...</answer> (or the whole text) split at commas,
