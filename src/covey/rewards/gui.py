@@ -150,7 +150,7 @@ def check_boxes(x1, y1, x2, y2, n: int) -> None:
         raise ValueError(f"box {i} has x1 > x2 or y1 > y2: ({x1[i]}, {y1[i]}, {x2[i]}, {y2[i]})")
 
 
-@register_reward("aer_gui")
+@register_reward("aer_gui", paper="InfiGUI-G1 (AER)", arxiv="2508.05731")
 class AerGuiReward:
     r"""InfiGUI-G1's Adaptive Exploration Reward (arXiv 2508.05731) for GUI grounding with candidate points.
 
