@@ -72,3 +72,24 @@ def test_eight_elements_fit_on_the_smallest_grid():
 def test_docstring_examples_hold():
     result = doctest.testmod(mod)
     assert result.attempted >= 3 and result.failed == 0
+
+
+def test_the_example_trains_two_steps_with_aer_gui(tmp_path):
+    import math
+    from pathlib import Path
+
+    from covey.train.config import load_config
+    from covey.train.trainer import Trainer
+
+    example = Path(__file__).parents[2] / "examples" / "tiny" / "aer_gui.yaml"
+    cfg = load_config(example, [
+        "steps=2", "rollout.prompts_per_step=2", "rollout.group_size=2", "sampling.max_new_tokens=8", "reward_workers=0",
+        "log.progress=false", "log.tensorboard=false", f"log.dir={tmp_path}", "task.n_train=8", "task.n_test=2",
+    ])  # fmt: skip
+    assert cfg.task_reward_weight == 0.0 and [r.name for r in cfg.rewards] == ["aer_gui"]
+    trainer = Trainer(cfg, tmp_path / "run")
+    for _ in range(2):
+        m = trainer.step()
+        assert -1.0 <= m["reward/aer_gui/mean"] <= 2.0 and m["reward/aer_gui/failures"] == 0
+        assert math.isfinite(m["learn/loss"]) and "reward/accuracy/mean" in m  # the verifier is logged, not trained on
+    assert trainer.step_num == 2
