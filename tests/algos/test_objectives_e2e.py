@@ -44,6 +44,9 @@ EXTRA = {
     "aepo_entropy": ["rollout.strategy={name: aepo_entropy, extra_prompts: 1}"],
     "prorl": ["algo.reference_reset={every: 1}", "algo.max_gen_batches=1"],
     "r2vpo_provisional": ["algo.surrogate={name: r2vpo_provisional}", "algo.regularizers=[{name: r2vpo_provisional}]"],
+    # a reward reading box columns (x1, y1, x2, y2): the GUI-grounding task has them, arithmetic does not
+    "aer_gui": ["task.name=gui_points", "task.params={n_train: 8, n_test: 2, elements: 2}", "algo.advantage={name: rloo}",
+                "algo.surrogate={name: ppo_clip, eps_low: 0.2, eps_high: 0.4}", "task_reward_weight=0.0"],
 }
 
 PROOF = {  # metrics only the method writes (besides the generic adv/<name>/ namespace)
@@ -54,6 +57,7 @@ PROOF = {  # metrics only the method writes (besides the generic adv/<name>/ nam
     "aepo_entropy": ["aepo/temperature"],
     "prorl": ["ref/reset"],
     "bupo": ["learn/internal_layer"],
+    "aer_gui": ["reward/aer_gui/mean"],
 }
 
 
