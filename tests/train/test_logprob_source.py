@@ -61,9 +61,9 @@ def test_trainer_switches_back_to_the_full_model_after_until_step(tmp_path):
     seen = []
     fill = tr.learner.fill_logprobs
 
-    def spy(batch, model=None, field="old_logprobs"):
+    def spy(batch, model=None, field="old_logprobs", **kw):
         seen.append(type(model or tr.learner.model).__name__)
-        return fill(batch, model=model, field=field)
+        return fill(batch, model=model, field=field, **kw)
 
     tr.learner.fill_logprobs = spy
     m1 = tr.step()
