@@ -23,6 +23,7 @@ ALIAS_CONFIGS = {
     "smollm2-135m-instruct": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
     "tiny-llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
     "tiny-qwen2": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
+    "tiny-llada": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "is_causal": False},
 }
 ALIASES = tuple(ALIAS_CONFIGS)
 _DTYPES = {
@@ -61,7 +62,7 @@ def load(
     """
     torch_dtype = resolve_dtype(dtype)
     name = str(name_or_path)
-    if name in ("tiny-llama", "tiny-qwen2"):
+    if name in ("tiny-llama", "tiny-qwen2", "tiny-llada"):
         from covey.models.tiny import build_tiny  # transformers: imported only to build a model
 
         return build_tiny(name, seed=seed, dtype=torch_dtype, **overrides)
