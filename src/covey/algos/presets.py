@@ -114,6 +114,33 @@ PRESETS: dict[str, dict[str, Any]] = {
         "surrogate": {**_PPO},
         "aggregation": {"name": "token-mean"},
     },
+    # masked-diffusion LMs (model.family: masked_diffusion; docs/diffusion.md): each names a likelihood
+    "diffu_grpo": {  # d1 train.yaml: one-step estimate (p_mask_prompt 0.15), mean-centred A, eps 0.5, k3 0.04, TRL token mean
+        "likelihood": {"name": "d1_one_step", "p_mask_prompt": 0.15},
+        "advantage": {"name": "dr_grpo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 0.5, "eps_high": 0.5},
+        "aggregation": {"name": "token-mean"},
+        "kl": {"name": "k3", "coef": 0.04, "mode": "loss"},
+    },
+    "espo": {  # ESPO recipes/train.yaml: antithetic ELBO, sequence ratio, mean-centred A, eps 0.2, k2 0.01 (per token of ELBO/L)
+        "likelihood": {"name": "elbo_antithetic", "num_mc": 1},
+        "advantage": {"name": "dr_grpo"},
+        "surrogate": {**_PPO},
+        "aggregation": {"name": "seq-mean-token-mean"},
+        "kl": {"name": "k2", "coef": 0.01, "mode": "loss"},
+    },
+    "dlm_gdpo": {  # GDPO for diffusion LMs: SDMC ELBO (N 3, K 1) and clip 0.2 are UNVERIFIED placeholders
+        "likelihood": {"name": "elbo_sdmc", "nodes": 3, "masks_per_node": 1},
+        "advantage": {"name": "grpo"},
+        "surrogate": {**_PPO},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
+    "bgpo": {  # BGPO: per-sample bound over elbo_mc samples (mc_num 16 UNVERIFIED), dual clip 3 (port)
+        "likelihood": {"name": "elbo_mc", "mc_num": 16},
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "bgpo", "eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": 3.0},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
 }
 
 
@@ -133,6 +160,10 @@ PRESET_NOTES: dict[str, str] = {
     "drpo": "DRPO: the discriminative loss expressed as an advantage, REINFORCE",
     "luspo": "LUSPO: length-unbiased sequence ratio, clip 2e-3 / 2.5e-3 (TRL)",
     "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
+    "diffu_grpo": "diffu-GRPO / d1 (arXiv 2504.12216): masked diffusion, one-step log-probs, eps 0.5, k3 0.04 (d1 code)",
+    "espo": "ESPO (arXiv 2512.03759): masked diffusion, antithetic ELBO sequence ratio, k2 0.01 (ESPO code)",
+    "dlm_gdpo": "GDPO for diffusion LMs (arXiv 2510.08554): semi-deterministic MC ELBO (3 Gauss-Legendre nodes)",
+    "bgpo": "BGPO (arXiv 2510.11683): masked diffusion, per-MC-sample bound, one backward per sample",
 }
 """One line per preset for `covey list` (sources and choices in docs/algorithms.md, "Presets")."""
 
@@ -319,6 +350,9 @@ class AlgoConfig(_Strict):
     """Dynamic sampling gives up (falls back) after this many generation batches."""
     group_size_extra: int = Field(0, ge=0)
     """Extra samples per prompt beyond the trained group size G (MC-GRPO samples G + 1)."""
+    likelihood: Spec | None = None
+    """Sequence-likelihood estimator of a masked-diffusion model (`covey.likelihood.LIKELIHOODS`:
+    d1_one_step, elbo_mc, elbo_antithetic, elbo_sdmc); None: autoregressive log-probs (docs/diffusion.md)."""
 
     @model_validator(mode="after")
     def _check_components(self) -> AlgoConfig:
@@ -331,6 +365,13 @@ class AlgoConfig(_Strict):
             except ValueError as e:
                 raise ValueError(f"algo.{axis}: {e}") from None
             spec.params.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
+        if self.likelihood is not None:
+            from covey.likelihood import LIKELIHOODS
+
+            try:
+                self.likelihood.params.update(LIKELIHOODS.get(self.likelihood.name).validate_params(self.likelihood.params))
+            except ValueError as e:
+                raise ValueError(f"algo.likelihood: {e}") from None
         return self
 
     def active(self) -> dict[str, Spec]:
@@ -359,6 +400,7 @@ _SPEC_TYPES: dict[str, type[Spec]] = {
     "aggregation": Spec,
     "kl": KLSpec,
     "correction": Spec,
+    "likelihood": Spec,
 }
 
 

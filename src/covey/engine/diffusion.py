@@ -51,7 +51,7 @@ from covey.dtypes import model_device, resolve_dtype_name
 from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
 from covey.models.diffusion import logit_shift, mask_token_id
 
-__all__ = ["DiffusionGeneration", "MaskedDiffusionEngine", "transfer_counts"]
+__all__ = ["DiffusionGeneration", "MaskedDiffusionEngine", "canvas_plan", "transfer_counts"]
 
 
 @dataclass
@@ -67,6 +67,19 @@ def transfer_counts(masked: int, steps: int) -> list[int]:
     `masked % steps` steps one more. split(10, 4) = [3, 3, 2, 2]."""
     base, extra = divmod(masked, steps)
     return [base + (1 if s < extra else 0) for s in range(steps)]
+
+
+def canvas_plan(length: int, block_length: int | None, steps: int | None) -> tuple[int, int]:
+    """(block_length, steps per block) for a canvas of `length` tokens; defaults one block, one token
+    per step. ValueError when the block does not divide the canvas or the steps the blocks."""
+    block = block_length or length
+    steps = steps or length
+    if length % block:
+        raise ValueError(f"masked_diffusion: block_length={block} must divide the canvas length max_new_tokens={length}")
+    blocks = length // block
+    if steps % blocks:
+        raise ValueError(f"masked_diffusion: steps={steps} must be a multiple of the number of blocks ({blocks})")
+    return block, steps // blocks
 
 
 def _row_seed(seed: int, row: int) -> int:
@@ -87,6 +100,7 @@ class MaskedDiffusionEngine:
 
     pad_token_id: int
     version: int
+    family = "masked_diffusion"  # the model family it generates with (`covey.likelihood.checks`)
 
     def __init__(
         self,
@@ -132,15 +146,8 @@ class MaskedDiffusionEngine:
 
     # ------------------------------------------------------------------ generation
     def plan(self, length: int) -> tuple[int, int]:
-        """(block_length, steps per block) for a canvas of `length` tokens; ValueError when they do not divide."""
-        block = self.block_length or length
-        steps = self.steps or length
-        if length % block:
-            raise ValueError(f"masked_diffusion: block_length={block} must divide the canvas length max_new_tokens={length}")
-        blocks = length // block
-        if steps % blocks:
-            raise ValueError(f"masked_diffusion: steps={steps} must be a multiple of the number of blocks ({blocks})")
-        return block, steps // blocks
+        """(block_length, steps per block) for a canvas of `length` tokens (`canvas_plan`)."""
+        return canvas_plan(length, self.block_length, self.steps)
 
     def generate(self, prompts, n: int, sampling: SamplingParams) -> DiffusionGeneration:
         sp = sampling

@@ -82,6 +82,14 @@ class Learner:
         self.entropy_coef = algo.entropy_coef
         surrogate_needs = SURROGATES[algo.surrogate.name].requires
         self.need_entropy = self.entropy_coef != 0 or "entropies" in surrogate_needs
+        self.likelihood, self.per_mc = None, 0
+        if algo.likelihood is not None:  # a masked-diffusion model: log-probs from a likelihood estimator
+            from covey.likelihood import LIKELIHOODS, mc_samples
+
+            self.likelihood = LIKELIHOODS.get(algo.likelihood.name).bind(algo.likelihood.params)
+            if getattr(SURROGATES[algo.surrogate.name].fn, "per_mc", False):  # bgpo: one backward per MC sample
+                self.per_mc = mc_samples(algo.likelihood.name, algo.likelihood.params)
+            recompute_old_logprobs = "always"  # the engine has no behaviour log-probs to stand for pi_old
         updates = epochs * mini_batches
         if recompute_old_logprobs == "auto":
             # One update per batch: the policy has not moved since sampling, so the engine's behaviour
@@ -97,7 +105,13 @@ class Learner:
         return torch.autocast(model_device(model or self.model).type, dtype=torch.bfloat16)
 
     def logprobs(self, model, batch: Rollouts, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Log-probs (and entropies) of `batch`'s completions under `model`, on the model's device."""
+        """Log-probs (and entropies) of `batch`'s completions under `model`, on the model's device
+        (with `algo.likelihood`: the estimator's values, with the same masks for every model)."""
+        if self.likelihood is not None:
+            from covey.likelihood import estimate
+
+            with self._ctx(model):
+                return estimate(self.likelihood, model, None, batch), None
         with self._ctx(model):
             return completion_logprobs(
                 model,
@@ -149,6 +163,8 @@ class Learner:
         # a strategy may ask for it (APRIL: pi_old of the current weights over carried tokens too)
         if (self.recompute_old or batch.recompute_old_logprobs) and batch.old_logprobs is None:
             self.fill_logprobs(batch)
+        if self.per_mc:
+            self._fill_mc_terms(batch)
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
@@ -182,9 +198,13 @@ class Learner:
             tokens = float(mask.sum())
             if tokens == 0:
                 continue
-            loss, metrics = self._loss(micro, mask, totals)
-            loss.backward()
-            loss_total += float(loss.detach())
+            if self.per_mc:
+                loss_value, metrics = self._per_mc_backward(micro, mask, totals)
+            else:
+                loss, metrics = self._loss(micro, mask, totals)
+                loss.backward()
+                loss_value = float(loss.detach())
+            loss_total += loss_value
             for k, v in metrics.items():
                 stats[k] = (float(v), tokens) if k not in stats else _wmean(stats[k], float(v), tokens)
         grad_norm = self._clip()
@@ -196,10 +216,42 @@ class Learner:
         stats["learn/lr"] = (self.optimizer.param_groups[0]["lr"], 1.0)
         return stats
 
-    def _loss(self, micro: Rollouts, mask: Tensor, totals: BatchTotals) -> tuple[Tensor, dict[str, float]]:
-        logp, entropy = self.logprobs(self.model, micro, with_entropy=self.need_entropy)
+    @torch.no_grad()
+    def _fill_mc_terms(self, batch: Rollouts) -> None:
+        """pi_old's value of each Monte Carlo sample of each row (`per_mc` surrogates), by row seed."""
+        from covey.likelihood import estimate, row_seeds
+
+        self._old_terms: dict[int, Tensor] = {}
+        for idx in self._chunks(batch):
+            sub = to_device(batch.select(idx), self.device)
+            with self._ctx():
+                terms = torch.stack([estimate(self.likelihood, self.model, None, sub, sample=j)[:, 0] for j in range(self.per_mc)], 1)
+            for seed, t in zip(row_seeds(sub.prompt_ids, sub.completion_ids, sub.policy_version), terms.float()):
+                self._old_terms[seed] = t
+
+    def _per_mc_backward(self, micro: Rollouts, mask: Tensor, totals: BatchTotals) -> tuple[float, dict[str, float]]:
+        """BGPO: the surrogate on each Monte Carlo sample's term with its own forward and backward
+        (loss / samples), so memory does not grow with the number of samples. Returns the loss value."""
+        from covey.likelihood import estimate, row_seeds
+
+        old = torch.stack([self._old_terms[s] for s in row_seeds(micro.prompt_ids, micro.completion_ids, micro.policy_version)])
+        total, metrics = 0.0, {}
+        for j in range(self.per_mc):
+            with self._ctx():
+                logp = estimate(self.likelihood, self.model, None, micro, sample=j)
+            loss, metrics = self._loss(micro, mask, totals, logp=logp, old=old[:, j : j + 1].expand(logp.shape) * mask)
+            (loss / self.per_mc).backward()
+            total += float(loss.detach()) / self.per_mc
+        return total, metrics
+
+    def _loss(self, micro: Rollouts, mask: Tensor, totals: BatchTotals, logp: Tensor | None = None,
+              old: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
+        entropy = None
+        if logp is None:
+            logp, entropy = self.logprobs(self.model, micro, with_entropy=self.need_entropy)
         logp = logp.float()
-        old = micro.old_logprobs if micro.old_logprobs is not None else micro.behaviour_logprobs
+        if old is None:
+            old = micro.old_logprobs if micro.old_logprobs is not None else micro.behaviour_logprobs
         adv = micro.advantages
         adv = adv[:, None].expand_as(logp) if adv.dim() == 1 else adv  # [N] -> [N, T]
         loss_tok, metrics = self.surrogate(LossInputs(logp, old, adv * mask, mask, entropy))
