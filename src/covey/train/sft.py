@@ -3,6 +3,8 @@
 Random tiny models cannot produce a single correct answer, so RL has no signal to start from. A few
 hundred steps of next-token training on `task.demonstration(item)` (prompt tokens masked out) give
 them a format and some skill; the saved folder then loads like any model (`model.name: <folder>`).
+A masked-diffusion model (bidirectional, e.g. tiny-llada) is trained with LLaDA's SFT loss instead
+(`covey.likelihood.sft`: answer tokens masked at a random rate, EOS-padded answers).
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from covey.devices import resolve_device
+from covey.learner.prefix import is_causal
+from covey.likelihood.sft import encode_sft, llada_sft_loss
+from covey.models.diffusion import mask_token_id
 from covey.models import apply_chat
 from covey.models import load as load_model
 
@@ -50,12 +55,19 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / 10) * max(0.0, 1 - i / steps))
     losses = []
+    diffusion = not is_causal(model)
+    mask_id = mask_token_id(model, tok) if diffusion else None
     for _ in range(steps):
         batch = [items[rng.randrange(len(items))] for _ in range(batch_size)]
-        ids, labels = (t.to(dev) for t in _encode(tok, batch, demo, eos))
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            logits = model(input_ids=ids).logits  # right padding: causal attention never sees it
-        loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+        if diffusion:
+            ids, answer = (t.to(dev) for t in encode_sft(tok, batch, demo, apply_chat))
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                loss = llada_sft_loss(model, ids, answer, mask_id)
+        else:
+            ids, labels = (t.to(dev) for t in _encode(tok, batch, demo, eos))
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                logits = model(input_ids=ids).logits  # right padding: causal attention never sees it
+            loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
