@@ -4,8 +4,9 @@ forwards per estimate (GDPO's claim: quadrature over t beats Monte Carlo over t 
 
     covey sft --model tiny-llada --task arithmetic --out runs/sft-tiny-llada --steps 150 --batch-size 16
     python benchmarks/diffusion_experiment.py --model runs/sft-tiny-llada --out runs/diffusion-exp
+    python benchmarks/diffusion_experiment.py --model runs/sft-tiny-llada --out runs/diffusion-exp --length 64 --skip-curves
 
-Writes OUT/curves.json (reward/mean per step per preset), OUT/variance.json and the plot
+Writes OUT/curves.json (reward/mean per step per preset), OUT/variance-L<length>.json and the plot
 (--plot, default docs/img/diffusion_experiment.png).
 """
 
@@ -67,7 +68,8 @@ def variance(args) -> dict:
     items = list(task.examples("test"))[: args.sequences]
     prompts = [torch.tensor(apply_chat(tok, it["prompt"])) for it in items]
     eos = tok.eos_token_id
-    comp = torch.tensor([(tok.encode(it["answer"], add_special_tokens=False) + [eos] * 8)[:8] for it in items])
+    length = args.length
+    comp = torch.tensor([(tok.encode(it["answer"], add_special_tokens=False) + [eos] * length)[:length] for it in items])
     base = row_seeds(prompts, comp, None)
     reps = args.repeats
     rows_p = [p for p in prompts for _ in range(reps)]
@@ -77,29 +79,32 @@ def variance(args) -> dict:
         out[label] = {}
         for f in budgets:
             seeds = [base[i] * 1000 + r for i in range(len(items)) for r in range(reps)]
-            est = LIKELIHOODS.get(name).bind(params(f))(model_canvas(model, tok, rows_p, rows_c, seeds)).token_logp[:, 0] * 8
+            est = LIKELIHOODS.get(name).bind(params(f))(model_canvas(model, tok, rows_p, rows_c, seeds)).token_logp[:, 0] * length
             per_seq = est.view(len(items), reps)
             out[label][f] = {"var": float(per_seq.var(1).mean()), "mean": float(per_seq.mean())}
             print(label, f, out[label][f], flush=True)
     return out
 
 
-def plot(curves_: dict, var: dict, dest: Path) -> None:
+def plot(curves_: dict, variances: dict[int, dict], dest: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 1 + len(variances), figsize=(5 * (1 + len(variances)), 3.8))
+    a = axes[0]
     for preset, rs in curves_.items():
         a.plot(range(1, len(rs) + 1), rs, marker="o", label=preset)
     a.set(xlabel="step", ylabel="reward/mean (accuracy)", title="tiny-llada after SFT, arithmetic")
     a.legend()
-    for label, by in var.items():
-        fs = sorted(by, key=int)
-        b.plot([int(f) for f in fs], [by[f]["var"] for f in fs], marker="o", label=label)
-    b.set(xlabel="forwards per estimate", ylabel="variance of the sequence ELBO", yscale="log", title="estimator variance")
-    b.legend(fontsize=7)
+    for b, (length, var) in zip(axes[1:], sorted(variances.items())):
+        for label, by in var.items():
+            fs = sorted(by, key=int)
+            b.plot([int(f) for f in fs], [by[f]["var"] for f in fs], marker="o", label=label)
+        b.set(xlabel="forwards per estimate", ylabel="variance of the sequence ELBO", yscale="log",
+              title=f"estimator variance, canvas L = {length}")
+        b.legend(fontsize=7)
     fig.tight_layout()
     dest.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(dest, dpi=110)
@@ -113,18 +118,24 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sequences", type=int, default=6)
     p.add_argument("--repeats", type=int, default=32)
+    p.add_argument("--length", type=int, default=8, help="canvas length of the variance measurement")
     p.add_argument("--skip-curves", action="store_true")
+    p.add_argument("--skip-variance", action="store_true")
     p.add_argument("--plot", type=Path, default=Path("docs/img/diffusion_experiment.png"))
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    var = variance(args)
-    (args.out / "variance.json").write_text(json.dumps(var, indent=1))
+    if not args.skip_variance:
+        (args.out / f"variance-L{args.length}.json").write_text(json.dumps(variance(args), indent=1))
     path = args.out / "curves.json"
-    cur = json.loads(path.read_text()) if args.skip_curves and path.exists() else curves(args)
-    path.write_text(json.dumps(cur, indent=1))
-    plot(cur, json.loads((args.out / "variance.json").read_text()), args.plot)
-    print({k: round(statistics.mean(v[-3:]) - statistics.mean(v[:3]), 3) for k, v in cur.items()})
+    if args.skip_curves:
+        cur = json.loads(path.read_text()) if path.exists() else {}
+    else:
+        cur = curves(args)
+        path.write_text(json.dumps(cur, indent=1))
+    found = {int(f.stem.split("-L")[1]): json.loads(f.read_text()) for f in args.out.glob("variance-L*.json")}
+    plot(cur, found, args.plot)
+    print({k: round(statistics.mean(v[-3:]) - statistics.mean(v[:3]), 3) for k, v in cur.items() if len(v) >= 3})
 
 
 if __name__ == "__main__":

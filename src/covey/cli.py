@@ -213,6 +213,9 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
              ("strategy", "rollout.strategy", rows(STRATEGIES)), ("environment", "env", rows(ENVS)),
              ("engine", "engine", rows(ENGINES))]  # fmt: skip
     kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
+    from covey.likelihood import LIKELIHOODS
+
+    kinds.append(("likelihood", "algo.likelihood", rows(LIKELIHOODS)))  # masked-diffusion models (docs/diffusion.md)
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
     return kinds
 
@@ -222,7 +225,7 @@ def _short(value, width: int = 24) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "preset")
+ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "likelihood", "preset")
 
 
 @app.command("list")

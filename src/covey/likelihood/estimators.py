@@ -43,8 +43,9 @@ def _which(canvas: Canvas, m: int) -> list[int]:
 
 @register_likelihood("d1_one_step", paper="d1: Scaling Reasoning in Diffusion Large Language Models via RL", arxiv="2504.12216")
 def d1_one_step(canvas: Canvas, *, p_mask_prompt: Prob = 0.15) -> LogLik:
-    """diffu-GRPO's one-step estimate: all completion tokens masked, each prompt token masked with
-    probability p_mask_prompt; per-token log-probs from one forward (a mean-field estimate: it
+    """diffu-GRPO's one-step per-token log-probs: all completion tokens masked, one forward.
+
+    Each prompt token is also masked with probability p_mask_prompt (a mean-field estimate: it
     ignores dependencies between completion tokens). Checked against dllm-reasoning/d1
     `diffu-grpo/diffu_grpo_trainer.py` (forward_process, _get_per_token_logps; commit 837888f22c21)."""
     prompt_mask = None
@@ -57,8 +58,9 @@ def d1_one_step(canvas: Canvas, *, p_mask_prompt: Prob = 0.15) -> LogLik:
 
 @register_likelihood("elbo_mc", paper="Large Language Diffusion Models (LLaDA)", arxiv="2502.09992")
 def elbo_mc(canvas: Canvas, *, mc_num: Count = 1, stratified: bool = True) -> LogLik:
-    """LLaDA's Monte Carlo ELBO: sample j masks k_j of the L tokens (random positions) and scores
-    (L / k_j) * sum of the masked log-probs; the estimate is the mean over the mc_num samples.
+    """LLaDA's Monte Carlo ELBO: k ~ U{1..L} masked tokens per sample, weight L / k.
+
+    Sample j masks k_j of the L tokens (random positions) and scores (L / k_j) * sum of the masked log-probs; the estimate is the mean over the mc_num samples.
     stratified: k_0 ~ U{1..L} once per row, k_j = round(k_0 + j L / mc_num) wrapped to 1..L (LLaDA's
     linspace over the copies of one sequence); else each k_j ~ U{1..L}. Checked against
     ML-GSAI/LLaDA `get_log_likelihood.py` (commit b7e6c3565f19); the per-sample form is BGPO's
@@ -84,7 +86,9 @@ elbo_mc.mc_samples = lambda params: params["mc_num"]
 
 @register_likelihood("elbo_antithetic", paper="ESPO: sequence-level ELBO policy optimization", arxiv="2512.03759")
 def elbo_antithetic(canvas: Canvas, *, num_mc: Count = 1) -> LogLik:
-    """ESPO's variance-reduced ELBO (`reduce_var=True`): k ~ U{0..L} tokens masked with weight
+    """ESPO's antithetic ELBO: a mask and its complement, two forwards per sample.
+
+    ESPO's `reduce_var=True`: k ~ U{0..L} tokens masked with weight
     (L + 1) / k, plus the complementary mask (the other L - k tokens masked) with weight
     (L + 1) / (L - k); the two sums averaged; mean over num_mc samples (two forwards each). ESPO
     stratifies k across the rows of a batch with one shared offset; covey draws k per row (its
@@ -122,8 +126,9 @@ def gauss_legendre(n: int) -> tuple[list[float], list[float]]:
 @register_likelihood("elbo_sdmc", paper="GDPO: Improving Reasoning for Diffusion Language Models via Group Diffusion Policy Optimization",
                      arxiv="2510.08554")  # fmt: skip
 def elbo_sdmc(canvas: Canvas, *, nodes: Count = 3, masks_per_node: Count = 1) -> LogLik:
-    """GDPO's semi-deterministic Monte Carlo ELBO: the integral over t in [0, 1] by Gauss-Legendre
-    quadrature (t_n, w_n), the expectation over masks by masks_per_node Bernoulli(t_n) masks per
+    """GDPO's semi-deterministic Monte Carlo ELBO: Gauss-Legendre nodes over t, random masks.
+
+    The integral over t in [0, 1] by Gauss-Legendre quadrature (t_n, w_n), the expectation over masks by masks_per_node Bernoulli(t_n) masks per
     node: sum_n w_n (1/K) sum_masks (1/t_n) sum_masked log pi (nodes x masks_per_node forwards).
     RECONSTRUCTED from the paper's abstract and project page (no code was reachable): N, K and the
     exact mask draw are covey's choices (defaults N = 3, K = 1, UNVERIFIED)."""
