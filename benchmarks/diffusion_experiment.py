@@ -33,15 +33,16 @@ ESTIMATORS = {
     "elbo_mc (t by MC, independent)": ("elbo_mc", lambda f: {"mc_num": f, "stratified": False}, (1, 2, 3, 4, 6)),
     "elbo_sdmc (t by Gauss-Legendre)": ("elbo_sdmc", lambda f: {"nodes": f}, (1, 2, 3, 4, 6)),
     "elbo_antithetic (ESPO)": ("elbo_antithetic", lambda f: {"num_mc": f // 2}, (2, 4, 6)),
+    "elbo_double_mc (t ~ U(0,1), naive)": ("elbo_double_mc", lambda f: {"mc_num": f}, (1, 2, 3, 4, 6)),
 }
 
 
-def config(model: str, preset: str, steps: int, out: Path, seed: int) -> dict:
+def config(model: str, preset: str, steps: int, out: Path, seed: int, prompts: int, group: int) -> dict:
     return {
         "model": {"name": model, "family": "masked_diffusion", "dtype": "fp32"},
         "engine": {"name": "masked_diffusion", "block_length": 4, "steps": 8},
         "task": {"name": "arithmetic"}, "sampling": {"temperature": 1.0, "max_new_tokens": 8},
-        "rollout": {"prompts_per_step": 4, "group_size": 4}, "algo": {"preset": preset},
+        "rollout": {"prompts_per_step": prompts, "group_size": group}, "algo": {"preset": preset},
         "optim": {"lr": 3e-4}, "reward_workers": 0, "threads": 1, "steps": steps, "seed": seed,
         "log": {"dir": str(out), "name": f"{preset}-s{seed}", "progress": False, "report_to": ["jsonl"]},
     }  # fmt: skip
@@ -51,7 +52,7 @@ def curves(args) -> dict:
     out = {}
     for preset in PRESETS:
         t0 = time.time()
-        trainer = Trainer(validate_config(config(args.model, preset, args.steps, args.out, args.seed)), args.out / f"{preset}-s{args.seed}")
+        trainer = Trainer(validate_config(config(args.model, preset, args.steps, args.out, args.seed, args.prompts, args.group)), args.out / f"{preset}-s{args.seed}")
         try:
             out[preset] = [trainer.step()["reward/mean"] for _ in range(args.steps)]
         finally:
@@ -76,6 +77,8 @@ def variance(args) -> dict:
     rows_c = comp.repeat_interleave(reps, 0)
     out = {}
     for label, (name, params, budgets) in ESTIMATORS.items():
+        if args.estimators and not any(x in label for x in args.estimators.split(",")):
+            continue
         out[label] = {}
         for f in budgets:
             seeds = [base[i] * 1000 + r for i in range(len(items)) for r in range(reps)]
@@ -116,17 +119,22 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("runs/diffusion-exp"))
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    p.add_argument("--group", type=int, default=4, help="completions per prompt")
     p.add_argument("--sequences", type=int, default=6)
     p.add_argument("--repeats", type=int, default=32)
     p.add_argument("--length", type=int, default=8, help="canvas length of the variance measurement")
     p.add_argument("--skip-curves", action="store_true")
     p.add_argument("--skip-variance", action="store_true")
+    p.add_argument("--estimators", default="", help="comma list of substrings: only these (merged into the saved file)")
     p.add_argument("--plot", type=Path, default=Path("docs/img/diffusion_experiment.png"))
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     if not args.skip_variance:
-        (args.out / f"variance-L{args.length}.json").write_text(json.dumps(variance(args), indent=1))
+        dest = args.out / f"variance-L{args.length}.json"
+        saved = json.loads(dest.read_text()) if args.estimators and dest.exists() else {}
+        dest.write_text(json.dumps({**saved, **variance(args)}, indent=1))
     path = args.out / "curves.json"
     if args.skip_curves:
         cur = json.loads(path.read_text()) if path.exists() else {}

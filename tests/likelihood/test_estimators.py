@@ -130,3 +130,11 @@ def test_row_seeds_and_ratio_one_on_tiny_llada():
             part = fn(model_canvas(model, None, prompts[2:], comp[2:], seeds[2:])).token_logp
         assert torch.equal(a, b) and torch.allclose(a[2:], part, atol=1e-5) and torch.isfinite(a).all()
         assert (a < 0).all()
+
+
+def test_elbo_double_mc_unbiased_but_heavier_tailed_than_sdmc():
+    est = seq("elbo_double_mc", toy(20000, 4), mc_num=1)
+    assert float(est.mean()) == pytest.approx(-9, abs=0.5)
+    assert float(est.var()) > 37.5  # above sdmc with one node at the same cost (37.5)
+    est = seq("elbo_double_mc", toy(3000, 256), mc_num=1)
+    assert float(est.var()) > 2305.99  # the spec: one-node sdmc 2306 at L = 256

@@ -18,7 +18,7 @@ from torch import Tensor
 from covey.likelihood.canvas import Canvas
 from covey.likelihood.registry import LogLik, register_likelihood
 
-__all__ = ["d1_one_step", "elbo_antithetic", "elbo_mc", "elbo_sdmc", "gauss_legendre"]
+__all__ = ["d1_one_step", "elbo_antithetic", "elbo_double_mc", "elbo_mc", "elbo_sdmc", "gauss_legendre"]
 
 Prob = Annotated[float, Field(ge=0.0, lt=1.0)]
 Count = Annotated[int, Field(ge=1, le=4096)]
@@ -147,3 +147,24 @@ def elbo_sdmc(canvas: Canvas, *, nodes: Count = 3, masks_per_node: Count = 1) ->
 
 
 elbo_sdmc.mc_samples = lambda params: params["nodes"] * params["masks_per_node"]
+
+
+@register_likelihood("elbo_double_mc", paper="GDPO (the baseline it calls variance explosion)", arxiv="2510.08554")
+def elbo_double_mc(canvas: Canvas, *, mc_num: Count = 1) -> LogLik:
+    """The naive double Monte Carlo ELBO: t ~ U(0, 1), one Bernoulli(t) mask, weight 1 / t.
+
+    Unbiased, but for small t the one masked token carries weight 1/t with probability ~L t, so
+    E[estimate^2] grows like the integral of dt / t (logarithmically in the smallest t drawn): the
+    "variance explosion" GDPO's quadrature over t removes. Here as the baseline of that claim (docs/diffusion.md)."""
+    total = 0.0
+    for j in _which(canvas, mc_num):
+        ts = [float(torch.rand((), generator=canvas.rng(i, "dmc_t", j))) for i in range(canvas.n)]
+        mask = torch.stack([torch.rand(canvas.length, generator=canvas.rng(i, "dmc", j)) < ts[i] for i in range(canvas.n)])
+        lp = canvas.score(mask, None)
+        t = torch.tensor(ts, dtype=torch.float32, device=lp.device).clamp(min=1e-6)
+        total = total + (lp * mask.to(lp.device)).sum(-1) / t
+    m = len(_which(canvas, mc_num))
+    return _broadcast(canvas, total / m, m)
+
+
+elbo_double_mc.mc_samples = lambda params: params["mc_num"]
