@@ -127,5 +127,5 @@ def test_bgpo_vectors_and_on_policy_gradient():
         mean = sum(terms) / 3
         pp = ppo(LossInputs(mean, mean.detach(), adv, torch.ones(1, 1)))[0]
         g_pp = torch.autograd.grad(pp.sum(), theta)[0]
-        assert float(bg) == pytest.approx(float(pp)) == pytest.approx(-a)
+        assert float(bg.detach()) == pytest.approx(float(pp.detach())) == pytest.approx(-a)
         assert torch.allclose(g_bg, g_pp, atol=1e-6)
