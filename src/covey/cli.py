@@ -194,6 +194,8 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     from covey.algos.presets import PRESET_NOTES, PRESETS, SAMPLER_PRESETS
     from covey.engine import ENGINES
     from covey.envs import ENVS
+    from covey.preference import PAIRS, PREFERENCE_LOSSES
+    from covey.train.sft_losses import SFT_LOSSES
     from covey.rewards import REWARDS
     from covey.samplers import SAMPLERS
     from covey.strategies import STRATEGIES
@@ -212,11 +214,14 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
              ("sampler preset", "sampler", [(n, p["about"], "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
              ("strategy", "rollout.strategy", rows(STRATEGIES)), ("environment", "env", rows(ENVS)),
              ("engine", "engine", rows(ENGINES))]  # fmt: skip
-    kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
+    kinds += [(axis, "algo.regularizers" if axis == "regularizer" else f"algo.{axis}", rows(registry))
+              for axis, registry in REGISTRIES.items()]
     from covey.likelihood import LIKELIHOODS
 
     kinds.append(("likelihood", "algo.likelihood", rows(LIKELIHOODS)))  # masked-diffusion models (docs/diffusion.md)
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
+    kinds += [("preference loss", "preference.loss", rows(PREFERENCE_LOSSES)), ("pair builder", "preference.pairs", rows(PAIRS)),
+              ("sft loss", "covey sft --loss", rows(SFT_LOSSES))]
     return kinds
 
 
@@ -225,7 +230,7 @@ def _short(value, width: int = 24) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "likelihood", "preset")
+ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "regularizer", "likelihood", "preset")
 
 
 @app.command("list")
@@ -251,8 +256,40 @@ def list_cmd(kinds: Annotated[Optional[list[str]], typer.Argument(help="Only the
 
 @app.command()
 def algos():
-    """The algorithm part of `covey list`: every component per axis (paper, arXiv id, parameters) and the presets."""
-    list_cmd(list(ALGO_KINDS))
+    """Every algorithm component per axis and every preset: arXiv id, status (checked against the
+    authors' code, a framework, partly, or reconstructed; `covey.algos.status`), the code checked, and
+    the parameters with their defaults."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from covey.algos.status import STATUS_MEANING, status_of
+
+    table = Table("kind (config key)", "name", "arXiv", "status", "checked against", "parameters (defaults)")
+    for kind, key, entries in _catalogue():
+        if kind not in ALGO_KINDS:
+            continue
+        arxiv = _arxiv_ids(kind)
+        for name, _summary, _paper, params in entries:
+            status, source = status_of(kind, name)
+            table.add_row(f"{kind} ({key})", name, arxiv.get(name, ""), status, source, params)
+    Console(width=220).print(table)
+    typer.echo("status: " + "; ".join(f"{k} = {v}" for k, v in STATUS_MEANING.items()))
+
+
+def _arxiv_ids(kind: str) -> dict[str, str]:
+    """{name: arXiv id} of one algorithm kind (presets: the id in their note, if any)."""
+    import re
+
+    from covey.algos import REGISTRIES
+    from covey.algos.presets import PRESET_NOTES
+
+    if kind in REGISTRIES:
+        return {n: REGISTRIES[kind][n].arxiv for n in REGISTRIES[kind]}
+    if kind == "likelihood":
+        from covey.likelihood import LIKELIHOODS
+
+        return {n: LIKELIHOODS[n].arxiv for n in LIKELIHOODS}
+    return {n: m.group(1) for n, note in PRESET_NOTES.items() if (m := re.search(r"arXiv (\d{4}\.\d{4,5})", note))}
 
 
 @app.command()
@@ -408,12 +445,14 @@ def sft(
     lr: float = 1e-3,
     task_param: Annotated[Optional[list[str]], typer.Option(help="Task parameter key=value (repeatable).")] = None,
     seed: int = 0,
+    loss: Annotated[str, typer.Option(help="SFT loss: ce (cross-entropy; a masked-diffusion model: LLaDA's masked-token loss) or otr (One-Token Rollout, causal models).")] = "ce",
+    loss_param: Annotated[Optional[list[str]], typer.Option(help="SFT loss parameter key=value (repeatable), e.g. k=8.")] = None,
 ):
     """A short supervised warm start on task demonstrations (for tiny models before RL)."""
     from covey.models.loading import check_name
     from covey.tasks import get_task
     from covey.train.config import parse_overrides
-    from covey.train.sft import check_sft_args, run_sft
+    from covey.train.sft import check_sft_args, check_sft_loss, run_sft
 
     try:
         check_sft_args(steps, batch_size, lr, seed)
@@ -421,12 +460,23 @@ def sft(
         _fail(f"--{str(e).replace('_', '-')}")
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} exists and is not a folder")
+    from covey.train.sft_losses import SFT_LOSSES
+
+    loss_params = parse_overrides(loss_param or [])
+    try:
+        SFT_LOSSES.get(loss).validate_params(loss_params)
+    except ValueError as e:
+        _fail(f"--loss: {e}")
     t = get_task(task, **parse_overrides(task_param or []))
     if getattr(t, "demonstration", None) is None:
         _fail(f"task {task!r} has no demonstrations (a `demonstration(item)` method) to imitate")
     t.examples("train")  # the data loads
     check_name(model)  # an unknown model fails before anything loads
-    res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
+    try:
+        check_sft_loss(model, loss)
+    except ValueError as e:
+        _fail(str(e))
+    res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, loss_params=loss_params)
     typer.echo(json.dumps(res))
 
 

@@ -11,10 +11,13 @@ Each component declares what it needs from the others and what it adds to a batc
                                    two rows or more (unless its `singleton: raw`) and provides
                                    `group_relative`
 
+Reward columns a component reads by name (a parameter whose name ends in `_column`, e.g. dagrpo's
+`score_column`, trpa's `level_column`) must be columns of the run: `check_column_params`.
+
 A requirement "x" needs some component of the run to provide x; "!x" needs none to. `dynamic`'s
 requirements apply to the strategy it wraps. A missing `requires` is a contradiction: the config is
 refused by name (what needs what, who provides it). A missing `prefers` wastes compute: a warning.
-The trainer itself provides `ref_logprobs`, `entropies` and `old_logprobs`.
+The trainer itself provides `ref_logprobs`, `entropies`, `old_logprobs`, `probe_logprobs` and `sum_p2`.
 """
 
 from __future__ import annotations
@@ -22,17 +25,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["FEATURES", "check_combination", "features_of"]
+__all__ = ["FEATURES", "check_algo", "check_column_params", "check_combination", "features_of"]
 
 FEATURES = {
     "tree_path": "each row's path in a rollout tree",
     "segment_tokens": "the tree's segment length, Rollouts.segment_tokens",
     "tppo_advantages": "Extended-GAE advantages from the tppo value head, Rollouts.token_advantages",
+    "spo_chain_advantages": "SPO-chain segment advantages from Monte-Carlo cut-point values, Rollouts.token_advantages",
     "spo_baseline": "the spo sampler's per-prompt value baseline, Rollouts.baseline",
+    "probe_temperature": "an entropy controller's probe temperature, Rollouts.controller (rollout.strategy dcpo)",
+    "reinforce_rows": "AEPO's REINFORCE rows at the controller's temperature, Rollouts.fixed_advantage",
     "single_rows": "every group holds one row",
     "group_relative": "a group-relative advantage estimator",
 }
-TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs"})
+TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs", "probe_logprobs", "sum_p2"})
 
 
 def features_of(component: Any, attr: str, params: dict[str, Any]) -> set[str]:
@@ -52,6 +58,7 @@ def check_combination(cfg) -> list[str]:
     from covey.strategies import STRATEGIES
 
     check_family(cfg)  # model.family x engine x likelihood x sampling (masked diffusion: docs/diffusion.md)
+    warnings = check_algo(cfg)
     sampler = cfg.sampler_spec()
     strategy = cfg.strategy_spec()
     parts: list[tuple[str, str, Any, dict[str, Any]]] = [("sampler", sampler.name, SAMPLERS.get(sampler.name).fn, sampler.params)]
@@ -75,7 +82,6 @@ def check_combination(cfg) -> list[str]:
         got = adv_provides if comp is None else features_of(comp, "provides", params)
         for f in got:
             provided.setdefault(f, []).append(f"{key} {name!r}")
-    warnings: list[str] = []
     for key, name, comp, params in parts:
         needs = adv_requires if comp is None else features_of(comp, "requires", params) - TRAINER
         for need in sorted(needs):
@@ -88,6 +94,61 @@ def check_combination(cfg) -> list[str]:
                 msg = f"{key} {name!r} {problem}: {_waste(name, want)}"
                 warnings.append(msg)
                 logging.getLogger("covey").warning(msg)
+    return warnings
+
+
+def check_column_params(algo, columns: list[str]) -> None:
+    """Refuse (ValueError) an active algorithm component whose `*_column` parameter is empty or names no
+    reward column of the run (`columns`: the task's `accuracy`, the configured rewards, shaping terms)."""
+    from covey.algos.presets import _AXES
+
+    for axis, spec in algo.active().items():
+        entry = _AXES[axis].get(spec.name)
+        params = {**entry.defaults, **spec.params}
+        for key in sorted(k for k in params if k.endswith("_column")):
+            value = params[key]
+            if not value:
+                raise ValueError(f"algo.{axis} {spec.name!r} needs {key}: the name of a reward column (columns are "
+                                 f"{columns})")  # fmt: skip
+            if value not in columns:
+                raise ValueError(f"algo.{axis} {spec.name!r}: {key}={value!r} is not a reward column (columns are {columns}); "
+                                 f"add a reward with that name or alias (weight 0 if it only feeds {spec.name})")  # fmt: skip
+def check_algo(cfg) -> list[str]:
+    """Refuse (ValueError) algorithm choices that contradict each other or the optimisation settings;
+    return (and log) warnings for terms that cannot act.
+
+    * surrogate r2vpo_provisional has no clip: its trust region is the regularizer of the same name;
+    * regularizer epo holds the entropy bonus: with algo.entropy_coef it would count twice;
+    * a component that reads whole groups ("group") needs a micro-batch of at least one group;
+    * a trust region to pi_old (disco_kl, kl_old, r2vpo_provisional, llds) with one update per batch
+      compares the policy with itself: it never acts (a warning).
+    """
+    from covey.algos.regularizers import REGULARIZERS
+    from covey.algos.registry import SURROGATES
+
+    algo = cfg.algo
+    regs = [s.name for s in algo.regularizers]
+    if algo.surrogate.name == "r2vpo_provisional" and "r2vpo_provisional" not in regs:
+        raise ValueError("algo.surrogate 'r2vpo_provisional' is an unclipped ratio term whose trust region is the regularizer "
+                         "of the same name: add algo.regularizers: [{name: r2vpo_provisional}] (or choose a clipped surrogate)")  # fmt: skip
+    if "epo" in regs and algo.entropy_coef:
+        raise ValueError(f"algo.regularizers 'epo' holds the entropy bonus (its coef); algo.entropy_coef={algo.entropy_coef} "
+                         "would add it a second time: set algo.entropy_coef to 0 (or drop epo)")  # fmt: skip
+    group = cfg.rollout.group_size + algo.group_size_extra
+    micro = cfg.optim.micro_batch_size
+    if "group" in algo.requires() and micro is not None and micro < group:
+        readers = [f"algo.surrogate {algo.surrogate.name!r}"] if "group" in SURROGATES.get(algo.surrogate.name).requires else []
+        readers += [f"algo.regularizers {n!r}" for n in regs if "group" in REGULARIZERS.get(n).requires]
+        raise ValueError(f"{' and '.join(readers) or 'a component'} reads whole groups, but optim.micro_batch_size={micro} is "
+                         f"below the group size {group}: set optim.micro_batch_size >= {group} (or leave it unset)")  # fmt: skip
+    warnings: list[str] = []
+    updates = cfg.optim.epochs * cfg.optim.mini_batches
+    idle = [n for n in regs if n in ("disco_kl", "kl_old", "r2vpo_provisional", "llds")]
+    if idle and updates == 1:
+        msg = (f"algo.regularizers {idle}: a term on pi_theta vs pi_old never acts with one update per batch "
+               "(optim.epochs * optim.mini_batches = 1: the policy is pi_old); raise optim.mini_batches or optim.epochs")  # fmt: skip
+        warnings.append(msg)
+        logging.getLogger("covey").warning(msg)
     return warnings
 
 

@@ -59,11 +59,19 @@ class Rollouts:
                              strategy's Extended GAE; read by the `tppo` estimator), 0 on padding.
         segment_tokens:      int, tokens per tree segment (scalar metadata of the whole batch, set by
                              the `branch` strategy; read by `branch_grpo`).
+        probe_logprobs:      [N, T] float32, no-grad log pi_old of each token at the probe temperature
+                             `controller["probe_temperature"]` (filled by the trainer for DCPO).
+        sum_p2:              [N, T] float32, sum_v pi_old(v|s_t)^2 at each position (at the sampling
+                             temperature; filled by the trainer for OBLR-PO's baseline).
+        fixed_advantage:     [N] float32, an advantage a rollout strategy fixed for a row (AEPO's
+                             REINFORCE rows: 1), NaN where the estimator decides.
+        controller:          dict of floats, what a strategy's controller chose for this step (the
+                             entropy controller of dcpo / aepo_entropy: h_hat, h0, probe_temperature).
         recompute_old_logprobs: bool, the learner recomputes log pi_old with the current weights
                              before the update even when the algorithm does not ask for it (APRIL's
                              default for carried partial rollouts).
     Every per-row field is sliced by `select` and joined by `concat`; `reward_names`,
-    `reward_weights`, `segment_tokens` and `recompute_old_logprobs` describe the whole batch and must agree across `concat`.
+    `reward_weights`, `segment_tokens`, `controller` and `recompute_old_logprobs` describe the whole batch and must agree across `concat`.
     """
 
     prompt_ids: list[Tensor]
@@ -91,6 +99,10 @@ class Rollouts:
     baseline: Tensor | None = None
     token_advantages: Tensor | None = None
     segment_tokens: int | None = None
+    probe_logprobs: Tensor | None = None
+    sum_p2: Tensor | None = None
+    fixed_advantage: Tensor | None = None
+    controller: dict[str, float] | None = None
     recompute_old_logprobs: bool = False
 
     @classmethod
@@ -185,7 +197,7 @@ class Rollouts:
             if shape not in ((n,), (n, t)):
                 raise RolloutsError(f"advantages must have shape [N]=({n},) or [N, T]=({n}, {t}), got {shape}")
             _check(self.advantages, "advantages", shape, (torch.float32,))
-        for name in ("entropies", "ref_logprobs", "old_logprobs", "token_advantages"):
+        for name in ("entropies", "ref_logprobs", "old_logprobs", "token_advantages", "probe_logprobs", "sum_p2"):
             val = getattr(self, name)
             if val is not None:
                 _check(val, name, (n, t), (torch.float32,))
@@ -195,6 +207,8 @@ class Rollouts:
             _check(self.policy_version, "policy_version", (n, t), (torch.long,))
         if self.baseline is not None:
             _check(self.baseline, "baseline", (n,), (torch.float32,))
+        if self.fixed_advantage is not None:
+            _check(self.fixed_advantage, "fixed_advantage", (n,), (torch.float32,))
         if self.segment_tokens is not None and (not isinstance(self.segment_tokens, int) or self.segment_tokens < 1):
             raise RolloutsError(f"segment_tokens must be a positive int, got {self.segment_tokens!r}")
         _check_episodes(self, n, t)
@@ -255,7 +269,7 @@ class Rollouts:
         return Rollouts(**out)
 
 
-_BATCH_FIELDS = ("reward_names", "reward_weights", "segment_tokens", "recompute_old_logprobs")
+_BATCH_FIELDS = ("reward_names", "reward_weights", "segment_tokens", "controller", "recompute_old_logprobs")
 """Fields that describe the whole batch, not a row: kept by `select`, equal across `concat`."""
 
 

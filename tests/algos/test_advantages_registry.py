@@ -19,8 +19,10 @@ SPECIAL = {"spo", "tppo", "treepo", "branch_grpo"}  # need a sampler baseline, a
 # objectives wave 2: extra inputs (a sampler baseline, reward columns, tree paths) -> edge cases in their own files;
 # a plain scored batch is enough -> the shared edge cases below apply
 SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa", "spo_tree"}
-NAMES += ["disco", "hapo", "identity"]
+NAMES += ["disco", "hapo", "identity", "aepo_entropy"]
+SPECIAL |= {"dcpo", "oblr_baseline", "spo_chain"}  # probe log-probs, sum_p2, MC cut values: own test files
 SPECIAL |= {"gigpo", "hgpo", "salt", "empg"}  # multi-turn episodes: tests/algos/test_step_credit.py
+SPECIAL |= {"rover"}  # batch-level success rate, not per group: tests/algos/test_surrogates_wave2.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 
@@ -166,4 +168,5 @@ def test_estimators_declare_the_optional_fields_they_read():
     # the trainer fills ref_logprobs / entropies only when a component asks for them
     assert ADVANTAGES["ace"].requires == ("ref_logprobs",)
     assert ADVANTAGES["gtpo"].requires == ("entropies",)
-    assert all(ADVANTAGES[n].requires == () for n in NAMES if n not in ("ace", "gtpo"))
+    assert ADVANTAGES["aepo_entropy"].requires == ("reinforce_rows",)  # a strategy feature (covey.compat)
+    assert all(ADVANTAGES[n].requires == () for n in NAMES if n not in ("ace", "gtpo", "aepo_entropy"))

@@ -52,3 +52,19 @@ def test_no_verifier_column_no_audit_and_failed_samples_left_out():
     batch = run(["q", "q|x"], ["1", "2"], ["1", "0"])  # the second prompt breaks the scripted reply: a failure
     assert batch.failed[:, 1].tolist() == [False, True]
     assert batch.metrics["reward/judge/verifier_agreement"] == 1.0  # over the one sample both scored
+
+
+def test_audit_columns_split_the_agreement_by_a_trigger_flag(caplog):
+    # DecepChain (spec §2.3 (e)): base accuracy [1, 0, 1, 0], triggered [F, F, T, T] -> flipped [1, 0, 0, 1];
+    # agreement 1.0 on the clean slice, 0.0 on the triggered one
+    judge = {"name": "judge", "params": {"backend": FlippingJudge(), "template": "{prompt}|{completion}|{answer}",
+                                         "audit_columns": ["triggered"]}}
+    with caplog.at_level(logging.WARNING, logger="covey.rewards.runner"):
+        with RewardRunner([(verifier, RewardSpec(name="accuracy")), judge], workers=0) as runner:
+            batch = runner(["q", "q", "TRIGGER q", "TRIGGER q"], ["1", "2", "3", "4"], answer=["1", "0", "3", "0"],
+                           triggered=[False, None, True, True])
+    assert batch.rewards[:, 1].tolist() == [1.0, 0.0, 0.0, 1.0]
+    m = batch.metrics
+    assert (m["reward/judge/verifier_agreement"], m["reward/judge/verifier_agreement/triggered"],
+            m["reward/judge/verifier_agreement/not_triggered"]) == (0.5, 0.0, 1.0)
+    assert "where triggered" in caplog.text

@@ -52,3 +52,15 @@ def test_fapo_config_errors():
         get_reward("fapo", backend=GenRM(), parser="yes_no")
     with pytest.raises(ValueError, match="ground truth column 'solution'"):
         get_reward("fapo", backend=GenRM(), answer_column="solution")(prompts=["q"], completions=["x"], answer=["1"])
+
+
+def test_fapo_genrm_reward_spec_vectors():
+    from covey.rewards import get_reward
+
+    fn = get_reward("fapo_genrm")
+    replies = ["so \\boxed{5}", "\\boxed{3}", "\\boxed{-1}", "\\boxed{-1}", "\\boxed{2}", "no box", "\\boxed{10}",
+               "\\boxed{4}" + " " * 300, "x"]
+    out = fn(prompts=["q"] * 9, completions=replies, error_step=[3, 3, 3, -1, -1, 2, 2, 2, None],
+             total_steps=[10] * 9)
+    # the spec's vectors (total_steps 10); index 10 is out of range; a box before the last 300 characters is not read
+    assert out == pytest.approx([0.8, 1.0, -1.0, 1.0, -1.0, -1.0, -1.0, -1.0, None])

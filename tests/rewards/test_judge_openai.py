@@ -154,8 +154,8 @@ def test_config_errors_before_any_request(monkeypatch):
         get_reward("judge", backend={"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9"}, parser="yes_no_logits")
     with pytest.raises(ValueError, match="unexpected keyword"):
         get_reward("judge", backend={"kind": "openai", "model": "m", "base_url": "http://x", "hots": 1})
-    with pytest.raises(ValueError, match="not built yet"):
-        get_reward("judge", backend={"kind": "policy"})
+    with pytest.raises(ValueError, match="judge backend policy.*unexpected keyword"):
+        get_reward("judge", backend={"kind": "policy", "model": "m"})  # the policy judges: it takes no model
     with pytest.raises(ValueError, match="on_fail"):
         get_reward("judge", backend={"kind": "openai", "model": "m", "base_url": "http://x"}, on_fail="skip")
     with pytest.raises(ValueError, match="no meaning for parser 'boxed_int'"):

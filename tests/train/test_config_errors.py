@@ -86,3 +86,24 @@ def test_group_size_one_warning_follows_the_estimators_own_singleton_default(tmp
     with caplog.at_level(logging.WARNING, logger="covey"):
         check_run(load_config(None, BASE + ["rollout.group_size=1", "algo.advantage={name: 'raw_adv:adv', singleton: zero}"]))
     assert "'raw_adv:adv': every advantage is zero" in caplog.text
+
+
+@pytest.mark.parametrize("algo, rewards, problem", [
+    ("{name: trpa}", "[]", "level_column='level' is not a reward column (columns are ['accuracy'])"),
+    ("{name: trpa, level_column: lvl}", "[{name: format}]", "level_column='lvl' is not a reward column (columns are ['accuracy', 'format'])"),
+    ("{name: dagrpo_provisional}", "[]", "'dagrpo_provisional' needs score_column"),
+])  # fmt: skip
+def test_reward_columns_a_method_reads_are_checked_when_the_config_is_read(algo, rewards, problem):
+    with pytest.raises(ConfigError, match=problem.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        load_config(None, [*BASE, f"algo.advantage={algo}", f"rewards={rewards}"])
+    ok = load_config(None, [*BASE, "algo.advantage={name: trpa, level_column: format}", "rewards=[{name: format}]"])
+    assert ok.algo.advantage.params["level_column"] == "format"
+
+
+def test_column_error_through_the_cli_is_exit_2():
+    from typer.testing import CliRunner
+
+    from covey.cli import app
+
+    res = CliRunner().invoke(app, ["config", "show", *BASE, "algo.advantage={name: trpa}"])
+    assert res.exit_code == 2 and "error:" in res.output and "level_column='level' is not a reward column" in res.output

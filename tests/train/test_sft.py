@@ -19,3 +19,41 @@ def test_sft_needs_demonstrations():
 
     with pytest.raises(ValueError, match="no demonstrations"):
         run_sft("tiny-llama", NoDemos(), "unused", steps=1)
+
+
+def test_otr_spec_vector_and_reductions():
+    import torch
+
+    from covey.train.sft_losses import otr_token_loss
+
+    logp = torch.log_softmax(torch.tensor([2.0, 1.0, 0.0]), -1)  # [-0.4076, -1.4076, -2.4076]
+    loss = otr_token_loss(logp, torch.tensor(0), torch.tensor([0, 1, 0, 2]), beta_neg=0.1)
+    assert loss.item() == pytest.approx(0.1084, abs=1e-4)
+    # K = 1, beta_neg = 0: SFT on the positions where the sample matched, nothing elsewhere
+    assert otr_token_loss(logp, torch.tensor(0), torch.tensor([0]), 0.0).item() == pytest.approx(0.4076, abs=1e-4)
+    assert otr_token_loss(logp, torch.tensor(0), torch.tensor([1]), 0.0).item() == 0.0
+
+
+def test_otr_masks_prompt_positions_and_is_seeded():
+    import torch
+
+    from covey.train.sft_losses import SFT_LOSSES
+
+    fn = SFT_LOSSES.get("otr").bind({"k": 4})
+    logits = torch.randn(2, 3, 5)
+    labels = torch.tensor([[-100, 1, 2], [3, -100, -100]])
+    a, m = fn(logits, labels, torch.Generator().manual_seed(0))
+    b, _ = fn(logits, labels, torch.Generator().manual_seed(0))
+    assert torch.equal(a, b) and a.shape == labels.shape
+    assert (a[labels == -100] == 0).all() and 0 <= m["sft/otr_hit_frac"] <= 1
+    with pytest.raises(ValueError):
+        SFT_LOSSES.get("otr").bind({"k": 0})
+
+
+def test_sft_with_otr_lowers_the_cross_entropy(tmp_path):
+    task = get_task("arithmetic", n_train=64, n_test=8)
+    res = run_sft("tiny-llama", task, tmp_path / "otr", steps=30, batch_size=16, lr=3e-3, loss="otr", loss_params={"k": 4})
+    assert res["sft_loss"] == "otr" and 0 <= res["sft/otr_hit_frac"] <= 1
+    ce = run_sft(str(tmp_path / "otr"), task, tmp_path / "probe", steps=1, batch_size=16, lr=1e-9)
+    base = run_sft("tiny-llama", task, tmp_path / "probe0", steps=1, batch_size=16, lr=1e-9)
+    assert ce["loss_first"] < 0.7 * base["loss_first"]  # OTR training also fits the demonstrations

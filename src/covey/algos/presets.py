@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
 from covey.registry import Registry, Spec
 
-__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "OverlongSpec", "apply_sampler_preset", "resolve_algo",
+__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "LogprobSourceSpec", "OverlongSpec", "ReferenceResetSpec", "apply_sampler_preset", "resolve_algo",
            "sampler_spec", "strategy_spec"]
 
 DEFAULT_PRESET = "grpo"
@@ -114,6 +114,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         "surrogate": {**_PPO},
         "aggregation": {"name": "token-mean"},
     },
+    "prorl": {  # ProRL: DAPO clip-higher 0.2 / 0.4 and dynamic sampling, KL kept, reference resets (period: choice)
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 0.2, "eps_high": 0.4},
+        "aggregation": {"name": "token-mean"},
+        "kl": {"name": "k3", "coef": 1e-4, "mode": "loss"},
+        "dynamic_sampling": True,
+        "max_gen_batches": 10,
+        "reference_reset": {"every": 200, "reset_optimizer": True},
+    },
+    "loop": {  # apple/ml-loop 6ade7b9 conf/rl/params/default.yaml + train.py: leave_one_out baseline,
+        # adv_normalization false, pg_per_token with clip [1/(1+eps), 1+eps], eps 0.1 (eps_low =
+        # 1 - 1/1.1), loss = mean over the rollout's tokens, rloo_kl_lambda 0 (no KL)
+        "advantage": {"name": "rloo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 1 - 1 / 1.1, "eps_high": 0.1},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
     # masked-diffusion LMs (model.family: masked_diffusion; docs/diffusion.md): each names a likelihood
     "diffu_grpo": {  # d1 train.yaml: one-step estimate (p_mask_prompt 0.15), mean-centred A, eps 0.5, k3 0.04, TRL token mean
         "likelihood": {"name": "d1_one_step", "p_mask_prompt": 0.15},
@@ -160,6 +176,8 @@ PRESET_NOTES: dict[str, str] = {
     "drpo": "DRPO: the discriminative loss expressed as an advantage, REINFORCE",
     "luspo": "LUSPO: length-unbiased sequence ratio, clip 2e-3 / 2.5e-3 (TRL)",
     "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
+    "prorl": "ProRL (arXiv 2505.24864): clip 0.2 / 0.4, dynamic sampling, k3 KL kept, reference + optimizer reset every 200 steps",
+    "loop": "LOOP (arXiv 2502.01600): leave-one-out PPO over episodes, per-token clip 1/1.1 .. 1.1, no KL (apple/ml-loop)",
     "diffu_grpo": "diffu-GRPO / d1 (arXiv 2504.12216): masked diffusion, one-step log-probs, eps 0.5, k3 0.04 (d1 code)",
     "espo": "ESPO (arXiv 2512.03759): masked diffusion, antithetic ELBO sequence ratio, k2 0.01 (ESPO code)",
     "dlm_gdpo": "GDPO for diffusion LMs (arXiv 2510.08554): semi-deterministic MC ELBO (3 Gauss-Legendre nodes)",
@@ -319,6 +337,42 @@ class OverlongSpec(_Strict):
         return tokens
 
 
+class ReferenceResetSpec(_Strict):
+    """ProRL's reference reset: after step `every`, 2 `every`, ... and after each step in `steps`
+    (1-based step numbers), the reference model becomes a copy of the policy (pi_ref <- pi_theta) and,
+    with `reset_optimizer`, the optimizer's moments are cleared. The learning-rate schedule goes on."""
+
+    where: ClassVar[str] = "algo.reference_reset"
+
+    every: int | None = Field(None, ge=1)
+    steps: list[int] = Field(default_factory=list)
+    reset_optimizer: bool = True
+
+    @model_validator(mode="after")
+    def _some_schedule(self) -> ReferenceResetSpec:
+        if self.every is None and not self.steps:
+            raise ValueError("algo.reference_reset needs `every` (a period in steps) or `steps` (a list of steps)")
+        if any(s < 1 for s in self.steps):
+            raise ValueError(f"algo.reference_reset.steps are 1-based step numbers, got {self.steps}")
+        return self
+
+    def due(self, step: int) -> bool:
+        """Whether the reset runs after (1-based) step `step`."""
+        return (self.every is not None and step % self.every == 0) or step in self.steps
+
+
+class LogprobSourceSpec(_Strict):
+    """BuPO's learner log-prob source: for steps 1..`until_step` the learner's log-probs (pi_theta and
+    the recomputed pi_old) come from decoder layer `layer` (0-based) through the unembedding, without
+    the final norm unless `final_norm` (`covey.train.logprob_source`)."""
+
+    where: ClassVar[str] = "algo.logprob_source"
+
+    layer: int = Field(..., ge=0)
+    until_step: int = Field(..., ge=1)
+    final_norm: bool = False
+
+
 _AXES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
     "surrogate": SURROGATES,
@@ -350,6 +404,13 @@ class AlgoConfig(_Strict):
     """Dynamic sampling gives up (falls back) after this many generation batches."""
     group_size_extra: int = Field(0, ge=0)
     """Extra samples per prompt beyond the trained group size G (MC-GRPO samples G + 1)."""
+    reference_reset: ReferenceResetSpec | None = None
+    """ProRL: reset the reference model to the policy (and the optimizer state) on a schedule."""
+    logprob_source: LogprobSourceSpec | None = None
+    """BuPO: the learner's log-probs from an internal layer for the first steps."""
+    regularizers: list[Spec] = Field(default_factory=list)
+    """Extra loss terms (`covey.algos.regularizers`), each `{name, ...params}`, in order; a list in
+    the user's config replaces the preset's."""
     likelihood: Spec | None = None
     """Sequence-likelihood estimator of a masked-diffusion model (`covey.likelihood.LIKELIHOODS`:
     d1_one_step, elbo_mc, elbo_antithetic, elbo_sdmc); None: autoregressive log-probs (docs/diffusion.md)."""
@@ -365,6 +426,24 @@ class AlgoConfig(_Strict):
             except ValueError as e:
                 raise ValueError(f"algo.{axis}: {e}") from None
             spec.params.update(validated)  # keep the coerced values (e.g. "0.3" -> 0.3)
+        if self.logprob_source is not None and self.correction is not None:
+            raise ValueError("algo.logprob_source trains an internal layer's policy, which is not the engine's: an "
+                             "importance correction against the engine's log-probs is meaningless then; set algo.correction: null")  # fmt: skip
+        if self.reference_reset is not None and "ref_logprobs" not in self.requires():
+            raise ValueError("algo.reference_reset resets the reference model, but no component uses one: "
+                             "set algo.kl with coef > 0 (or drop reference_reset)")  # fmt: skip
+        from covey.algos.regularizers import REGULARIZERS
+
+        seen: set[str] = set()
+        for i, spec in enumerate(self.regularizers):
+            if spec.name in seen:
+                raise ValueError(f"algo.regularizers[{i}]: {spec.name!r} is listed twice; give each regularizer once")
+            seen.add(spec.name)
+            try:
+                spec.params.update(REGULARIZERS.get(spec.name).validate_params(spec.params))
+                REGULARIZERS.build(spec.name, spec.params)  # its own checks of its parameters (cheap, no state)
+            except ValueError as e:
+                raise ValueError(f"algo.regularizers[{i}]: {e}") from None
         if self.likelihood is not None:
             from covey.likelihood import LIKELIHOODS
 
@@ -389,8 +468,12 @@ class AlgoConfig(_Strict):
         return None if spec is None else _AXES[axis].get(spec.name).bind(spec.params)
 
     def requires(self) -> set[str]:
-        """Optional Rollouts fields the active components read (e.g. "ref_logprobs", "entropies")."""
-        return {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+        """Optional Rollouts fields and learner inputs the active components read (e.g. "ref_logprobs",
+        "entropies", "stat:vocab_mean_logp", "group"), regularizers included."""
+        from covey.algos.regularizers import REGULARIZERS
+
+        out = {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+        return out | {f for spec in self.regularizers for f in REGULARIZERS.get(spec.name).requires}
 
 
 # ---------------------------------------------------------------------------- resolution

@@ -46,6 +46,7 @@ __all__ = [
     "HiddenStatesEngine",
     "Row",
     "SamplingParams",
+    "TemperatureRuleEngine",
     "TreeSession",
     "engine_class",
     "missing_protocols",
@@ -65,6 +66,10 @@ class SamplingParams:
     prompt_max_new_tokens: one limit per prompt of this `generate` call, in order, each in
                            [1, max_new_tokens]; None = `max_new_tokens` for all. `sample_groups`
                            fills it from the sampler's `Draw.max_new_tokens`.
+    temperature_rule:      None, or `rule(logits [B, V]) -> temperatures [B]` called at every decode
+                           step (HAPO's entropy-adaptive temperature); the returned log-probs are those
+                           of the distribution actually sampled from. Only engines with the
+                           `TemperatureRuleEngine` protocol apply it.
     """
 
     temperature: float = 1.0
@@ -79,6 +84,7 @@ class SamplingParams:
     ignore_eos: bool = False  # no default stop tokens (benchmarks); explicit stop_token_ids still stop
     return_entropies: bool = False  # fill Generation.entropies (entropy of the tempered distribution)
     prompt_max_new_tokens: tuple[int, ...] | None = None
+    temperature_rule: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -235,10 +241,18 @@ class HiddenStatesEngine(Engine, Protocol):
         ...
 
 
+@runtime_checkable
+class TemperatureRuleEngine(Engine, Protocol):
+    """An engine that applies `SamplingParams.temperature_rule` (a per-token temperature) in `generate`."""
+
+    temperature_rules: bool
+
+
 ENGINE_PROTOCOLS: dict[type, str] = {
     Engine: "generate, load_weights, close",
     ForkingEngine: "tree forking",
     HiddenStatesEngine: "the policy's hidden states",
+    TemperatureRuleEngine: "per-token temperature rules",
 }
 """Each engine protocol a strategy may declare, with the words that name it in errors."""
 

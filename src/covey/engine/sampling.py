@@ -82,7 +82,7 @@ def _top_p(logits: Tensor, top_p: float) -> Tensor:
 def sample_tokens(
     logits: Tensor,
     *,
-    temperature: float,
+    temperature: float | Tensor,
     greedy: bool,
     top_k: int = 0,
     top_p: float = 1.0,
@@ -94,13 +94,16 @@ def sample_tokens(
     """Pick one token per row. logits [B, V] (any float dtype); uniforms [B] in [0, 1) (unless greedy).
 
     Returns tokens [B] long, their log-probs [B] fp32 under softmax(logits / temperature) (see the
-    module docstring), and the entropy [B] of that distribution when `with_entropy`.
+    module docstring), and the entropy [B] of that distribution when `with_entropy`. `temperature`
+    may be a [B] tensor (one temperature per row: a temperature rule).
     `scratch`: a dict the caller keeps across steps; the two [B, V] fp32 work tensors live in it
     (a fresh 12 MB tensor per step costs page faults that rival the arithmetic on CPU).
     """
     b, v = logits.shape
     z = _buffer(scratch, "z", b, v, logits.device).copy_(logits)  # fp32 copy of the logits
-    if temperature != 1.0:
+    if isinstance(temperature, Tensor):
+        z.div_(temperature.to(z)[:, None])
+    elif temperature != 1.0:
         z.div_(temperature)  # the same op as the learner's z / T, so both round alike
     # log p = z - lse with lse = m + log(sum exp(z - m)): the learner's logsumexp formula, and no
     # normalisation pass over [B, V] (the draw works on unnormalised weights).

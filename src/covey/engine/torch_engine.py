@@ -79,6 +79,8 @@ class TorchEngine:
 
     pad_token_id: int
     """Right-pads completions (the tokenizer's pad id, else 0)."""
+    temperature_rules = True
+    """Applies `SamplingParams.temperature_rule` (the `TemperatureRuleEngine` protocol)."""
     version: int
     """Policy version of the loaded weights (0 at start; set by `load_weights`)."""
     model_types = SUPPORTED  # config.json model_type values it implements (`covey.engine.support`)
@@ -282,7 +284,7 @@ class TorchEngine:
                 logits = decode_step(w, tok, plen_act + step - 1, kv_act, col, valid_act)
             tok, lp, ent = sample_tokens(
                 logits,
-                temperature=sp.temperature,
+                temperature=sp.temperature if sp.temperature_rule is None else sp.temperature_rule(logits),
                 greedy=sp.greedy,
                 top_k=sp.top_k,
                 top_p=sp.top_p,

@@ -38,7 +38,29 @@ from covey.learner.attention import attention_kernel
 from covey.dtypes import model_device
 from covey.learner.prefix import is_causal, prompt_groups, shared_prompt_hidden
 
-__all__ = ["HeadLogprob", "completion_logprobs", "token_logprobs_from_logits"]
+__all__ = ["STATS", "HeadLogprob", "completion_logprobs", "completion_logprobs_stats", "token_logprobs_from_logits",
+           "token_stats_from_logits"]
+
+STATS = ("sum_p2", "vocab_mean_logp")
+"""Per-token statistics of the tempered next-token distribution pi = softmax(z / T) that the head can
+return besides the sampled token's log-prob (no gradient; `token_stats_from_logits`):
+
+    sum_p2           sum_v pi_v^2                          (OBLR-PO / verl OTB gradient-norm proxy)
+    vocab_mean_logp  mean_v log pi_v = mean_v z_v - lse(z)  (ROVER's uniform-policy value of a state)
+"""
+
+
+def token_stats_from_logits(z: Tensor, lse: Tensor, names: tuple[str, ...]) -> list[Tensor]:
+    """The statistics `names` (see `STATS`) [M] fp32 of tempered fp32 logits z [M, V] with lse = logsumexp(z)."""
+    out = []
+    for name in names:
+        if name == "sum_p2":
+            out.append((z - lse[:, None]).mul_(2.0).exp_().sum(-1))
+        elif name == "vocab_mean_logp":
+            out.append(z.mean(-1) - lse)
+        else:
+            raise ValueError(f"unknown token statistic {name!r}; known: {', '.join(STATS)}")
+    return out
 
 
 def token_logprobs_from_logits(
@@ -65,17 +87,22 @@ class HeadLogprob(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, temperature: float, dtype: torch.dtype):
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, temperature: float, dtype: torch.dtype,
+                stats: tuple[str, ...] = ()):  # fmt: skip
         with torch.autocast(h.device.type, enabled=False):
             z = _head_logits(h, weight, bias, dtype, temperature)
             lse = torch.logsumexp(z, dim=-1)
             logp = z.gather(-1, targets[:, None]).squeeze(-1) - lse
+            extra = token_stats_from_logits(z, lse, stats)  # from the same [M, V] pass, no gradient
         ctx.save_for_backward(h, weight, bias, targets, lse)
         ctx.temperature, ctx.dtype = temperature, dtype
-        return logp
+        if not stats:
+            return logp
+        ctx.mark_non_differentiable(*extra)
+        return (logp, *extra)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx, grad: Tensor, *_stat_grads):
         h, weight, bias, targets, lse = ctx.saved_tensors
         t, dtype = ctx.temperature, ctx.dtype
         with torch.autocast(h.device.type, enabled=False):
@@ -88,7 +115,7 @@ class HeadLogprob(torch.autograd.Function):
             grad_h = (g @ weight.to(dtype)).to(h.dtype) if ctx.needs_input_grad[0] else None
             grad_w = (g.t() @ h.to(dtype)).to(weight.dtype) if ctx.needs_input_grad[1] else None
             grad_b = g.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[2] else None
-        return grad_h, grad_w, grad_b, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None
 
 
 def _head_logits(h: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, temperature: float) -> Tensor:
@@ -107,7 +134,28 @@ def completion_logprobs(
     chunk_size: int = 512,
     share_prompts: bool | str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
-    """Per-token log-probs of the completions under `model` at `temperature`.
+    """Per-token log-probs (and entropies) of the completions under `model` at `temperature`:
+    `completion_logprobs_stats` without statistics."""
+    logp, entropy, _ = completion_logprobs_stats(
+        model, prompt_ids, completion_ids, completion_mask, temperature=temperature, with_entropy=with_entropy,
+        chunk_size=chunk_size, share_prompts=share_prompts,
+    )  # fmt: skip
+    return logp, entropy
+
+
+def completion_logprobs_stats(
+    model,
+    prompt_ids: list[Tensor],
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    stats: tuple[str, ...] = (),
+    chunk_size: int = 512,
+    share_prompts: bool | str = "auto",
+) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
+    """Per-token log-probs of the completions under `model` at `temperature`, and statistics.
 
     model:           an HF causal LM (also a PEFT-wrapped one): `get_decoder()` gives hidden
                      states (after the final norm), `get_output_embeddings()` the lm_head.
@@ -117,9 +165,11 @@ def completion_logprobs(
     share_prompts:   run each distinct prompt once and reuse its KV cache (True), never (False), or
                      "auto": when some prompt repeats, gradient checkpointing is off, no layer
                      uses sliding-window attention and the model is causal.
-    Returns logp [N, T] float32 (0 where the mask is 0), and entropy [N, T] float32 of the same
-    tempered distribution (or None), on the model's device. Both carry autograd to the model's
-    parameters when grad is on.
+    stats:           names from `STATS` (sum_p2, vocab_mean_logp), computed from the same chunked
+                     logits (never [N, T, V]), without gradient.
+    Returns logp [N, T] float32 (0 where the mask is 0), entropy [N, T] float32 of the same
+    tempered distribution (or None), and {name: [N, T] float32} for `stats` ({} when none), on the
+    model's device. logp and entropy carry autograd to the model's parameters when grad is on.
     """
     n, t = completion_ids.shape
     if len(prompt_ids) != n:
@@ -130,6 +180,10 @@ def completion_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    unknown = [x for x in stats if x not in STATS]
+    if unknown:
+        raise ValueError(f"unknown token statistic(s) {unknown}; known: {', '.join(STATS)}")
+    stats = tuple(dict.fromkeys(stats))
     if share_prompts not in (True, False, "auto"):
         raise ValueError(f"share_prompts must be True, False or 'auto', got {share_prompts!r}")
     device = model_device(model)
@@ -170,8 +224,14 @@ def completion_logprobs(
     lm_head = model.get_output_embeddings()
 
     def chunk_fn(h_c: Tensor, tgt_c: Tensor):
-        lp, ent = token_logprobs_from_logits(lm_head(h_c), tgt_c, temperature, with_entropy)
-        return (lp, ent) if with_entropy else (lp,)
+        logits = lm_head(h_c)
+        lp, ent = token_logprobs_from_logits(logits, tgt_c, temperature, with_entropy)
+        extra = ()
+        if stats:
+            with torch.no_grad():
+                z = logits.detach().float() / temperature
+                extra = tuple(token_stats_from_logits(z, torch.logsumexp(z, dim=-1), stats))
+        return ((lp, ent) if with_entropy else (lp,)) + extra
 
     grad = torch.is_grad_enabled() and h.requires_grad
     fused = not with_entropy and type(lm_head) is torch.nn.Linear
@@ -180,15 +240,20 @@ def completion_logprobs(
     for s in range(0, h.shape[0], chunk_size):
         args = (h[s : s + chunk_size], targets[s : s + chunk_size])
         if fused:
-            pieces.append((HeadLogprob.apply(args[0], lm_head.weight, lm_head.bias, args[1], temperature, dtype),))
+            out = HeadLogprob.apply(args[0], lm_head.weight, lm_head.bias, args[1], temperature, dtype, stats)
+            pieces.append(tuple(out) if stats else (out,))
         else:
             pieces.append(checkpoint(chunk_fn, *args, use_reentrant=False) if grad else chunk_fn(*args))
 
     zero = hidden.sum() * 0.0 if grad else 0.0  # keeps an all-masked batch connected to the graph
     logp = torch.zeros(n, t, dtype=torch.float32, device=device) + zero
     entropy = (torch.zeros(n, t, dtype=torch.float32, device=device) + zero) if with_entropy else None
+    first = 2 if with_entropy else 1  # where the statistics start in a piece
+    out_stats = {name: torch.zeros(n, t, dtype=torch.float32, device=device) for name in stats}
     if pieces:
         logp = logp.index_put((rows, cols), torch.cat([p[0] for p in pieces]))
         if with_entropy:
             entropy = entropy.index_put((rows, cols), torch.cat([p[1] for p in pieces]))
-    return logp, entropy
+        for j, name in enumerate(stats):
+            out_stats[name] = out_stats[name].index_put((rows, cols), torch.cat([p[first + j] for p in pieces]).detach())
+    return logp, entropy, out_stats

@@ -8,7 +8,7 @@ Math checking is `math.py`; model-written code runs in `covey.rewards.sandbox`; 
 judges (LLM-as-judge, tournaments) are `covey.rewards.judge`.
 """
 
-from covey.rewards import bleu, code, format, length, majority  # noqa: F401 - registers the rewards
+from covey.rewards import bleu, code, format, length, majority, preference  # noqa: F401 - registers the rewards
 from covey.rewards.judge import ArenaReward, JudgeReward  # registers judge and arenarl
 from covey.rewards._scoring import FAILURE_KINDS, RewardOutput
 from covey.rewards.bleu import BleuReward, bleu_score
@@ -32,6 +32,10 @@ from covey.rewards.runner import RewardBatch, RewardCrashed, RewardFailure, Rewa
 
 register_reward("math")(math_accuracy_reward)
 register_reward("boxed_format")(boxed_format_reward)
+
+# rewards built on judges and groups (docs/rewards.md): the judge package registers judge, arenarl,
+# writing_zero, fapo, fapo_genrm, medix and mpo; these register the set, entity, combinator and kernel rewards
+from covey.rewards import combinators, entity, sets, triton_gate  # noqa: E402, F401
 
 __all__ = [
     "FAILURE_KINDS",

@@ -248,6 +248,21 @@ class RewardRunner:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @property
+    def needs_engine(self) -> bool:
+        """Whether a reward asks for the trainer's engine (a judge with the `policy` backend)."""
+        return any(getattr(e.fn, "needs_engine", False) for e in self.entries)
+
+    def set_context(self, *, engine, tokenizer, policy_version: int | None = None) -> None:
+        """Hand the live policy's engine, tokenizer and weights version to the rewards that declare
+        ``needs_engine`` (through their ``set_context``); the trainer calls it before each scoring.
+        Such rewards run in this process (they declare ``in_process``): the engine is never pickled."""
+        for e in self.entries:
+            if getattr(e.fn, "needs_engine", False):
+                if not e.in_process:
+                    raise RuntimeError(f"reward {e.label!r} needs the trainer's engine but runs in a worker")
+                e.fn.set_context(engine=engine, tokenizer=tokenizer, policy_version=policy_version)
+
     # ------------------------------------------------------------------ scoring
     def __call__(self, prompts: Sequence, completions: Sequence, *, group=None, **columns) -> RewardBatch:
         """Score N completions. `group`: N group ids (list or tensor) or None; columns: lists of length N."""
@@ -298,7 +313,7 @@ class RewardRunner:
         for (k, unit, _), res in zip(retry, self._run_jobs(retry, args, give_up_s=budget) if retry else []):
             pieces[k].append((unit, res))
         batch = self._assemble(n, pieces)
-        audit_verifier(batch, self.entries, self._logged)  # judges vs the task verifier (rewards/judge/audit.py)
+        audit_verifier(batch, self.entries, self._logged, cols)  # judges vs the task verifier (rewards/judge/audit.py)
         batch.metrics["reward/seconds"] = time.monotonic() - start
         return batch
 

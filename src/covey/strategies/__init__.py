@@ -4,7 +4,7 @@ completions through an Engine.
 Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
-quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), episodes (multi-turn agents against an environment,
+quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
 covey.envs; docs/agents.md). See docs/rollouts.md."""
 
 from covey.strategies.april import APRIL
@@ -14,27 +14,37 @@ from covey.strategies.base import STRATEGIES, RolloutContext, RolloutStrategy, r
 from covey.strategies.cog_rethinker import CogRethinker
 from covey.strategies.dars import DarsRollout
 from covey.strategies.dynamic import DynamicSampling
+from covey.strategies.entropy import AEPOEntropy, DCPOStrategy
 from covey.strategies.episodes import Episodes
 from covey.strategies.group import GroupStrategy, completion_texts, item_columns, sample_groups
+from covey.strategies.hapo_temperature import HAPOTemperature
 from covey.strategies.igrpo import IGRPO
 from covey.strategies.latr import LATR
+from covey.strategies.pairs import OfflinePairs, ReferencePairs
+from covey.strategies.spo_chain import SPOChain
 from covey.strategies.tppo import TPPO
 from covey.strategies.treepo import TreePO
 
 __all__ = [
+    "AEPOEntropy",
     "APRIL",
     "ARRoL",
     "LATR",
+    "OfflinePairs",
+    "ReferencePairs",
     "STRATEGIES",
     "BranchStrategy",
     "CogRethinker",
+    "DCPOStrategy",
     "DarsRollout",
     "DynamicSampling",
     "Episodes",
     "GroupStrategy",
+    "HAPOTemperature",
     "IGRPO",
     "RolloutContext",
     "RolloutStrategy",
+    "SPOChain",
     "TPPO",
     "TreePO",
     "completion_texts",

@@ -56,6 +56,8 @@ class RolloutContext:
     draw:            `draw(k) -> [Draw]` asks the sampler for more prompts (refills).
     step:            the training step being collected (0-based).
     policy_version:  version of the weights the engine holds now.
+    reference_engine: an engine over the frozen reference policy, for a strategy that declares
+                     ``needs_reference_engine = True`` (XPO's `reference_pairs`); None otherwise.
     """
 
     engine: Engine
@@ -66,6 +68,7 @@ class RolloutContext:
     draw: Callable[[int], list[Draw]]
     step: int = 0
     policy_version: int = 0
+    reference_engine: Engine | None = None
 
 
 @runtime_checkable

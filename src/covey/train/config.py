@@ -17,12 +17,13 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from covey.compat import check_combination
+from covey.compat import check_column_params, check_combination
 from covey.algos.presets import AlgoConfig, resolve_algo
 from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
 from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
 from covey.runtime.config import RuntimeConfig, check_runtime
+from covey.preference.config import PreferenceConfig, check_preference, no_preference_strategy
 
 __all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
 
@@ -225,6 +226,20 @@ class EvalConfig(_Strict):
     """Token budget of the held-out evaluation (default: sampling.max_new_tokens)."""
 
 
+def _check_episode_rewards(cfg) -> None:
+    """An episode's reward is its environment's (`env_return`): reward functions and reward shaping
+    are not applied to episodes, so a config that asks for them is refused, not silently ignored."""
+    if cfg.rewards:
+        raise ValueError("rewards: reward functions are not applied to episodes (the reward is the environment's "
+                         "env_return): remove `rewards:`, or compute the reward in the environment's step()")  # fmt: skip
+    if cfg.algo.overlong is not None:
+        raise ValueError("algo.overlong: overlong shaping is not applied to episodes (they end by max_turns and "
+                         "max_context_tokens): set algo.overlong: null")  # fmt: skip
+    kl = cfg.algo.active().get("kl")
+    if kl is not None and kl.mode == "reward":
+        raise ValueError("algo.kl.mode reward: the KL reward penalty is not applied to episodes: use algo.kl.mode loss")
+
+
 class RunConfig(_Strict):
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
@@ -255,6 +270,8 @@ class RunConfig(_Strict):
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     """How the loop runs: executor inline | thread | ray, max_staleness, timeout_s (`covey.runtime.config`)."""
+    preference: PreferenceConfig | None = None
+    """Preference mode (DPO, RSO, XPO, TGDPO, GEPO): train a preference loss on pairs (docs/preference.md)."""
     steps: int = Field(20, ge=1, le=10**9)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     """Seeds python, torch and numpy (numpy takes 0 <= seed < 2**32)."""
@@ -319,6 +336,7 @@ class RunConfig(_Strict):
                 ENVS.check_params(self.env.name, self.env.params)
             except RegistryError as e:
                 raise ValueError(f"env: {e}") from None
+            _check_episode_rewards(self)
         return self
 
     @model_validator(mode="after")
@@ -344,14 +362,23 @@ class RunConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _check_preference(self) -> "RunConfig":
+        strategy = self.rollout.strategy.name
+        no_preference_strategy(strategy, self.preference)
+        if self.preference is not None:
+            check_preference(self.preference, self.algo == resolve_algo({"preset": "grpo"}), strategy, self.rewards)
+        return self
+
+    @model_validator(mode="after")
     def _check_reward_columns(self) -> "RunConfig":
         """One name per reward column, one column per penalty (`covey.rewards.scoring.check_reward_columns`)."""
         from covey.rewards.scoring import check_reward_columns
 
         try:
-            check_reward_columns(self.rewards, self.algo, self.sampling.max_new_tokens)
+            columns = check_reward_columns(self.rewards, self.algo, self.sampling.max_new_tokens)
         except RegistryError as e:  # an unknown reward name: say where
             raise ValueError(f"rewards: {e}") from None
+        check_column_params(self.algo, ["accuracy", *columns])  # dagrpo's score_column, trpa's level_column, ...
         return self
 
     @model_validator(mode="after")

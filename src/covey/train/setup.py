@@ -97,6 +97,13 @@ class Reference:
         self._policy = policy
         self._copy = None if lora else copy.deepcopy(policy).requires_grad_(False).eval()
 
+    def engine_model(self) -> torch.nn.Module:
+        """A plain model for an engine that samples from the reference: the frozen copy, or with LoRA
+        a copy of the base model with the adapters removed unmerged (peft `unload`)."""
+        if self._copy is not None:
+            return self._copy
+        return copy.deepcopy(self._policy).unload().requires_grad_(False).eval()
+
     @contextmanager
     def active(self):
         if self._copy is not None:
@@ -104,6 +111,19 @@ class Reference:
         else:
             with self._policy.disable_adapter():
                 yield self._policy
+
+    def reset_to_policy(self) -> None:
+        """pi_ref <- pi_theta: copy the policy's weights into the frozen copy (ProRL's reset)."""
+        if self._copy is None:
+            raise ValueError("a reference reset needs a full reference copy; with LoRA the reference is the base model")
+        self._copy.load_state_dict(self._policy.state_dict())
+
+    def state_dict(self) -> dict:
+        return {} if self._copy is None else self._copy.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if self._copy is not None and state:
+            self._copy.load_state_dict(state)
 
 
 def build_reference(policy: torch.nn.Module, cfg: ModelConfig) -> Reference:
@@ -137,6 +157,8 @@ def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, worker
     configured rewards, then `reward_funcs` (callables or import paths, from the Python API)."""
     from covey.rewards import RewardRunner, RewardSpec
 
+    if cfg.rollout.strategy.name == "offline_pairs":  # the dataset labels the pairs: that is the only reward
+        return RewardRunner([{"name": "preference_label"}], workers=0)
     rewards: list = []
     if getattr(task, "reward", None) is not None:
         spec = RewardSpec(name="accuracy", weight=cfg.task_reward_weight, timeout_s=cfg.task_reward_timeout_s)
@@ -165,8 +187,12 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if cfg.eval.size:
             task.examples(cfg.task.eval_split)
     runner = build_rewards(cfg, task, reward_funcs, workers=0)  # names, import paths and params resolve
+    advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     try:
         check_reward_columns(runner.entries, task.examples(cfg.task.split), cfg.task.split)
+        for e in runner.entries:  # a reward tied to an advantage checks it (writing_zero: brpo's reference row)
+            if hasattr(e.fn, "check_advantage"):
+                e.fn.check_advantage(advantage.name, {**advantage.defaults, **cfg.algo.advantage.params})
     finally:
         runner.close()
     if "wandb" in cfg.log.report_to:
@@ -175,9 +201,11 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if importlib.util.find_spec("wandb") is None:
             raise ValueError("log.report_to has wandb but the wandb package is not installed: pip install wandb, "
                              "or remove it from log.report_to")  # fmt: skip
-    advantage = ADVANTAGES.get(cfg.algo.advantage.name)
+    if cfg.algo.reference_reset is not None and cfg.model.lora is not None:
+        raise ValueError("algo.reference_reset copies the policy into the reference model, but with model.lora the "
+                         "reference is the base model under the adapters: drop one of them")  # fmt: skip
     singleton = {**advantage.defaults, **cfg.algo.advantage.params}.get("singleton", "zero")
-    if advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
+    if cfg.preference is None and advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
         logging.getLogger("covey").warning(
             "rollout.group_size=1 with the group-relative estimator %r: every advantage is zero, nothing will be "
             "learned; use group_size >= 2", advantage.name)  # fmt: skip

@@ -86,8 +86,12 @@ class Trainer:
         self.sampler = SAMPLERS.build(sampler.name, sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
         needs = cfg.algo.requires() | set(self.sampler.requires)  # optional Rollouts fields read
+        if cfg.preference is not None:  # preference mode: the loss compares policy and reference log-ratios
+            needs = set(self.sampler.requires) | {"ref_logprobs"}
         self.need_ref = "ref_logprobs" in needs
         self.need_entropies = "entropies" in needs
+        self.need_probe = "probe_logprobs" in needs  # pi_old at the strategy controller's probe temperature (dcpo)
+        self.need_sum_p2 = "sum_p2" in needs  # sum_v pi_old^2 per position (oblr_baseline)
         self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
         shaping = shaping_terms(cfg.algo, cfg.sampling.max_new_tokens, self.add_reference_logprobs)
         self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
@@ -96,8 +100,13 @@ class Trainer:
         learner_dtype = chosen.get("learner", cfg.model.dtype) if cfg.model.dtype == "auto" else cfg.model.dtype
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.steps)
         o = cfg.optim
-        self.learner = Learner(
-            self.model, self.optimizer, self.scheduler, cfg.algo,
+        learner_cls, extra = Learner, {}
+        if cfg.preference is not None:  # the same learner, its update training a preference loss on pairs
+            from covey.preference.learner import PreferenceLearner, load_guide
+
+            learner_cls, extra = PreferenceLearner, {"preference": cfg.preference, "guide": load_guide(cfg.preference, self.model, self.device)}
+        self.learner = learner_cls(
+            self.model, self.optimizer, self.scheduler, cfg.algo, **extra,
             temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens,
             epochs=o.epochs, mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
             grad_clip=o.grad_clip, dtype=learner_dtype,
@@ -115,6 +124,10 @@ class Trainer:
                                     address=cfg.runtime.ray_address)  # fmt: skip
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
+        self.reference_engine = None  # XPO's reference samples: an engine over the frozen reference
+        if getattr(STRATEGIES.get(cfg.strategy_spec().name).fn, "needs_reference_engine", False):
+            self.reference = self.reference or build_reference(self.model, cfg.model)
+            self.reference_engine = ENGINES.build(cfg.engine.name, engine_params, self.reference.engine_model(), self.tokenizer)
         self._sampler_lock = threading.RLock()  # the generator thread and the learner both call the sampler
         self.executor = None
         if cfg.runtime.executor != "inline":
@@ -122,6 +135,7 @@ class Trainer:
                                            max_staleness=cfg.runtime.max_staleness, timeout_s=cfg.runtime.timeout_s,
                                            limit=cfg.steps)  # fmt: skip
         self.step_num = 0
+        self.last_reference_reset = 0  # the step after which the reference was last reset (0: never)
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
@@ -147,17 +161,21 @@ class Trainer:
         published = None
         if len(batch) > 0:
             self.add_reference_logprobs(batch)
-            adv = self.advantage(batch)  # advantages
-            batch.advantages, batch.sample_mask = adv.advantages.float(), adv.sample_mask
-            metrics.update(adv.metrics)
+            if self.cfg.preference is None:  # (preference mode: the learner builds pairs from the rewards)
+                adv = self.advantage(batch)  # advantages
+                batch.advantages, batch.sample_mask = adv.advantages.float(), adv.sample_mask
+                metrics.update(adv.metrics)
             gen = torch.Generator().manual_seed(self._seed("learn"))
-            metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
+            with self._logprob_source(self.step_num + 1, batch) as source:
+                metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
+            metrics.update(source)
             if self.executor is None:
                 self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
             else:  # a copy; the generator thread loads it between two batches
                 published = weights_copy(engine_state(self.model))
             with self._sampler_lock:
                 metrics.update(self.sampler.after_update(batch, self.policy_logprobs))
+        metrics.update(self._reference_reset(self.step_num + 1))
         if self.executor is not None:  # after after_update: with max_staleness 0 the sampler sees inline's order
             self.executor.publish(published, self.step_num + 1)
         self.step_num += 1
@@ -186,6 +204,8 @@ class Trainer:
 
         def score(batch: Rollouts) -> dict[str, Any]:
             t = time.perf_counter()
+            if self.rewards.needs_engine:  # a judge with the `policy` backend: the live policy referees (URPO)
+                self.rewards.set_context(engine=self.engine, tokenizer=self.tokenizer, policy_version=version)
             out = self.scorer(batch)
             timer["reward"] += time.perf_counter() - t
             return out
@@ -198,7 +218,8 @@ class Trainer:
         draws = draw(cfg.rollout.prompts_per_step)  # the sampler hooks, in order: covey.samplers.base
         sampling = functools.partial(self._sampling, step=step)
         ctx = RolloutContext(engine=self.engine, tokenizer=self.tokenizer, draws=draws, sampling=sampling,
-                             score=score, draw=draw, step=step, policy_version=version)  # fmt: skip
+                             score=score, draw=draw, step=step, policy_version=version,
+                             reference_engine=self.reference_engine)  # fmt: skip
         with self._sampler_lock:
             draws, metrics = self.sampler.before_rollout(draws, ctx)
         ctx.draws = _checked_draws(self.sampler, draws)
@@ -228,6 +249,22 @@ class Trainer:
         if self.need_ref and batch.ref_logprobs is None:
             with self.reference.active() as ref_model:
                 self.learner.fill_logprobs(batch, model=ref_model, field="ref_logprobs")
+        if self.need_sum_p2 and batch.sum_p2 is None:
+            self._fill_sum_p2(batch)
+        if self.need_probe and batch.probe_logprobs is None:
+            temperature = (batch.controller or {}).get("probe_temperature")
+            if temperature is None:
+                raise ValueError("the advantage estimator needs probe_logprobs, but the batch's rollout strategy set no "
+                                 "controller probe_temperature (use rollout.strategy dcpo)")  # fmt: skip
+            sampling_temperature, self.learner.temperature = self.learner.temperature, temperature
+            try:
+                self.learner.fill_logprobs(batch, field="probe_logprobs")
+            finally:
+                self.learner.temperature = sampling_temperature
+
+    def _fill_sum_p2(self, batch: Rollouts) -> None:
+        """`batch.sum_p2`: sum_v pi_old(v|s)^2 of every position, from the learner's chunked head."""
+        batch.sum_p2 = self.learner.token_stats(batch, ("sum_p2",))["sum_p2"]
 
     @torch.no_grad()
     def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
@@ -255,9 +292,39 @@ class Trainer:
             ignore_eos=s.ignore_eos,
         )  # fmt: skip
 
+    @contextlib.contextmanager
+    def _logprob_source(self, step: int, batch: Rollouts):
+        """BuPO's hook (`algo.logprob_source`): for steps <= until_step the learner sees the policy read
+        out at an internal layer (same parameters) and recomputes pi_old with it. Yields the metrics."""
+        spec = self.cfg.algo.logprob_source
+        if spec is None or step > spec.until_step:
+            yield {"learn/internal_layer": -1.0} if spec is not None else {}
+            return
+        from covey.train.logprob_source import InternalLayerPolicy
+
+        policy = self.learner.model
+        self.learner.model = InternalLayerPolicy(policy, spec.layer, spec.final_norm)
+        batch.old_logprobs, batch.recompute_old_logprobs = None, True  # pi_old of the internal policy
+        try:
+            yield {"learn/internal_layer": float(spec.layer)}
+        finally:
+            self.learner.model = policy
+
+    def _reference_reset(self, step: int) -> dict[str, float]:
+        """ProRL's hook (`algo.reference_reset`): after a scheduled step, pi_ref <- pi_theta and,
+        when asked, the optimizer's moments are cleared (the LR schedule goes on)."""
+        spec = self.cfg.algo.reference_reset
+        if spec is None or not spec.due(step):
+            return {}
+        self.reference.reset_to_policy()
+        if spec.reset_optimizer:
+            self.optimizer.state.clear()
+        self.last_reference_reset = step
+        return {"ref/reset": 1.0}
+
     def _stateful(self) -> dict[str, Any]:
         """Components whose state the checkpoint holds (through torch.save: tensors, int keys intact)."""
-        return {"sampler": self.sampler, "strategy": self.strategy}
+        return {"sampler": self.sampler, "strategy": self.strategy, "regularizers": self.learner.regularizers}
 
     def dtypes(self) -> dict[str, str]:
         """The compute dtypes in use ("bf16"/"fp32"): what `dtype: auto` chose, kept by a resume."""
@@ -289,6 +356,8 @@ class Trainer:
                 "rng": rng_state(),
                 **{name: obj.state_dict() for name, obj in self._stateful().items()},
             }
+            if self.last_reference_reset:  # the reference is no longer the initial model
+                payload["reference"] = {"step": self.last_reference_reset, "weights": self.reference.state_dict()}
             if self.executor is not None:
                 payload["runtime"] = self.executor.state_dict()
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
@@ -308,6 +377,9 @@ class Trainer:
         set_rng_state(payload["rng"])
         for name, obj in self._stateful().items():
             obj.load_state_dict(payload.get(name, meta.get(name, {})))
+        if "reference" in payload:
+            self.reference.load_state_dict(payload["reference"]["weights"])
+            self.last_reference_reset = payload["reference"]["step"]
         self.step_num = meta["step"]
         self.engine.load_weights(engine_state(self.model), version=self.step_num)
         if self.executor is not None:
@@ -319,6 +391,8 @@ class Trainer:
             self.executor.close()
         self.rewards.close()
         self.engine.close()
+        if self.reference_engine is not None:
+            self.reference_engine.close()
         self.logger.close()
         self._lock.release()
 

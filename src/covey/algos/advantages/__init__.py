@@ -17,12 +17,15 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     brpo.py          brpo                                        (bootstrapped in-group reference)
     identity.py      identity                                    (A = r, for pre-normalised rewards: arenarl)
     tree.py          treepo, branch_grpo                         (tree rollouts: Rollouts.tree_path)
-    spo_tree.py      spo_tree                                    (segment advantages V(child) - V(parent), [N, T])
+    spo_segment.py   spo_chain, spo_tree                         (SPO segment advantages from MC values, [N, T])
+    entropy_control.py dcpo, aepo_entropy                    (entropy controller in the dcpo / aepo_entropy strategies)
     egae.py          tppo                                        (T-PPO extended GAE, from the tppo strategy)
     spo.py           spo                                         (sampler's value baseline, batch-normalised)
     mssr.py          mssr                                        (spo baseline + entropy shaping, [N, T])
     pairwise.py      dagrpo_provisional, trpa                    (sums over same-group pairs of rows)
+    oblr.py          oblr_baseline                               (OBLR-PO gradient-weighted baseline, [N] or [N, T])
     polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
+    rover.py         rover                                       (ROVER: batch success-rate shaping of binary rewards)
     gigpo.py         gigpo                                       (multi-turn: episode + anchor-state step groups, [N, T])
     hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
     salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
@@ -41,6 +44,7 @@ from covey.algos.advantages.disco import disco
 from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
 from covey.algos.advantages.empg import empg
+from covey.algos.advantages.entropy_control import aepo_entropy, dcpo
 from covey.algos.advantages.gigpo import gigpo
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
 from covey.algos.advantages.hapo import hapo
@@ -49,22 +53,26 @@ from covey.algos.advantages.identity import identity
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
+from covey.algos.advantages.oblr import oblr_baseline
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.rover import rover
 from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
-from covey.algos.advantages.spo_tree import spo_tree
+from covey.algos.advantages.spo_segment import spo_chain, spo_tree
 from covey.algos.advantages.token_credit import gtpo
 from covey.algos.advantages.tree import branch_grpo, treepo
 
 __all__ = [
     "a_grae",
     "ace",
+    "aepo_entropy",
     "arm",
     "branch_grpo",
     "brpo",
     "dagrpo_provisional",
+    "dcpo",
     "dgpo",
     "disco",
     "dr_grpo",
@@ -80,15 +88,18 @@ __all__ = [
     "mc_grpo",
     "mssr",
     "ngrpo",
+    "oblr_baseline",
     "polychromic",
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
+    "rover",
     "salt",
     "tppo",
     "treepo",
     "trpa",
     "spo",
+    "spo_chain",
     "spo_tree",
     "xrpo",
 ]

@@ -1,12 +1,17 @@
 """BRPO (Writing-Zero): advantages relative to a bootstrapped reference rollout drawn from each group.
 
-Covers the advantage only. Writing-Zero scores each rollout with a pairwise GenRM against the
-reference; a pairwise judge that needs the reference while scoring belongs to the reward stage. Given
-pointwise rewards, this estimator compares each row with its group's reference row.
+`reference_rows` is the one home of the reference draw: this advantage and the `writing_zero`
+pairwise GenRM reward (`covey.rewards.judge.writing_zero`, which judges every row against that
+reference while scoring) both call it, so they agree on the reference row without a shared column.
+The draw depends only on (seed, the row's position in its group, its completion token ids): the
+reward sees those as the ``group`` and ``completion_ids`` columns, the advantage as `Rollouts` fields.
+Given pointwise rewards, this estimator compares each row with its group's reference row.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -15,16 +20,29 @@ from covey.algos.advantages._groups import F64, groups_of, result, scalar_reward
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts
 
-__all__ = ["brpo"]
+__all__ = ["brpo", "reference_rows"]
 
 
-def _reference_rows(group: torch.Tensor, rank_fn, seed: int) -> torch.Tensor:
-    """[N] bool: one uniformly drawn row per group, reproducible for a given (seed, group ids)."""
-    uniq = torch.unique(group).tolist()
-    # hash() of a tuple of ints is stable across processes (no string hashing involved).
-    mixed = hash((int(seed), tuple(uniq))) & 0x7FFF_FFFF_FFFF_FFFF
-    u = torch.rand(group.numel(), generator=torch.Generator().manual_seed(mixed), dtype=F64).to(group.device)
-    return rank_fn(-u) == 0  # the row with the largest draw in each group
+def reference_rows(group: Sequence[int], completion_ids: Sequence[Sequence[int]], seed: int) -> list[bool]:
+    """One reference row per group: the row with the smallest SHA-256 of (seed, position in its group,
+    completion token ids); a tie (impossible unless two keys collide) goes to the first row.
+
+    Uniform over the group for distinct rows, fresh every step (new completions), identical in every
+    process, and independent of how the batch is cut into chunks (only the group's own rows matter).
+
+    >>> reference_rows([5, 5, 9], [[1, 2], [1, 2], [3]], seed=0)[2]   # a group of one is its own reference
+    True
+    """
+    best: dict[int, tuple[bytes, int]] = {}
+    seen: dict[int, int] = {}
+    for i, (g, ids) in enumerate(zip(group, completion_ids)):
+        pos = seen.get(g, 0)
+        seen[g] = pos + 1
+        key = hashlib.sha256(f"{int(seed)}/{pos}/{','.join(map(str, ids))}".encode()).digest()
+        if g not in best or key < best[g][0]:
+            best[g] = (key, i)
+    refs = {i for _, i in best.values()}
+    return [i in refs for i in range(len(group))]
 
 
 @register_advantage(
@@ -43,14 +61,15 @@ def brpo(batch: Rollouts, *, seed: int = 0, compare: Literal["diff", "sign"] = "
     VERIFIED (abstract): one rollout of each group is picked at random as a temporary reference and
     the others are compared with it; no SFT, reference-free. UNVERIFIED (documented choices): the
     score range, whether the reference row is trained (covey: no), and whether the result is
-    further group-normalised (covey: no). Reproducibility: the draw uses a torch.Generator seeded
-    from ``seed`` and the batch's group ids, so the same batch always gets the same references and
-    different steps (different group ids) get fresh ones.
+    further group-normalised (covey: no). The draw is `reference_rows` (seed, position in the group,
+    completion tokens): the same batch always gets the same references, every step fresh ones, and the
+    `writing_zero` reward judges against the same row (with its ``reference_seed`` equal to ``seed``).
     Edge cases: G = 1 -> the only row is the reference (excluded, A = 0); all rewards equal -> A = 0.
     """
     g = groups_of(batch)
     r = scalar_rewards(batch)
-    is_ref = _reference_rows(batch.group, g.rank, seed)
+    ids = [row[:n].tolist() for row, n in zip(batch.completion_ids, batch.lengths.tolist())]
+    is_ref = torch.tensor(reference_rows(batch.group.tolist(), ids, seed), dtype=torch.bool, device=r.device)
     r_ref = torch.zeros(g.num, dtype=F64, device=r.device).index_add_(0, g.index[is_ref], r[is_ref])  # [B]
     diff = r - r_ref[g.index]
     adv = torch.sign(diff) if compare == "sign" else diff

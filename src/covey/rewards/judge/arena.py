@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from covey.rewards._scoring import RewardOutput
-from covey.rewards.judge.core import Judge
+from covey.rewards.judge.core import Judge, JudgeHolder
 from covey.rewards.judge.reward import judge_metrics, prompt_text
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
@@ -135,7 +135,7 @@ TOPOLOGIES = {"anchor": anchor, "round_robin": round_robin, "single_elimination"
 
 
 @register_reward("arenarl")
-class ArenaReward:
+class ArenaReward(JudgeHolder):
     """ArenaRL: a pairwise judge ranks each group's completions in a tournament; the reward is the
     group z-score of the rank (module docstring). Group-wise (one tournament per group) and
     pre-normalised: pair it with the `identity` advantage (or `dr_grpo`).

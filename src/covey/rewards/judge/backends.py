@@ -13,9 +13,14 @@
             named by `base_url_env`) must be given, and the key is read from the variable named by
             `api_key_env` (never stored in the run's config.yaml).
 
+    policy  the live policy as its own referee (URPO, arXiv 2507.17515): the trainer's own engine, greedy
+            (or sampled) through the same `generate` call as rollouts. The trainer hands the engine,
+            tokenizer and policy version to the reward runner before each scoring
+            (`RewardRunner.set_context`); a reward holding this backend declares ``needs_engine`` and runs
+            in the trainer's process. The cache key carries the policy version, so a reply is reused only
+            within one version of the weights.
+
 A reply with `error` set failed (after the retries); the judge's `on_fail` decides the score.
-The `policy` backend (the live policy as its own referee, URPO) is not built: it needs the trainer to
-hand the engine to the reward runner each step, a seam covey does not have yet.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["JudgeReply", "JudgeRequest", "LocalBackend", "OpenAIBackend", "build_backend"]
+__all__ = ["JudgeReply", "JudgeRequest", "LocalBackend", "OpenAIBackend", "PolicyBackend", "build_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -119,45 +124,11 @@ class LocalBackend:
                 _LOADED[key] = (model, tok, engine)
             return _LOADED[key]
 
-    @staticmethod
-    def _ids(tok, req: JudgeRequest) -> list[int]:
-        from covey.models.chat import apply_chat
-
-        if getattr(tok, "chat_template", None):
-            return apply_chat(tok, req.message_dicts())
-        return list(tok.encode("\n\n".join(c for _, c in req.messages)))
-
     def complete(self, requests: list[JudgeRequest]) -> list[JudgeReply]:
         if not requests:
             return []
         model, tok, engine = self._loaded()
-        replies: list[JudgeReply | None] = [None] * len(requests)
-        ids = [self._ids(tok, r) for r in requests]
-        todo: dict[tuple, list[int]] = {}  # decoding settings -> request indices (one engine call each)
-        scored: list[int] = []
-        for i, r in enumerate(requests):
-            room = engine.max_positions - (1 if r.choices else r.max_new_tokens)
-            if len(ids[i]) > room:
-                replies[i] = JudgeReply(error=f"judge prompt has {len(ids[i])} tokens; the judge model takes at most {room} "
-                                              "(with max_new_tokens)")
-            elif r.choices:
-                scored.append(i)
-            else:
-                todo.setdefault((r.max_new_tokens, r.temperature, r.top_p, r.stop, r.seed), []).append(i)
-        for (max_new, temp, top_p, stop, seed), idx in todo.items():
-            from covey.engine.base import SamplingParams
-
-            sp = SamplingParams(temperature=temp if temp > 0 else 1.0, top_p=top_p, max_new_tokens=max_new,
-                                greedy=temp <= 0, seed=seed, stop_strings=stop)
-            gen = engine.generate([ids[i] for i in idx], 1, sp)
-            for row, i in enumerate(idx):
-                n = int(gen.lengths[row])
-                replies[i] = JudgeReply(text=tok.decode(gen.completion_ids[row, :n].tolist(), skip_special_tokens=True))
-        if scored:
-            for i, lp in zip(scored, self._choice_logprobs(model, tok, [ids[i] for i in scored],
-                                                           [requests[i].choices for i in scored])):
-                replies[i] = JudgeReply(choice_logprobs=lp)
-        return replies  # type: ignore[return-value]
+        return engine_complete(engine, tok, requests, choice_model=model)
 
     @staticmethod
     def _choice_logprobs(model, tok, prompts: list[list[int]], choices: list[tuple[str, ...]], batch: int = 16):
@@ -179,6 +150,75 @@ class LocalBackend:
             for row, opts in enumerate(choices[a:a + batch]):
                 out.append({c: float(logp[row, tok.encode(c, add_special_tokens=False)[0]]) for c in opts})
         return out
+
+
+def _prompt_ids(tok, req: JudgeRequest) -> list[int]:
+    from covey.models.chat import apply_chat
+
+    if getattr(tok, "chat_template", None):
+        return apply_chat(tok, req.message_dicts())
+    return list(tok.encode("\n\n".join(c for _, c in req.messages)))
+
+
+def engine_complete(engine, tok, requests: list[JudgeRequest], choice_model=None) -> list[JudgeReply]:
+    """Answer judge requests with a covey engine: one `generate` call per distinct decoding setting
+    (greedy at temperature 0); ``choices`` requests are scored by one forward of `choice_model`."""
+    from covey.engine.base import SamplingParams
+
+    replies: list[JudgeReply | None] = [None] * len(requests)
+    ids = [_prompt_ids(tok, r) for r in requests]
+    limit = getattr(engine, "max_positions", None)
+    todo: dict[tuple, list[int]] = {}  # decoding settings -> request indices (one engine call each)
+    scored: list[int] = []
+    for i, r in enumerate(requests):
+        room = None if limit is None else limit - (1 if r.choices else r.max_new_tokens)
+        if room is not None and len(ids[i]) > room:
+            replies[i] = JudgeReply(error=f"judge prompt has {len(ids[i])} tokens; the judge model takes at most {room} "
+                                          "(with max_new_tokens)")
+        elif r.choices:
+            if choice_model is None:
+                replies[i] = JudgeReply(error="this backend cannot score choices (no model to run a forward on)")
+            else:
+                scored.append(i)
+        else:
+            todo.setdefault((r.max_new_tokens, r.temperature, r.top_p, r.stop, r.seed), []).append(i)
+    for (max_new, temp, top_p, stop, seed), idx in todo.items():
+        sp = SamplingParams(temperature=temp if temp > 0 else 1.0, top_p=top_p, max_new_tokens=max_new,
+                            greedy=temp <= 0, seed=seed, stop_strings=stop)
+        gen = engine.generate([ids[i] for i in idx], 1, sp)
+        for row, i in enumerate(idx):
+            n = int(gen.lengths[row])
+            replies[i] = JudgeReply(text=tok.decode(gen.completion_ids[row, :n].tolist(), skip_special_tokens=True))
+    if scored:
+        for i, lp in zip(scored, LocalBackend._choice_logprobs(choice_model, tok, [ids[i] for i in scored],
+                                                              [requests[i].choices for i in scored])):
+            replies[i] = JudgeReply(choice_logprobs=lp)
+    return replies  # type: ignore[return-value]
+
+
+class PolicyBackend:
+    """The live policy judges (URPO): the trainer's engine, handed over by `set_context` before each
+    scoring. Fingerprint ``policy@v<version>``: the cache never serves a reply across weight versions."""
+
+    kind = "policy"
+
+    def __init__(self):
+        self.engine = self.tokenizer = None
+        self.policy_version: int | None = None
+
+    def set_context(self, *, engine, tokenizer, policy_version: int | None = None, **_) -> None:
+        self.engine, self.tokenizer, self.policy_version = engine, tokenizer, policy_version
+
+    @property
+    def fingerprint(self) -> str:
+        version = self.policy_version if self.policy_version is not None else getattr(self.engine, "version", None)
+        return f"policy@v{version}"
+
+    def complete(self, requests: list[JudgeRequest]) -> list[JudgeReply]:
+        if self.engine is None:
+            raise RuntimeError("judge backend policy: no engine; the trainer hands its engine to the reward runner "
+                               "(RewardRunner.set_context(engine=..., tokenizer=..., policy_version=...)) before scoring")
+        return engine_complete(self.engine, self.tokenizer, requests) if requests else []
 
 
 # ----------------------------------------------------------------------------------------------- openai
@@ -246,11 +286,11 @@ class OpenAIBackend:
         return JudgeReply(error=last, http_errors=failures)
 
 
-BACKENDS = {"local": LocalBackend, "openai": OpenAIBackend}
+BACKENDS = {"local": LocalBackend, "openai": OpenAIBackend, "policy": PolicyBackend}
 
 
 def build_backend(spec):
-    """A backend from ``{kind: local|openai, ...its parameters}`` (or an object with `complete`, for tests / the API)."""
+    """A backend from ``{kind: local|openai|policy, ...its parameters}`` (or an object with `complete`, for tests / the API)."""
     if hasattr(spec, "complete"):
         if not hasattr(spec, "fingerprint"):
             raise ValueError("judge: a backend object needs a `fingerprint` attribute (it keys the cache)")
@@ -258,11 +298,9 @@ def build_backend(spec):
     if isinstance(spec, str):
         spec = {"kind": spec}
     if not isinstance(spec, dict) or "kind" not in spec:
-        raise ValueError("judge: backend must be {kind: local | openai, ...}")
+        raise ValueError("judge: backend must be {kind: local | openai | policy, ...}")
     params = dict(spec)
     kind = params.pop("kind")
-    if kind == "policy":
-        raise ValueError("judge: backend 'policy' (the live policy as judge) is not built yet; use local or openai")
     if kind not in BACKENDS:
         raise ValueError(f"judge: unknown backend kind {kind!r}; choose from {', '.join(BACKENDS)}")
     try:

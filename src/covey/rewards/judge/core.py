@@ -20,7 +20,7 @@ from covey.rewards.judge.cache import JudgeCache, cache_key
 from covey.rewards.judge.parsers import PARSERS
 from covey.rewards.judge.templates import get_template
 
-__all__ = ["Judge", "parse_parser_spec"]
+__all__ = ["Judge", "JudgeHolder", "parse_parser_spec"]
 
 
 def parse_parser_spec(spec) -> tuple[str, dict]:
@@ -39,6 +39,25 @@ def parse_parser_spec(spec) -> tuple[str, dict]:
     except TypeError as e:
         raise ValueError(f"judge: parser {name!r}: {e}") from None
     return name, params
+
+
+class JudgeHolder:
+    """Base of the rewards that hold a `Judge` as ``self.judge``: the `policy` backend's seam with the runner.
+    Such a reward declares ``needs_engine`` (and so runs in the trainer's process, ``in_process``); the
+    runner's `set_context` hands it the trainer's engine, tokenizer and policy version before scoring."""
+
+    judge: Judge
+
+    @property
+    def needs_engine(self) -> bool:
+        return getattr(self.judge.backend, "kind", None) == "policy"
+
+    @property
+    def in_process(self) -> bool:
+        return self.needs_engine
+
+    def set_context(self, **context) -> None:
+        self.judge.backend.set_context(**context)
 
 
 class Judge:

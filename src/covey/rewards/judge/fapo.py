@@ -17,6 +17,12 @@ answer check is covey's `math_equal` (numeric / symbolic equivalence) where FAPO
 A GenRM that fails (no readable index, an HTTP error): ``on_fail: clean`` (default, the reference: not
 flawed, +1.0) or ``none`` (NaN: a counted failure). Metrics: ``flawed_positive_frac`` (among the
 rule-correct rows the GenRM read), ``rule_accuracy``, and the judge metrics (over GenRM requests).
+
+`fapo_genrm`: the reward that trains the GenRM itself (``fapo/fapo_genrm/reward_fn.py::
+compute_score_fapo_genrm``, as the spec read it): the prediction is the last \boxed{} integer of the
+reply's last 300 characters; valid when it is -1 or in [0, total_steps)
+
+    invalid -> -1;  gt = -1: +1 if pred = -1 else -1;  gt != -1: -1 if pred = -1 else 1 - |pred - gt| / total_steps
 """
 
 from __future__ import annotations
@@ -25,16 +31,16 @@ import math
 from typing import Any
 
 from covey.rewards._scoring import RewardOutput
-from covey.rewards.judge.core import Judge
+from covey.rewards.judge.core import Judge, JudgeHolder
 from covey.rewards.judge.reward import judge_metrics, prompt_text
 from covey.rewards.math import completion_text, extract_boxed, math_equal
 from covey.rewards.registry import register_reward
 
-__all__ = ["FapoReward"]
+__all__ = ["FapoReward", "fapo_genrm", "genrm_score"]
 
 
 @register_reward("fapo")
-class FapoReward:
+class FapoReward(JudgeHolder):
     """+1 correct and clean, 0 correct but flawed (the GenRM found an erroneous step), -1 incorrect.
 
     backend: the GenRM's backend (the paper serves FAPO-GenRM-4B behind an OpenAI-compatible router);
@@ -77,3 +83,33 @@ class FapoReward:
         if flawed:
             metrics["flawed_positive_frac"] = flawed
         return RewardOutput(scores, metrics)
+
+
+def genrm_score(pred: int | None, gt: int, total_steps: int) -> float:
+    """The GenRM's reward for predicting the first erroneous step `pred` (None: unreadable) against `gt`.
+
+    >>> [genrm_score(p, g, 10) for p, g in [(5, 3), (3, 3), (-1, 3), (-1, -1), (2, -1), (None, 2), (10, 2)]]
+    [0.8, 1.0, -1.0, 1.0, -1.0, -1.0, -1.0]
+    """
+    if pred is None or not (pred == -1 or 0 <= pred < total_steps):
+        return -1.0
+    if gt == -1:
+        return 1.0 if pred == -1 else -1.0
+    return -1.0 if pred == -1 else 1.0 - abs(pred - gt) / total_steps
+
+
+@register_reward("fapo_genrm")
+def fapo_genrm(prompts, completions, error_step, total_steps, **_) -> list[float | None]:
+    """FAPO's GenRM training reward; items carry ``error_step`` (-1: no error) and ``total_steps``."""
+    out: list[float | None] = []
+    for c, gt, n in zip(completions, error_step, total_steps):
+        if gt is None or n is None:
+            out.append(None)
+            continue
+        inner = extract_boxed(completion_text(c)[-300:])
+        try:
+            pred = int(inner.strip()) if inner is not None else None
+        except ValueError:
+            pred = None
+        out.append(genrm_score(pred, int(gt), int(n)))
+    return out

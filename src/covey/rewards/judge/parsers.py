@@ -11,6 +11,8 @@ what the sample gets). Rules, with the papers' code each one follows (tests: tes
     json_pair     ArenaRL's regexes on "combined_scores" -> (Agent_A, Agent_B); either missing -> None
                   (Alibaba-NLP/qqr 27027c3, examples/travel/reward_model.py::get_judge_scores)
     number_in_range  the first number of the reply if lo <= x <= hi, else None
+    labeled_number   the number after the last "Score:" (the label is a parameter) if lo <= x <= hi, else None
+                  (a reply that reasons first, then scores: `mpo`'s rubric items)
     yes_no_logits p(YES) / (p(YES) + p(NO)) from the next-token log-probs of the two choices (local
                   backend only; covey's design, no seed paper scores this way); hard=True gives 1.0 / 0.0
 """
@@ -22,7 +24,7 @@ import re
 
 from covey.rewards.math import extract_boxed
 
-__all__ = ["PARSERS", "boxed_int", "json_pair", "number_in_range", "yes_no", "yes_no_logits"]
+__all__ = ["PARSERS", "boxed_int", "json_pair", "labeled_number", "number_in_range", "yes_no", "yes_no_logits"]
 
 _FIRST_WORD = re.compile(r"[A-Z]+")
 _INT = re.compile(r"[+-]?\d+")
@@ -85,6 +87,22 @@ def number_in_range(reply: str, *, lo: float = 0.0, hi: float = 10.0) -> float |
     return x if lo <= x <= hi and math.isfinite(x) else None
 
 
+def labeled_number(reply: str, *, label: str = "Score:", lo: float = 0.0, hi: float = 10.0) -> float | None:
+    """The number right after the last `label` when lo <= x <= hi, else None.
+
+    >>> labeled_number("Step 1 is fine, 3 issues. Score: 7"), labeled_number("Score: 12"), labeled_number("7")
+    (7.0, None, None)
+    """
+    at = reply.rfind(label)
+    if at < 0:
+        return None
+    m = _NUMBER.match(reply[at + len(label):].lstrip())
+    if not m:
+        return None
+    x = float(m.group(0))
+    return x if lo <= x <= hi and math.isfinite(x) else None
+
+
 def yes_no_logits(choice_logprobs: dict[str, float] | None, *, hard: bool = False) -> float | None:
     """p(YES) / (p(YES) + p(NO)) from the two choices' next-token log-probs (or the argmax with hard=True).
 
@@ -107,5 +125,6 @@ PARSERS = {
     "boxed_int": (boxed_int, "text", None),
     "json_pair": (json_pair, "text", "pair"),
     "number_in_range": (number_in_range, "text", "mid"),
+    "labeled_number": (labeled_number, "text", "mid"),
     "yes_no_logits": (yes_no_logits, "choices", 0.5),
 }

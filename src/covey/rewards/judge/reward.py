@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from covey.rewards._scoring import RewardOutput
-from covey.rewards.judge.core import Judge
+from covey.rewards.judge.core import Judge, JudgeHolder
 from covey.rewards.judge.parsers import PARSERS
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
@@ -43,7 +43,7 @@ def prompt_text(prompt) -> str:
 
 
 @register_reward("judge")
-class JudgeReward:
+class JudgeReward(JudgeHolder):
     """A model judges each completion.
 
     backend:          {kind: local, model, dtype, device, seed} | {kind: openai, base_url, model, api_key_env,
@@ -58,6 +58,7 @@ class JudgeReward:
     on_fail:          none | zero | tie (module docstring)
     cache_size:       in-memory LRU entries; cache_file: optional SQLite file (e.g. runs/x/judge_cache.sqlite)
     audit_against:    the verifier column the runner compares verdicts with (None: no audit)
+    audit_columns:    boolean item columns the agreement is also split by (e.g. a trigger flag)
     """
 
     def __init__(self, backend: Any, template: str = "yes_no_match", parser: Any = "yes_no",
@@ -65,7 +66,7 @@ class JudgeReward:
                  top_p: float = 1.0, stop: list[str] | None = None, seed: int = 0, parse_retries: int = 1,
                  retry_temperature: float = 0.7, on_fail: str = "none", cache_size: int = 8192,
                  cache_file: str | None = None, template_system: str | None = None,
-                 audit_against: str | None = "accuracy"):
+                 audit_against: str | None = "accuracy", audit_columns: list[str] | None = None):
         if on_fail not in ON_FAIL:
             raise ValueError(f"judge: on_fail must be one of {', '.join(ON_FAIL)}, got {on_fail!r}")
         self.judge = Judge(backend, template, parser, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -86,6 +87,7 @@ class JudgeReward:
         self.reference_column = reference_column
         self.audit_against = audit_against if self.judge.parser_name != "boxed_int" else None
         self.audit_threshold = tie if isinstance(tie, float) else 0.5
+        self.audit_columns = list(audit_columns or [])
         self.__name__ = "judge"
 
     def _failed(self) -> float:

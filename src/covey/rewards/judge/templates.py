@@ -19,6 +19,9 @@ Built-ins:
                     system message in covey's own words asking for ArenaRL's JSON output format (the
                     released system prompt is a travel-planning rubric, not reused); read with `json_pair`.
   score_0_10        covey's own wording: a 0-10 quality score; read with `number_in_range`.
+  pairwise_total_10 covey's wording of Writing-Zero's pairwise GenRM setup (arXiv 2506.00103; its prompt
+                    is not published): writing principles first, a short critique, then two scores that
+                    sum to 10, in ArenaRL's JSON format so `json_pair` reads them (`writing_zero`).
 """
 
 from __future__ import annotations
@@ -90,11 +93,20 @@ _SCORE = (
     "number only.\n\n[Question]\n{prompt}\n\n[Answer]\n{completion}\n"
 )
 
+_WZ_SYSTEM = (
+    "You are a strict writing judge. First state two or three principles that a great answer to this request must "
+    "follow. Then critique Answer A and Answer B against those principles, briefly. Finally divide a total of 10 "
+    "points between the two answers (the better one gets more; 5 and 5 only when they are truly equal); ignore the "
+    "order in which they are shown. End with JSON only, in this format:\n"
+    '{"combined_scores": {"Agent_A": <score>, "Agent_B": <score>}}'
+)
+
 BUILTIN_TEMPLATES = {
     "yes_no_match": Template("yes_no_match", _MEDIX),
     "step_error_index": Template("step_error_index", _FAPO),
     "pairwise_scores": Template("pairwise_scores", _ARENA_USER, _ARENA_SYSTEM),
     "score_0_10": Template("score_0_10", _SCORE),
+    "pairwise_total_10": Template("pairwise_total_10", _ARENA_USER, _WZ_SYSTEM),
 }
 
 

@@ -1,11 +1,20 @@
-"""SPO-tree: segment advantages V(child) - V(parent) on a tree of rollouts (the `branch` strategy).
+"""Segment Policy Optimization: segment advantages from Monte-Carlo values, chain and tree.
 
 Paper: "Segment Policy Optimization: Effective Segment-Level Credit Assignment in RL for Large Language
-Models" (SPO), arXiv 2505.23564. Status VERIFIED-CODE: AIFrameResearch/SPO `b9fc6a263dec`
-(`tree_episode_generator.py::extract_edges_from_tree`, `hybrid_inference_strategy.py` node values,
-`trainers/ppo_trainer.py` probability mask and whitening, `trainers/utils.py::masked_whiten`), spec
-objectives-wave2.md §2.8. (covey's `spo` is a different paper, Single-stream Policy Optimization.)
+Models" (SPO), arXiv 2505.23564. Status VERIFIED-CODE per spec objectives-wave2.md §2.8, which read
+AIFrameResearch/SPO `b9fc6a263dec` (`math_episode_generator_with_mc_advantages.py` cut points,
+`_compute_token_advantages`, `_compute_mc_value`; `tree_episode_generator.py::extract_edges_from_tree`,
+`hybrid_inference_strategy.py` node values; `trainers/ppo_trainer.py` probability mask and whitening,
+`trainers/utils.py::masked_whiten`); the repository was not in this session's code store, so the chain
+formulas follow the spec's reading and its hand-checked vectors. (covey's `spo` is a different paper,
+Single-stream Policy Optimization.)
 
+    spo_chain   short CoT: the `spo_chain` rollout strategy estimates V at cut points with MC
+                continuations and writes the raw segment advantages (`chain_advantages`) into
+                `Rollouts.token_advantages`; the estimator applies the probability mask and whitening.
+    spo_tree    long CoT: V(child) - V(parent) on the `branch` strategy's tree.
+
+SPO-tree, in covey's layout:
 In SPO each tree edge (a segment with its parent's text as the query) is one training episode. In
 covey a row is a leaf holding its whole root-to-leaf path, so a segment shared by k leaves appears in
 k rows; ``per_edge`` weights each copy by 1/k so every edge counts once, in the whitening statistics
@@ -18,12 +27,57 @@ from typing import Literal
 
 import torch
 
-from covey.algos.advantages._groups import F64, groups_of, result, scalar_rewards
+from covey.algos.advantages._groups import F64, groups_of, result, scalar_rewards, token_field
 from covey.algos.advantages.tree import _paths
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts, RolloutsError
 
-__all__ = ["spo_tree"]
+__all__ = ["chain_advantages", "chain_cut_points", "masked_whiten", "spo_chain", "spo_tree"]
+
+
+def masked_whiten(raw: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """SPO's `masked_whiten` over weighted tokens ([N, T] float64): (raw - mean) * rsqrt(var + 1e-8),
+    mean and unbiased variance weighted by `weight` (0 = out of the statistics). Nothing weighted:
+    `raw` unchanged (callers zero the unweighted tokens)."""
+    total = weight.sum()
+    if total <= 0:
+        return raw
+    mean = (raw * weight).sum() / total
+    var = ((raw - mean) ** 2 * weight).sum() / total
+    var = var * total / (total - 1) if total > 1 else var
+    return (raw - mean) * torch.rsqrt(var + 1e-8)
+
+
+def chain_cut_points(probs: list[float], *, threshold: float = 0.9, interval: int = 1) -> list[int]:
+    """SPO-chain cut points of one response from its sampled-token probabilities p_t (t < L).
+
+    A cut c is the state after token c (c = -1: the prompt alone); SPO cuts *before* each
+    low-probability token: cuts = [t - 1 for t with p_t < threshold][::interval].
+    """
+    return [t - 1 for t, p in enumerate(probs) if p < threshold][::interval]
+
+
+def chain_advantages(values: dict[int, float], length: int, reward: float) -> list[float]:
+    """Raw SPO-chain token advantages of one response of `length` tokens (before mask and whitening).
+
+    values: V(c) per cut c (MC mean reward of continuations from the prefix o_{<=c}; -1 = prompt);
+    V(length - 1) = reward. Walking the valued positions in order, A[t] = V(t) - V(previous valued
+    position), 0 at the first one when there is no c = -1 value; a position without a value takes the
+    A of the next valued position (segment (c_{k-1}, c_k] shares one advantage). No cut: all 0.
+    """
+    if length <= 0:
+        return []
+    vals = {c: v for c, v in values.items() if c < length - 1}
+    vals[length - 1] = reward
+    adv = [0.0] * length
+    prev = vals.get(-1)
+    for t in sorted(c for c in vals if c >= 0):
+        adv[t] = vals[t] - prev if prev is not None else 0.0
+        prev = vals[t]
+    for t in range(length - 2, -1, -1):  # backfill from the next valued position
+        if t not in vals:
+            adv[t] = adv[t + 1]
+    return adv
 
 
 def node_values(r: list[float], groups: list[int], paths: list[tuple[int, ...]]) -> tuple[dict, dict]:
@@ -113,15 +167,44 @@ def spo_tree(
         keep &= raw != 0
     if prob_threshold is not None:
         keep &= batch.behaviour_logprobs.to(F64).cpu().exp() < prob_threshold
-    out = raw
-    if whiten:  # (nothing kept: every advantage is 0 below anyway)
-        w = weight * keep
-        total = w.sum()
-        if total > 0:
-            mean = (raw * w).sum() / total
-            var = ((raw - mean) ** 2 * w).sum() / total
-            var = var * total / (total - 1) if total > 1 else var
-            out = (raw - mean) * torch.rsqrt(var + 1e-8)
+    out = masked_whiten(raw, weight * keep) if whiten else raw
     adv_tok = torch.where(keep, out * weight, torch.zeros((), dtype=F64)).to(batch.completion_mask.device)
     metrics = {"kept_token_frac": float(keep.sum() / mask.sum().clamp(min=1)), "depth_max": float(max(len(p) for p in paths))}
     return result("spo_tree", adv_tok, batch, g, metrics=metrics)
+
+
+@register_advantage(
+    "spo_chain",
+    paper="Segment Policy Optimization: Effective Segment-Level Credit Assignment in RL for Large Language Models "
+          "(SPO-chain, VERIFIED-CODE per spec)",
+    arxiv="2505.23564",
+    requires=("spo_chain_advantages",),
+)  # fmt: skip
+def spo_chain(
+    batch: Rollouts,
+    *,
+    prob_threshold: float | None = 0.9,
+    whiten: bool = True,
+    loss_mask: bool = True,
+) -> AdvantageResult:
+    """SPO-chain token advantages. Shapes: token_advantages, behaviour_logprobs, mask [N, T] -> A [N, T].
+
+        raw A           from the `spo_chain` strategy (`chain_advantages` of each row's MC cut values)
+        prob_threshold: tokens with p = exp(behaviour_logprob) >= threshold get A = 0 and stay out of
+                        the whitening statistics (`use_prob_mask`); None: off
+        loss_mask:      those tokens also leave the loss (sample_mask [N, T]), so they leave the
+                        aggregation's denominators too, as SPO's loss mask
+        whiten:         A <- (A - mean) * rsqrt(var_unbiased + 1e-8) over the kept tokens of the step
+    Edge cases: a row with no cut point has raw A = 0 (its tokens still count in the statistics).
+    """
+    raw = token_field(batch, "token_advantages", "spo_chain")
+    mask = batch.completion_mask.to(F64)
+    keep = mask > 0
+    if prob_threshold is not None:
+        keep &= token_field(batch, "behaviour_logprobs", "spo_chain").exp() < prob_threshold
+    out = masked_whiten(raw, keep.to(F64)) if whiten else raw
+    adv = torch.where(keep, out, torch.zeros((), dtype=F64))
+    sample_mask = keep.to(torch.float32) if (loss_mask and prob_threshold is not None) else None
+    g = groups_of(batch)
+    metrics = {"kept_token_frac": float(keep.sum() / mask.sum().clamp(min=1))}
+    return result("spo_chain", adv, batch, g, sample_mask=sample_mask, metrics=metrics)
