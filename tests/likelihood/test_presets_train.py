@@ -77,6 +77,9 @@ def test_two_epochs_move_the_ratio(tmp_path):
     (["algo.correction={name: tis}"], "behaviour log-probs"),
     (["engine.block_length=3"], "must divide"),
     (["rollout.strategy=treepo"], "ForkingEngine"),
+    (["algo.regularizers=[{name: epo}]"], "reads stat:entropy"),
+    (["algo.logprob_source={layer: 0, until_step: 1}"], "remove algo.logprob_source"),
+    (["algo.surrogate={name: bgpo}", "algo.regularizers=[{name: kl_old}]"], "one backward per Monte Carlo sample"),
 ])  # fmt: skip
 def test_contradictions_refused_at_config_time(tmp_path, overrides, match):
     with pytest.raises((ConfigError, ValueError), match=match):
@@ -129,3 +132,16 @@ def test_bgpo_vectors_and_on_policy_gradient():
         g_pp = torch.autograd.grad(pp.sum(), theta)[0]
         assert float(bg.detach()) == pytest.approx(float(pp.detach())) == pytest.approx(-a)
         assert torch.allclose(g_bg, g_pp, atol=1e-6)
+
+
+def test_a_logp_regularizer_trains_on_the_estimator(tmp_path):
+    """kl_old reads only log-probs: with two epochs it acts on the ELBO estimates (pi_old recomputed)."""
+    cfg = _cfg(tmp_path, "algo.preset=dlm_gdpo", "steps=1", "optim.epochs=2", "optim.lr=1e-2",
+               "algo.regularizers=[{name: kl_old}]")  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        m = trainer.step()
+    finally:
+        trainer.close()
+    assert m["reg/kl_old/kl"] > 0 and torch.isfinite(torch.tensor(m["reg/kl_old/loss"])), sorted(m)  # epoch 2 moved
+    assert torch.isfinite(torch.tensor(m["learn/loss"]))

@@ -3,7 +3,9 @@
 
 A masked-diffusion model (docs/diffusion.md) needs: the family's engine (`engine: masked_diffusion`,
 or an engine class with `family = "masked_diffusion"`), a likelihood estimator (`algo.likelihood`,
-which every diffusion preset sets), no entropies (the estimators give none), no importance
+which every diffusion preset sets), no entropies or logit statistics (the estimators give none;
+regularizers that read them are refused, and any regularizer with the per-sample `bgpo` surrogate),
+no internal-layer log-probs (`algo.logprob_source`), no importance
 correction (the engine has no behaviour log-probs), full-distribution sampling (no top-p, top-k,
 min-p) and no stop strings, and a canvas (`sampling.max_new_tokens`) that the engine's blocks and
 steps divide. Tree and partial-rollout strategies need a forking engine, which the diffusion engine
@@ -57,6 +59,19 @@ def check_family(cfg) -> None:
     if cfg.algo.entropy_coef or "entropies" in SURROGATES.get(cfg.algo.surrogate.name).requires:
         raise ValueError("model.family masked_diffusion has no token entropies: set algo.entropy_coef: 0 and use a "
                          "surrogate that does not read entropies")  # fmt: skip
+    if cfg.algo.logprob_source is not None:
+        raise ValueError("algo.logprob_source reads log-probs at an internal layer of a causal model; model.family "
+                         "masked_diffusion takes its log-probs from algo.likelihood: remove algo.logprob_source")  # fmt: skip
+    from covey.algos.regularizers import REGULARIZERS
+
+    for i, spec in enumerate(cfg.algo.regularizers):
+        reads = sorted(f for f in REGULARIZERS.get(spec.name).requires if f == "entropies" or f.startswith("stat:"))
+        if reads:
+            raise ValueError(f"algo.regularizers[{i}] {spec.name!r} reads {', '.join(reads)} of the token distribution, which "
+                             "model.family masked_diffusion does not have (algo.likelihood gives log-likelihood estimates only)")  # fmt: skip
+        if per_mc:
+            raise ValueError(f"algo.regularizers[{i}] {spec.name!r}: algo.surrogate {cfg.algo.surrogate.name!r} runs one "
+                             "backward per Monte Carlo sample, which the regularizers do not: remove algo.regularizers")  # fmt: skip
     if cfg.algo.correction is not None:
         raise ValueError(f"algo.correction {cfg.algo.correction.name!r} compares with the engine's behaviour log-probs, "
                          "which a masked-diffusion engine does not have: remove algo.correction")  # fmt: skip
