@@ -78,7 +78,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("surrogate", "reinforce"): ("framework", "textbook REINFORCE; verl / TRL on-policy loss"),
     ("surrogate", "rover"): ("code", "yuxiaooye/ROVER ea5ce635ee03 compute_rover_loss"),
     ("surrogate", "sapo"): ("framework", f"{_V} compute_policy_loss_sapo, {_T}"),
-    ("surrogate", "bgpo"): ("reconstructed", "the spec's reading of a third-party port (compute_policy_loss_bgpo); no authors' code"),
+    ("surrogate", "bgpo"): ("reconstructed", "a description of a third-party port (compute_policy_loss_bgpo); no code read"),
     # ------------------------------------------------------------------ aggregation
     ("aggregation", "seq-mean-token-mean"): ("framework", f"{_V} agg_loss"),
     ("aggregation", "seq-mean-token-sum"): ("framework", f"{_V} agg_loss"),
@@ -128,7 +128,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("preset", "riskpo"): ("code", "RTkenny/RiskPO script"),
     ("preset", "rloo"): ("partial", "choice of loss"),
     ("preset", "sapo"): ("framework", f"{_V} / {_T}"),
-    ("preset", "bgpo"): ("reconstructed", "third-party port via the spec; mc_num 16 UNVERIFIED"),
+    ("preset", "bgpo"): ("reconstructed", "a description of a third-party port; mc_num 16 UNVERIFIED"),
     ("preset", "diffu_grpo"): ("code", "dllm-reasoning/d1 837888f22c21 train.yaml"),
     ("preset", "dlm_gdpo"): ("reconstructed", "abstract; SDMC N 3, K 1 and clip 0.2 UNVERIFIED"),
     ("preset", "espo"): ("code", "ML-GSAI/ESPO b5f2dac4c540 recipes/train.yaml"),

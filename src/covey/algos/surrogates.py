@@ -553,7 +553,7 @@ def bgpo(
         loss = dual-clip PPO(r, A; eps_low, eps_high, c)
 
     On-policy (d = 0) value and gradient equal the ELBO-ratio PPO loss's (tests). RECONSTRUCTED
-    from the spec's reading of a third-party port (`compute_policy_loss_bgpo`); that port computes
+    from a description of a third-party port's `compute_policy_loss_bgpo` (the port itself was not read); it computes
     the A > 0 ratio as exp(log(1 + d)), NaN for d <= -1: here 1 + d, clamped at 1e-6. mc_num and
     the clip values of the paper are UNVERIFIED (the port's c = 3.0).
     """

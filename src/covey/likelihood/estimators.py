@@ -2,7 +2,7 @@
 
 Each is ``fn(canvas, *, **params) -> LogLik``. Notation: L completion tokens per row, `score(mask)`
 the model's log-prob of every true token given the canvas with `mask` positions masked.
-The toy model of the spec (every masked token's log-prob is -a - b m / L when m are masked) has
+A linear toy model (every masked token's log-prob is -a - b m / L when m are masked) has
 ELBO = -a L - b (L + 1) / 2; tests/likelihood checks every estimator's mean and variance on it.
 """
 
@@ -64,7 +64,7 @@ def elbo_mc(canvas: Canvas, *, mc_num: Count = 1, stratified: bool = True) -> Lo
     stratified: k_0 ~ U{1..L} once per row, k_j = round(k_0 + j L / mc_num) wrapped to 1..L (LLaDA's
     linspace over the copies of one sequence); else each k_j ~ U{1..L}. Checked against
     ML-GSAI/LLaDA `get_log_likelihood.py` (commit b7e6c3565f19); the per-sample form is BGPO's
-    `_forward_process_bgpo` as the spec reads it (third-party port)."""
+    `_forward_process_bgpo` as a third-party port is described (not read here)."""
     length = canvas.length
     k0 = [int(torch.randint(1, length + 1, (), generator=canvas.rng(i, "elbo_mc_k"))) for i in range(canvas.n)]
     total = 0.0
