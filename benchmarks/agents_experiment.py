@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from _runs import load_seeds, write_rows
+from _runs import load_seeds, seed_mean, write_rows, write_summary
 from covey.eval.episodes import evaluate_episodes
 from covey.strategies import STRATEGIES
 from covey.train.config import validate_config
@@ -101,15 +101,12 @@ def summarise(out: Path, methods: list[str]) -> str:
             per.append({"steps": len(steps), "env_steps": steps[-1]["env_steps"], "first5": sum(r["success"] for r in steps[:5]) / 5,
                         "last5": sum(r["success"] for r in steps[-5:]) / 5, "eval_start": ev[0], "eval_end": ev[-1],
                         "seconds": steps[-1]["seconds"]})  # fmt: skip
-        mean = {k: sum(p[k] for p in per) / len(per) for k in per[0]}
+        mean = seed_mean(per)
         summary[method] = {"mean": mean, "per_seed": per}
         ends = ", ".join(f"{p['eval_end']:.0%}" for p in per)
         lines.append(f"| {method} | {len(per)} | {mean['steps']:.0f} | {mean['env_steps']:.0f} | {mean['first5']:.1%} | {mean['last5']:.1%} | "
                      f"{mean['eval_start']:.0%} | {mean['eval_end']:.0%} ({ends}) | {mean['seconds']:.0f} |")  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    table = "\n".join(lines)
-    (out / "table.md").write_text(table + "\n")
-    return table
+    return write_summary(out, summary, lines)
 
 
 def plot(out: Path, methods: list[str], dest: Path) -> None:

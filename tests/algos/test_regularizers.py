@@ -1,4 +1,4 @@
-"""Regularizers: the spec's vectors (objectives-wave2 §2.5, §2.6, §2.19, §2.22), micro-batch
+"""Regularizers: the spec's vectors, micro-batch
 invariance through the pre-pass, state, and EPO's smoothing against a per-turn history."""
 
 import math

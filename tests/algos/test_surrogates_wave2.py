@@ -1,5 +1,4 @@
-"""etr_provisional, reg_grpo_provisional, rover (surrogate and advantage): the spec's vectors
-(objectives-wave2 §2.7, §2.23, §2.25), gradients and edge cases."""
+"""etr_provisional, reg_grpo_provisional, rover (surrogate and advantage): the spec's vectors, gradients and edge cases."""
 
 import pytest
 import torch

@@ -49,7 +49,7 @@ def _group_zscore(x: Tensor, group: Tensor, keep: Tensor, eps: float) -> Tensor:
 def reg_grpo_provisional(inp: LossInputs, *, eps: Positive = 1e-6) -> tuple[Tensor, dict[str, float]]:
     """Reg-GRPO (UNVERIFIED reconstruction): regress the group-normalised sequence log-ratio onto the advantage.
 
-    Paper: DeepVideo-R1, arXiv 2506.07464. UNVERIFIED (spec objectives-wave2 §2.25): no equations and
+    Paper: DeepVideo-R1, arXiv 2506.07464. UNVERIFIED: no equations and
     no code read (the announced mlvlab/DeepVideoR1 was not available); covey's form:
 
         l_i     = masked mean_t (logp_it - old_logp_it)                    sequence log-ratio [N]
@@ -94,7 +94,7 @@ def rover(
 
     Paper: arXiv 2509.24981; yuxiaooye/ROVER `ea5ce635ee03` `Math/verl/workers/actor/dp_actor.py`
     (`DataParallelROVERActor.update_policy`), `core_algos.py::compute_rover_loss`,
-    `torch_functional.py::sum_log_softmax` (spec objectives-wave2 §2.23).
+    `torch_functional.py::sum_log_softmax`.
 
         u_t(pi)   = mean_v log pi(v | s_t)                    LossInputs.stats / old_stats["vocab_mean_logp"]
         Q_it      = rho (logp_it - old_logp_it)

@@ -483,8 +483,7 @@ def etr_provisional(
     """ETR (UNVERIFIED reconstruction): PPO clip with per-sample bounds, wider for large |A| and for
     groups with a high reward spread.
 
-    Paper: ETR, Outcome-Guided Elastic Trust Regions (arXiv 2601.03723). UNVERIFIED (spec
-    objectives-wave2 §2.7): only the abstract's mechanism (micro level: |A|; macro level: the group's
+    Paper: ETR, Outcome-Guided Elastic Trust Regions (arXiv 2601.03723). UNVERIFIED: only the abstract's mechanism (micro level: |A|; macro level: the group's
     reward variance) was read, no code; the parametrisation is covey's:
 
         A_i      = masked row mean of the token advantages;  sigma_g = unbiased std of the group's rewards
@@ -521,7 +520,7 @@ def r2vpo_provisional(inp: LossInputs, *, log_ratio_clamp: Positive | None = 20.
     """R2VPO (UNVERIFIED reconstruction): the unclipped ratio term; its trust region is the
     `r2vpo_provisional` regularizer (lambda * Var(ratio) with a dual update of lambda).
 
-    Paper: arXiv 2601.03320 (spec objectives-wave2 §2.5; no code, no equations read):
+    Paper: arXiv 2601.03320 (no code, no equations read):
 
         loss = -r A,   r = exp(clamp(logp - old_logp, +-log_ratio_clamp))        [N, T]
 

@@ -207,6 +207,8 @@ class Learner:
         # else: one update on the sampling policy's log-probs; pi_old's statistics are the current ones (detached)
         if self.need_rows:
             extra.update(_row_values(batch))
+        # the engine/learner gap (a masked-diffusion engine has no behaviour log-probs to compare)
+        gap = logprob_gap(batch) if batch.old_logprobs is not None and self.likelihood is None else {}
         if self.per_mc:
             self._fill_mc_terms(batch)
         self.model.train()
@@ -222,6 +224,7 @@ class Learner:
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
         out.update(self.regularizers.after_update())
         out["memory/peak_gb"] = peak_memory_gb(self.device)
+        out.update(gap)
         return out
 
     def _mini_batches(self, batch: Rollouts, generator: torch.Generator) -> list[Tensor]:
@@ -434,3 +437,15 @@ def peak_memory_gb(device: torch.device) -> float:
 def _wmean(old: tuple[float, float], v: float, w: float) -> tuple[float, float]:
     total = old[1] + w
     return ((old[0] * old[1] + v * w) / total, total)
+
+
+def logprob_gap(batch: Rollouts) -> dict[str, float]:
+    """The engine/learner mismatch the importance corrections act on, per step: mean and max over
+    generated tokens of |pi_old - pi_behaviour| (the learner's recomputed log-prob minus the
+    engine's), e.g. an int8 or vLLM engine against a full-precision learner. Carried tokens of an
+    older policy version (april) add their staleness to it."""
+    mask = batch.completion_mask > 0
+    if not bool(mask.any()):
+        return {}
+    d = (batch.old_logprobs.float() - batch.behaviour_logprobs.float()).abs()[mask]
+    return {"rollout/logprob_gap_mean": float(d.mean()), "rollout/logprob_gap_max": float(d.max())}

@@ -22,6 +22,7 @@ from covey.strategies.igrpo import IGRPO
 from covey.strategies.latr import LATR
 from covey.strategies.pairs import OfflinePairs, ReferencePairs
 from covey.strategies.spo_chain import SPOChain
+from covey.strategies.swarm import SwarmSharing
 from covey.strategies.tppo import TPPO
 from covey.strategies.treepo import TreePO
 
@@ -45,6 +46,7 @@ __all__ = [
     "RolloutContext",
     "RolloutStrategy",
     "SPOChain",
+    "SwarmSharing",
     "TPPO",
     "TreePO",
     "completion_texts",

@@ -342,6 +342,7 @@ class RunConfig(_Strict):
     @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
         from covey.engine import ENGINES
+        from covey.engine.support import check_engine_config
         from covey.samplers import SAMPLERS
         from covey.strategies import STRATEGIES
         from covey.strategies.base import check_engine_protocols
@@ -352,6 +353,7 @@ class RunConfig(_Strict):
             except RegistryError as e:
                 raise ValueError(f"{key}: {e}") from None
         check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
+        check_engine_config(self)  # what the engine cannot serve (vllm: top_p/top_k/min_p, entropies)
         check_combination(self)  # sampler x strategy x advantage: covey.compat
         check_runtime(self)  # executor x strategy x staleness: covey.runtime.config
         spec = self.strategy_spec()

@@ -119,9 +119,12 @@ class Trainer:
             source = own_copy(source, self.model)
         if cfg.runtime.executor == "ray":  # the engine in a Ray actor, built there from a copy of the model
             from covey.runtime.ray_engine import RayEngine
+            from covey.runtime.weight_sync import DiskSync, ObjectStoreSync
 
-            self.engine = RayEngine(cfg.engine.name, engine_params, source, self.tokenizer, timeout_s=cfg.runtime.timeout_s,
-                                    address=cfg.runtime.ray_address)  # fmt: skip
+            rt = cfg.runtime
+            sync = DiskSync(self.run_dir / "weight_sync", timeout_s=rt.timeout_s) if rt.weight_sync == "disk" else ObjectStoreSync(rt.timeout_s)
+            self.engine = RayEngine(cfg.engine.name, engine_params, source, self.tokenizer, timeout_s=rt.timeout_s,
+                                    workers=rt.engine_workers, sync=sync, address=rt.ray_address)  # fmt: skip
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
         self.reference_engine = None  # XPO's reference samples: an engine over the frozen reference

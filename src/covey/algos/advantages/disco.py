@@ -2,7 +2,7 @@
 
 Paper: "DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization",
 arXiv 2505.12366. Status VERIFIED-CODE for the objective (Optimization-AI/DisCO `bd2b07812934`,
-`compute_policy_loss_disco{,b}_{logL,Lratio}`, per spec objectives-wave2.md §2.22; the logL loss was
+`compute_policy_loss_disco{,b}_{logL,Lratio}`; the logL loss was
 re-read in the authors' DRPO code base, which carries the same `compute_policy_loss_disco_logL`).
 Only the advantage part: DisCO's squared-hinge KL constraint to pi_old is the regularizer `disco_kl`
 (`covey.algos.regularizers.kl`).

@@ -68,7 +68,7 @@ def dagrpo_provisional(
         A_i   = (1/G) sum_{j in g} m_ij (r_i - r_j) / (sigma_g + eps)     sigma_g unbiased std of r in g
 
     r is the scalar reward (give the score column weight 0 if it should only gate pairs). Status:
-    UNVERIFIED (spec objectives-wave2.md §2.16): only the abstract's mechanism ("fine-grained scoring
+    UNVERIFIED: only the abstract's mechanism ("fine-grained scoring
     to dynamically mask sample pairs with low distinctiveness") was read; the mask form, tau (suggested
     0.1 on a [0, 1] score) and the normaliser are covey's. The paper's second part (off-policy anchors
     for all-wrong groups) is a rollout strategy, not built.

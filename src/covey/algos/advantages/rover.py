@@ -24,7 +24,7 @@ def rover(batch: Rollouts, *, pos: NonNegFloat = 5.0, neg: NonNegFloat = 2.0) ->
     (`5 * (1 - sum(scores > 0) / bsz)` and `-2 * (1 - sum(scores <= 0) / bsz)` = -2 p): the whole
     step's batch, not per group (the group ids are unused); defaults 5 and 2 are the code's constants.
     The math script itself trains ROVER with `grpo` advantages; this is the repository's `rover`
-    estimator (spec objectives-wave2 §2.23: rewards [1,0,0,1,0,0,0,0] -> p 0.25 -> [3.75, -0.5, ...]).
+    estimator (rewards [1,0,0,1,0,0,0,0] -> p 0.25 -> [3.75, -0.5, ...]).
     Edge cases: all rows correct -> A = 0 for all; none correct -> A = 0 for all. Metric adv/rover/success_frac.
     """
     g = groups_of(batch)

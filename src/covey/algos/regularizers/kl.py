@@ -22,7 +22,7 @@ NonNeg = Annotated[float, Field(ge=0.0)]
 class DiscoKL(Regularizer):
     """DisCO's KL constraint to pi_old as a squared-hinge penalty. Returns a scalar.
 
-    Released (Optimization-AI/DisCO `bd2b07812934` `compute_policy_loss_disco*`, spec objectives-wave2 §2.22):
+    Released (Optimization-AI/DisCO `bd2b07812934` `compute_policy_loss_disco*`):
 
         kl_tok = old_logp - logp                     (kl_type="kl", the scripts' ppo_kl_type)
                = -(logp - old_logp) + ratio - 1      (kl_type="low_var_kl")
@@ -80,8 +80,7 @@ class DiscoKL(Regularizer):
 class KLOld(Regularizer):
     """TRPA's trust region: coef * token mean of a KL estimator between pi_theta and pi_old. Returns a scalar.
 
-    Released (XueruiSu/Trust-Region-Preference-Approximation `f372585ed6ec` `dp_actor.py`, spec
-    objectives-wave2 §2.19): total = loss + tr_kl_coef * masked_mean(low_var_kl(logp, old_logp)),
+    Released (XueruiSu/Trust-Region-Preference-Approximation `f372585ed6ec` `dp_actor.py`): total = loss + tr_kl_coef * masked_mean(low_var_kl(logp, old_logp)),
     tr_kl_coef 0.001 (`main_TRPA.sh`). covey: the estimator is any registered KL estimator
     (`covey.algos.kl`, pi_old in place of the reference); the mean is over the whole mini-batch's
     tokens (the reference: per micro-batch). Metrics: kl (token mean), loss.

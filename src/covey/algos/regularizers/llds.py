@@ -21,8 +21,7 @@ class LLDS(Regularizer):
     """LLDS: penalise the drop of log-likelihood on tokens of non-negative-advantage responses whose
     likelihood decreased. Returns a scalar.
 
-    Paper: arXiv 2512.04220 ("Lazy Likelihood Displacement"). Status PARTIAL (spec objectives-wave2
-    §2.6): the structure ("activates only when a trajectory's likelihood decreases, and regularizes
+    Paper: arXiv 2512.04220 ("Lazy Likelihood Displacement"). Status PARTIAL: the structure ("activates only when a trajectory's likelihood decreases, and regularizes
     only the tokens responsible") is from the abstract; the three gates and the default coefficient
     are a third-party implementation (`compute_llds_loss`, torad-labs/verl fork); no authors' code.
 

@@ -22,7 +22,7 @@ Positive = Annotated[float, Field(gt=0.0)]
 class R2VPO(Regularizer):
     """lambda * Var_tok(ratio) with a primal-dual update of lambda. Returns a scalar.
 
-    Paper: arXiv 2601.03320. UNVERIFIED (spec objectives-wave2 §2.5): no code and no equations read;
+    Paper: arXiv 2601.03320. UNVERIFIED: no code and no equations read;
     the abstract's mechanism (a constraint on the variance of the policy ratio, enforced primal-dual,
     replacing the hard clip) in covey's form:
 
