@@ -413,7 +413,7 @@ class AlgoConfig(_Strict):
     the user's config replaces the preset's."""
     likelihood: Spec | None = None
     """Sequence-likelihood estimator of a masked-diffusion model (`covey.likelihood.LIKELIHOODS`:
-    d1_one_step, elbo_mc, elbo_antithetic, elbo_sdmc); None: autoregressive log-probs (docs/diffusion.md)."""
+    d1_one_step, elbo_mc, elbo_antithetic, elbo_sdmc, elbo_double_mc); None: autoregressive log-probs (docs/diffusion.md)."""
 
     @model_validator(mode="after")
     def _check_components(self) -> AlgoConfig:
