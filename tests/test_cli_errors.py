@@ -381,6 +381,8 @@ SFT = ["sft", "--model", "tiny-llama", "--task", "arithmetic", "--task-param", "
     (SFT + ["--out", "OUT", "--seed", "-3"], f"--seed must be an integer in 0..{2**32 - 1}, got -3"),
     (["sft", "--model", "tiny-llama", "--task", "mbpp", "--out", "OUT"], "task 'mbpp' has no demonstrations"),
     (["sft", "--model", "some-org/not-a-model", "--task", "arithmetic", "--out", "OUT"], "unknown model 'some-org/not-a-model'"),
+    (["sft", "--model", "tiny-llada", "--task", "arithmetic", "--out", "OUT", "--loss", "otr"],
+     "--loss otr: model 'tiny-llada' is a masked-diffusion model, which covey sft trains with LLaDA's masked-token loss only"),
 ])  # fmt: skip
 def test_eval_and_sft_arguments_are_checked_before_the_model_loads(no_model_load, monkeypatch, tmp_path, args, message):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

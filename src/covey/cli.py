@@ -216,6 +216,9 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
              ("engine", "engine", rows(ENGINES))]  # fmt: skip
     kinds += [(axis, "algo.regularizers" if axis == "regularizer" else f"algo.{axis}", rows(registry))
               for axis, registry in REGISTRIES.items()]
+    from covey.likelihood import LIKELIHOODS
+
+    kinds.append(("likelihood", "algo.likelihood", rows(LIKELIHOODS)))  # masked-diffusion models (docs/diffusion.md)
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
     kinds += [("preference loss", "preference.loss", rows(PREFERENCE_LOSSES)), ("pair builder", "preference.pairs", rows(PAIRS)),
               ("sft loss", "covey sft --loss", rows(SFT_LOSSES))]
@@ -227,7 +230,7 @@ def _short(value, width: int = 24) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "regularizer", "preset")
+ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "regularizer", "likelihood", "preset")
 
 
 @app.command("list")
@@ -282,6 +285,10 @@ def _arxiv_ids(kind: str) -> dict[str, str]:
 
     if kind in REGISTRIES:
         return {n: REGISTRIES[kind][n].arxiv for n in REGISTRIES[kind]}
+    if kind == "likelihood":
+        from covey.likelihood import LIKELIHOODS
+
+        return {n: LIKELIHOODS[n].arxiv for n in LIKELIHOODS}
     return {n: m.group(1) for n, note in PRESET_NOTES.items() if (m := re.search(r"arXiv (\d{4}\.\d{4,5})", note))}
 
 
@@ -438,14 +445,14 @@ def sft(
     lr: float = 1e-3,
     task_param: Annotated[Optional[list[str]], typer.Option(help="Task parameter key=value (repeatable).")] = None,
     seed: int = 0,
-    loss: Annotated[str, typer.Option(help="SFT loss: ce (cross-entropy) or otr (One-Token Rollout).")] = "ce",
+    loss: Annotated[str, typer.Option(help="SFT loss: ce (cross-entropy; a masked-diffusion model: LLaDA's masked-token loss) or otr (One-Token Rollout, causal models).")] = "ce",
     loss_param: Annotated[Optional[list[str]], typer.Option(help="SFT loss parameter key=value (repeatable), e.g. k=8.")] = None,
 ):
     """A short supervised warm start on task demonstrations (for tiny models before RL)."""
     from covey.models.loading import check_name
     from covey.tasks import get_task
     from covey.train.config import parse_overrides
-    from covey.train.sft import check_sft_args, run_sft
+    from covey.train.sft import check_sft_args, check_sft_loss, run_sft
 
     try:
         check_sft_args(steps, batch_size, lr, seed)
@@ -465,6 +472,10 @@ def sft(
         _fail(f"task {task!r} has no demonstrations (a `demonstration(item)` method) to imitate")
     t.examples("train")  # the data loads
     check_name(model)  # an unknown model fails before anything loads
+    try:
+        check_sft_loss(model, loss)
+    except ValueError as e:
+        _fail(str(e))
     res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, loss_params=loss_params)
     typer.echo(json.dumps(res))
 

@@ -53,9 +53,11 @@ def check_combination(cfg) -> list[str]:
     """Refuse (ValueError) a run whose sampler, strategy and advantage contradict each other; return
     (and log) warnings for combinations that waste compute."""
     from covey.algos.registry import ADVANTAGES
+    from covey.likelihood.checks import check_family
     from covey.samplers import SAMPLERS
     from covey.strategies import STRATEGIES
 
+    check_family(cfg)  # model.family x engine x likelihood x sampling (masked diffusion: docs/diffusion.md)
     warnings = check_algo(cfg)
     sampler = cfg.sampler_spec()
     strategy = cfg.strategy_spec()

@@ -130,6 +130,33 @@ PRESETS: dict[str, dict[str, Any]] = {
         "surrogate": {"name": "ppo_clip", "eps_low": 1 - 1 / 1.1, "eps_high": 0.1},
         "aggregation": {"name": "seq-mean-token-mean"},
     },
+    # masked-diffusion LMs (model.family: masked_diffusion; docs/diffusion.md): each names a likelihood
+    "diffu_grpo": {  # d1 train.yaml: one-step estimate (p_mask_prompt 0.15), mean-centred A, eps 0.5, k3 0.04, TRL token mean
+        "likelihood": {"name": "d1_one_step", "p_mask_prompt": 0.15},
+        "advantage": {"name": "dr_grpo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 0.5, "eps_high": 0.5},
+        "aggregation": {"name": "token-mean"},
+        "kl": {"name": "k3", "coef": 0.04, "mode": "loss"},
+    },
+    "espo": {  # ESPO recipes/train.yaml: antithetic ELBO, sequence ratio, mean-centred A, eps 0.2, k2 0.01 (per token of ELBO/L)
+        "likelihood": {"name": "elbo_antithetic", "num_mc": 1},
+        "advantage": {"name": "dr_grpo"},
+        "surrogate": {**_PPO},
+        "aggregation": {"name": "seq-mean-token-mean"},
+        "kl": {"name": "k2", "coef": 0.01, "mode": "loss"},
+    },
+    "dlm_gdpo": {  # GDPO for diffusion LMs: SDMC ELBO (N 3, K 1) and clip 0.2 are UNVERIFIED placeholders
+        "likelihood": {"name": "elbo_sdmc", "nodes": 3, "masks_per_node": 1},
+        "advantage": {"name": "grpo"},
+        "surrogate": {**_PPO},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
+    "bgpo": {  # BGPO: per-sample bound over elbo_mc samples (mc_num 16 UNVERIFIED), dual clip 3 (port)
+        "likelihood": {"name": "elbo_mc", "mc_num": 16},
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "bgpo", "eps_low": 0.2, "eps_high": 0.2, "clip_ratio_c": 3.0},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
 }
 
 
@@ -151,6 +178,10 @@ PRESET_NOTES: dict[str, str] = {
     "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
     "prorl": "ProRL (arXiv 2505.24864): clip 0.2 / 0.4, dynamic sampling, k3 KL kept, reference + optimizer reset every 200 steps",
     "loop": "LOOP (arXiv 2502.01600): leave-one-out PPO over episodes, per-token clip 1/1.1 .. 1.1, no KL (apple/ml-loop)",
+    "diffu_grpo": "diffu-GRPO / d1 (arXiv 2504.12216): masked diffusion, one-step log-probs, eps 0.5, k3 0.04 (d1 code)",
+    "espo": "ESPO (arXiv 2512.03759): masked diffusion, antithetic ELBO sequence ratio, k2 0.01 (ESPO code)",
+    "dlm_gdpo": "GDPO for diffusion LMs (arXiv 2510.08554): semi-deterministic MC ELBO (3 Gauss-Legendre nodes)",
+    "bgpo": "BGPO (arXiv 2510.11683): masked diffusion, per-MC-sample bound, one backward per sample",
 }
 """One line per preset for `covey list` (sources and choices in docs/algorithms.md, "Presets")."""
 
@@ -380,6 +411,9 @@ class AlgoConfig(_Strict):
     regularizers: list[Spec] = Field(default_factory=list)
     """Extra loss terms (`covey.algos.regularizers`), each `{name, ...params}`, in order; a list in
     the user's config replaces the preset's."""
+    likelihood: Spec | None = None
+    """Sequence-likelihood estimator of a masked-diffusion model (`covey.likelihood.LIKELIHOODS`:
+    d1_one_step, elbo_mc, elbo_antithetic, elbo_sdmc, elbo_double_mc); None: autoregressive log-probs (docs/diffusion.md)."""
 
     @model_validator(mode="after")
     def _check_components(self) -> AlgoConfig:
@@ -410,6 +444,13 @@ class AlgoConfig(_Strict):
                 REGULARIZERS.build(spec.name, spec.params)  # its own checks of its parameters (cheap, no state)
             except ValueError as e:
                 raise ValueError(f"algo.regularizers[{i}]: {e}") from None
+        if self.likelihood is not None:
+            from covey.likelihood import LIKELIHOODS
+
+            try:
+                self.likelihood.params.update(LIKELIHOODS.get(self.likelihood.name).validate_params(self.likelihood.params))
+            except ValueError as e:
+                raise ValueError(f"algo.likelihood: {e}") from None
         return self
 
     def active(self) -> dict[str, Spec]:
@@ -442,6 +483,7 @@ _SPEC_TYPES: dict[str, type[Spec]] = {
     "aggregation": Spec,
     "kl": KLSpec,
     "correction": Spec,
+    "likelihood": Spec,
 }
 
 

@@ -78,6 +78,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("surrogate", "reinforce"): ("framework", "textbook REINFORCE; verl / TRL on-policy loss"),
     ("surrogate", "rover"): ("code", "yuxiaooye/ROVER ea5ce635ee03 compute_rover_loss"),
     ("surrogate", "sapo"): ("framework", f"{_V} compute_policy_loss_sapo, {_T}"),
+    ("surrogate", "bgpo"): ("reconstructed", "a description of a third-party port (compute_policy_loss_bgpo); no code read"),
     # ------------------------------------------------------------------ aggregation
     ("aggregation", "seq-mean-token-mean"): ("framework", f"{_V} agg_loss"),
     ("aggregation", "seq-mean-token-sum"): ("framework", f"{_V} agg_loss"),
@@ -99,6 +100,12 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("regularizer", "kl_old"): ("code", "XueruiSu/Trust-Region-Preference-Approximation f372585ed6ec"),
     ("regularizer", "llds"): ("partial", "third-party verl fork compute_llds_loss; not the authors' code"),
     ("regularizer", "r2vpo_provisional"): ("reconstructed", "abstract; no code released"),
+    # ------------------------------------------------------------------ likelihood (masked diffusion, docs/diffusion.md)
+    ("likelihood", "d1_one_step"): ("code", "dllm-reasoning/d1 837888f22c21 diffu-grpo/diffu_grpo_trainer.py"),
+    ("likelihood", "elbo_antithetic"): ("code", "ML-GSAI/ESPO b5f2dac4c540 espo/espo_trainer.py"),
+    ("likelihood", "elbo_double_mc"): ("reconstructed", "the naive baseline as GDPO's abstract describes it; no code"),
+    ("likelihood", "elbo_mc"): ("code", "ML-GSAI/LLaDA b7e6c3565f19 get_log_likelihood.py"),
+    ("likelihood", "elbo_sdmc"): ("reconstructed", "abstract and project page; no code reachable; N, K choices"),
     # ------------------------------------------------------------------ correction
     ("correction", "decoupled"): ("code", "AReaL ppo_actor_loss_fn"),
     ("correction", "mis"): ("framework", f"{_T} vllm_importance_sampling_mode"),
@@ -121,6 +128,10 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("preset", "riskpo"): ("code", "RTkenny/RiskPO script"),
     ("preset", "rloo"): ("partial", "choice of loss"),
     ("preset", "sapo"): ("framework", f"{_V} / {_T}"),
+    ("preset", "bgpo"): ("reconstructed", "a description of a third-party port; mc_num 16 UNVERIFIED"),
+    ("preset", "diffu_grpo"): ("code", "dllm-reasoning/d1 837888f22c21 train.yaml"),
+    ("preset", "dlm_gdpo"): ("reconstructed", "abstract; SDMC N 3, K 1 and clip 0.2 UNVERIFIED"),
+    ("preset", "espo"): ("code", "ML-GSAI/ESPO b5f2dac4c540 recipes/train.yaml"),
 }
 
 

@@ -531,3 +531,44 @@ def r2vpo_provisional(inp: LossInputs, *, log_ratio_clamp: Positive | None = 20.
     _check(inp)
     ratio = torch.exp(_log_ratio(inp, log_ratio_clamp))
     return -inp.advantages * ratio, masked_summary(ratio.detach(), inp.mask, "surrogate/ratio")
+
+
+# ---------------------------------------------------------------------------- masked diffusion (docs/diffusion.md)
+@register_surrogate("bgpo", paper="BGPO: boundary-guided policy optimization for diffusion LLMs", arxiv="2510.11683")
+def bgpo(
+    inp: LossInputs,
+    *,
+    eps_low: NonNeg = 0.2,
+    eps_high: NonNeg = 0.2,
+    clip_ratio_c: AboveOne = 3.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """BGPO's per-Monte-Carlo-sample lower bound: applied to one ELBO sample at a time (`per_mc`: the
+    learner runs one forward and one backward per sample, loss / mc_num, so memory stays flat in
+    the number of samples).
+
+        d = l_j - l_j_old                      (per-token-normalised ELBO sample j, broadcast on the row)
+        r = 1 + d          where A > 0         (tangent: e^d >= 1 + d, a lower bound of A e^d)
+          = exp(d)         where A <= 0        (Jensen: mean_j e^d_j >= e^(mean d_j))
+        loss = dual-clip PPO(r, A; eps_low, eps_high, c)
+
+    On-policy (d = 0) value and gradient equal the ELBO-ratio PPO loss's (tests). RECONSTRUCTED
+    from a description of a third-party port's `compute_policy_loss_bgpo` (the port itself was not read); it computes
+    the A > 0 ratio as exp(log(1 + d)), NaN for d <= -1: here 1 + d, clamped at 1e-6. mc_num and
+    the clip values of the paper are UNVERIFIED (the port's c = 3.0).
+    """
+    _check(inp)
+    adv = inp.advantages
+    d = inp.logp - inp.old_logp
+    ratio = torch.where(adv > 0, (1.0 + d).clamp(min=1e-6), torch.exp(d.clamp(-20.0, 20.0)))
+    loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
+    r = ratio.detach()
+    flags = {"clip_frac_low": (adv < 0) & (r < 1.0 - eps_low), "clip_frac_high": (adv > 0) & (r > 1.0 + eps_high)}
+    dual = -adv * clip_ratio_c
+    flags["clip_frac_dual"] = (adv < 0) & (dual < loss.detach())
+    loss = torch.where(adv < 0, torch.minimum(loss, dual), loss)
+    metrics = _fracs(inp.mask, clip_frac=torch.stack(list(flags.values())).any(0), **flags)
+    metrics.update(masked_summary(r, inp.mask, "surrogate/ratio"))
+    return loss, metrics
+
+
+bgpo.per_mc = True  # the learner applies it to each Monte Carlo term of the likelihood, one backward each

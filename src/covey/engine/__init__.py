@@ -9,6 +9,7 @@ which they need; the config check refuses an engine that lacks one, by name.
 `TorchEngine` implements all three for Llama-family HF models with a hand-written KV-cache decode
 loop (`TreeDecoder` is its tree session); `filter_logits` / `sample_tokens` are the sampling math.
 `VllmEngine` (`engine: vllm`, an optional install) implements `Engine` with vLLM in this process.
+`MaskedDiffusionEngine` (`engine: masked_diffusion`) generates with masked-diffusion models (docs/diffusion.md).
 The learner's log-prob forward lives in `covey.learner`, the comparison with HF `generate` in
 `covey.bench`, chat templates in `covey.models`.
 """
@@ -25,6 +26,7 @@ from covey.engine.base import (
     TreeSession,
     register_engine,
 )
+from covey.engine.diffusion import MaskedDiffusionEngine
 from covey.engine.forward import KVCache
 from covey.engine.sampling import filter_logits, inverse_cdf, sample_tokens
 from covey.engine.torch_engine import TorchEngine
@@ -39,6 +41,7 @@ __all__ = [
     "HiddenStatesEngine",
     "InterruptibleEngine",
     "KVCache",
+    "MaskedDiffusionEngine",
     "Row",
     "SamplingParams",
     "TorchEngine",

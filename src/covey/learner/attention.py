@@ -44,7 +44,9 @@ def gqa_attention(
     dropout: float = 0.0, **kwargs,
 ) -> tuple[Tensor, None]:
     """HF attention-function signature: query [B, Hq, L, D], key/value [B, Hkv, Lk, D], attention_mask
-    additive [B, 1, L, >=Lk] or None (then causal, queries at the last L positions).
+    additive [B, 1, L, >=Lk] or None: then causal (queries at the last L positions), unless the model
+    is bidirectional (`config.is_causal` False: a masked-diffusion model, docs/diffusion.md) or the
+    caller passes `is_causal=False`; then every query sees every key.
     Returns the output [B, L, Hq, D] and no attention weights."""
     for name in ("sliding_window", "softcap", "s_aux"):
         if kwargs.get(name) is not None:
@@ -54,7 +56,10 @@ def gqa_attention(
     g = hq // hkv
     scale = d**-0.5 if scaling is None else scaling
     scores = torch.matmul(query.reshape(b, hkv, g * length, d), key.transpose(2, 3)) * scale  # [B, Hkv, G*L, Lk]
-    if attention_mask is None and length > 1:
+    causal = kwargs.get("is_causal")
+    if causal is None:
+        causal = getattr(getattr(module, "config", None), "is_causal", True) is not False
+    if attention_mask is None and length > 1 and causal:
         future = torch.ones(length, lk, dtype=torch.bool, device=query.device).triu(lk - length + 1)
         attention_mask = torch.zeros(length, lk, dtype=scores.dtype, device=query.device).masked_fill(future, float("-inf"))[None, None]
     if attention_mask is not None:

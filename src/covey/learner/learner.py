@@ -17,6 +17,10 @@ chunked head, for pi_theta and for pi_old), whole groups per micro- and mini-bat
 values ("group"; "row" for the per-row values alone). A regularizer with a pre-pass gets a no-grad forward over the mini-batch first
 (`covey.algos.regularizers.base`).
 
+With `algo.likelihood` (a masked-diffusion model, docs/diffusion.md) the policy's log-probs come from
+that estimator and pi_old is always recomputed (the engine has none); a `per_mc` surrogate (bgpo)
+gets one forward and one backward per Monte Carlo sample, against pi_old's value of that sample.
+
 Each of them returns its value and its metrics; the learner only gathers the metrics (averaged over
 micro-batches weighted by their tokens), adding its own `learn/*` figures (loss, grad norm, lr, entropy).
 
@@ -96,6 +100,16 @@ class Learner:
         self.stats = tuple(n for n in STATS if f"stat:{n}" in needs)  # logit statistics for LossInputs
         self.need_group = "group" in needs  # whole groups per micro- and mini-batch
         self.need_rows = self.need_group or "row" in needs  # per-row values (reward, group mean / std)
+        self.likelihood, self.per_mc = None, 0
+        if algo.likelihood is not None:  # a masked-diffusion model: log-probs from a likelihood estimator
+            from covey.likelihood import LIKELIHOODS, mc_samples
+
+            if self.need_entropy or self.stats:
+                raise ValueError("algo.likelihood gives sequence-likelihood estimates, no token entropies or logit statistics")
+            self.likelihood = LIKELIHOODS.get(algo.likelihood.name).bind(algo.likelihood.params)
+            if getattr(SURROGATES[algo.surrogate.name].fn, "per_mc", False):  # bgpo: one backward per MC sample
+                self.per_mc = mc_samples(algo.likelihood.name, algo.likelihood.params)
+            recompute_old_logprobs = "always"  # the engine has no behaviour log-probs to stand for pi_old
         updates = epochs * mini_batches
         if recompute_old_logprobs == "auto":
             # One update per batch: the policy has not moved since sampling, so the engine's behaviour
@@ -112,7 +126,15 @@ class Learner:
 
     def logprobs(self, model, batch: Rollouts, with_entropy: bool = False, stats: tuple[str, ...] = ()) -> tuple:
         """Log-probs and entropies of `batch`'s completions under `model`, on the model's device; with
-        `stats` also {name: [N, T]} logit statistics (`covey.learner.logprobs.STATS`)."""
+        `stats` also {name: [N, T]} logit statistics (`covey.learner.logprobs.STATS`). With
+        `algo.likelihood` (masked diffusion): the estimator's values, with the same masks for every
+        model, and no entropies or statistics (refused at construction)."""
+        if self.likelihood is not None:
+            from covey.likelihood import estimate
+
+            with self._ctx(model):
+                logp = estimate(self.likelihood, model, None, batch)
+            return (logp, None, {}) if stats else (logp, None)
         with self._ctx(model):
             logp, entropy, out = completion_logprobs_stats(
                 model,
@@ -185,7 +207,10 @@ class Learner:
         # else: one update on the sampling policy's log-probs; pi_old's statistics are the current ones (detached)
         if self.need_rows:
             extra.update(_row_values(batch))
-        gap = logprob_gap(batch) if batch.old_logprobs is not None else {}
+        # the engine/learner gap (a masked-diffusion engine has no behaviour log-probs to compare)
+        gap = logprob_gap(batch) if batch.old_logprobs is not None and self.likelihood is None else {}
+        if self.per_mc:
+            self._fill_mc_terms(batch)
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
@@ -246,9 +271,13 @@ class Learner:
             tokens = float(mask.sum())
             if tokens == 0:
                 continue
-            loss, metrics = self._loss(micro, mask, totals, sub, observe_inline)
-            loss.backward()
-            loss_total += float(loss.detach())
+            if self.per_mc:
+                loss_value, metrics = self._per_mc_backward(micro, mask, totals, sub)
+            else:
+                loss, metrics = self._loss(micro, mask, totals, sub, observe_inline)
+                loss.backward()
+                loss_value = float(loss.detach())
+            loss_total += loss_value
             for k, v in metrics.items():
                 stats[k] = (float(v), tokens) if k not in stats else _wmean(stats[k], float(v), tokens)
         grad_norm = self._clip()
@@ -261,16 +290,50 @@ class Learner:
         stats["learn/lr"] = (self.optimizer.param_groups[0]["lr"], 1.0)
         return stats
 
+    @torch.no_grad()
+    def _fill_mc_terms(self, batch: Rollouts) -> None:
+        """pi_old's value of each Monte Carlo sample of each row (`per_mc` surrogates), by row seed."""
+        from covey.likelihood import estimate, row_seeds
+
+        self._old_terms: dict[int, Tensor] = {}
+        for idx in self._chunks(batch):
+            sub = to_device(batch.select(idx), self.device)
+            with self._ctx():
+                terms = torch.stack([estimate(self.likelihood, self.model, None, sub, sample=j)[:, 0] for j in range(self.per_mc)], 1)
+            for seed, t in zip(row_seeds(sub.prompt_ids, sub.completion_ids, sub.policy_version), terms.float()):
+                self._old_terms[seed] = t
+
+    def _per_mc_backward(self, micro: Rollouts, mask: Tensor, totals: BatchTotals,
+                         extra: dict[str, Tensor]) -> tuple[float, dict[str, float]]:  # fmt: skip
+        """BGPO: the surrogate on each Monte Carlo sample's term with its own forward and backward
+        (loss / samples), so memory does not grow with the number of samples. Returns the loss value."""
+        from covey.likelihood import estimate, row_seeds
+
+        old = torch.stack([self._old_terms[s] for s in row_seeds(micro.prompt_ids, micro.completion_ids, micro.policy_version)])
+        total, metrics = 0.0, {}
+        for j in range(self.per_mc):
+            with self._ctx():
+                logp = estimate(self.likelihood, self.model, None, micro, sample=j)
+            loss, metrics = self._loss(micro, mask, totals, extra, logp=logp, old=old[:, j : j + 1].expand(logp.shape) * mask)
+            (loss / self.per_mc).backward()
+            total += float(loss.detach()) / self.per_mc
+        return total, metrics
+
     def _micro(self, mb: Rollouts, extra: dict[str, Tensor], idx: Tensor) -> tuple[Rollouts, Tensor, dict[str, Tensor]]:
         micro = to_device(mb.select(idx), self.device)
         return micro, micro.loss_mask(), {k: v[idx.to(v.device)].to(self.device) for k, v in extra.items()}
 
-    def _inputs(self, micro: Rollouts, mask: Tensor, extra: dict[str, Tensor]) -> tuple[LossInputs, Tensor | None]:
-        """The LossInputs of one micro-batch (one forward of the policy) and the raw entropy."""
-        logp, entropy, *rest = self.logprobs(self.model, micro, with_entropy=self.need_entropy, stats=self.stats)
+    def _inputs(self, micro: Rollouts, mask: Tensor, extra: dict[str, Tensor], logp: Tensor | None = None,
+                old: Tensor | None = None) -> tuple[LossInputs, Tensor | None]:  # fmt: skip
+        """The LossInputs of one micro-batch (one forward of the policy) and the raw entropy; `logp` /
+        `old` given (one Monte Carlo term of a `per_mc` surrogate): no forward, these stand for them."""
+        entropy, cur = None, {}
+        if logp is None:
+            logp, entropy, *rest = self.logprobs(self.model, micro, with_entropy=self.need_entropy, stats=self.stats)
+            cur = rest[0] if rest else {}
         logp = logp.float()
-        cur = rest[0] if rest else {}
-        old = micro.old_logprobs if micro.old_logprobs is not None else micro.behaviour_logprobs
+        if old is None:
+            old = micro.old_logprobs if micro.old_logprobs is not None else micro.behaviour_logprobs
         adv = micro.advantages
         adv = adv[:, None].expand_as(logp) if adv.dim() == 1 else adv  # [N] -> [N, T]
         old_stats = {k: extra.get(f"old:{k}", v.detach()) for k, v in cur.items()}
@@ -280,8 +343,8 @@ class Learner:
         return inp, entropy
 
     def _loss(self, micro: Rollouts, mask: Tensor, totals: BatchTotals, extra: dict[str, Tensor] | None = None,
-              observe: bool = False) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
-        inp, entropy = self._inputs(micro, mask, extra or {})
+              observe: bool = False, logp: Tensor | None = None, old: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
+        inp, entropy = self._inputs(micro, mask, extra or {}, logp, old)
         logp = inp.logp
         old = inp.old_logp
         if observe:  # one micro-batch: the pre-pass statistics come from this forward

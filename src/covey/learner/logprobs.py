@@ -36,7 +36,7 @@ from torch.utils.checkpoint import checkpoint
 
 from covey.learner.attention import attention_kernel
 from covey.dtypes import model_device
-from covey.learner.prefix import prompt_groups, shared_prompt_hidden
+from covey.learner.prefix import is_causal, prompt_groups, shared_prompt_hidden
 
 __all__ = ["STATS", "HeadLogprob", "completion_logprobs", "completion_logprobs_stats", "token_logprobs_from_logits",
            "token_stats_from_logits"]
@@ -163,8 +163,8 @@ def completion_logprobs_stats(
     completion_ids:  [N, T] long, right-padded.
     completion_mask: [N, T], nonzero where a log-prob is wanted (real completion tokens).
     share_prompts:   run each distinct prompt once and reuse its KV cache (True), never (False), or
-                     "auto": when some prompt repeats, gradient checkpointing is off and no layer
-                     uses sliding-window attention.
+                     "auto": when some prompt repeats, gradient checkpointing is off, no layer
+                     uses sliding-window attention and the model is causal.
     stats:           names from `STATS` (sum_p2, vocab_mean_logp), computed from the same chunked
                      logits (never [N, T, V]), without gradient.
     Returns logp [N, T] float32 (0 where the mask is 0), entropy [N, T] float32 of the same
@@ -200,7 +200,7 @@ def completion_logprobs_stats(
     checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
     if share_prompts == "auto":
         sliding = "sliding_attention" in (getattr(model.config, "layer_types", None) or ())  # full-attention cache only
-        share_prompts = not checkpointing and not sliding and n_prompts < n
+        share_prompts = not checkpointing and not sliding and n_prompts < n and is_causal(model)
     heads = int(getattr(getattr(model, "config", None), "num_attention_heads", 1) or 1)
     p_max = int(plen_cpu.max())
     if share_prompts:

@@ -18,7 +18,9 @@ zeros, never NaN). The same trick of sharing a prefix's KV cache across a group'
 prefix-sharing of "Hydragen: High-Throughput LLM Inference with Shared Prefixes" (Juravsky et al.,
 arXiv:2402.05099), applied here to the training forward and backward.
 
-Not used with gradient checkpointing (a recomputed layer would append to the cache twice).
+Not used with gradient checkpointing (a recomputed layer would append to the cache twice), and
+refused for bidirectional models (`config.is_causal` False, the masked-diffusion family): there a
+prompt's hidden states depend on the completion, so a shared prompt cache would be wrong.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["prompt_groups", "shared_prompt_hidden"]
+__all__ = ["is_causal", "prompt_groups", "shared_prompt_hidden"]
+
+
+def is_causal(model) -> bool:
+    """False for a bidirectional model (`config.is_causal` False), True otherwise."""
+    return getattr(getattr(model, "config", None), "is_causal", True) is not False
 
 
 def prompt_groups(prompt_ids: list[Tensor]) -> tuple[list[Tensor], Tensor]:
@@ -60,6 +67,9 @@ def shared_prompt_hidden(decoder, prompt_ids: list[Tensor], completion_in: Tenso
     """
     from transformers import DynamicCache
 
+    if not is_causal(decoder):
+        raise ValueError("prompt sharing needs a causal model: in a bidirectional (masked-diffusion) model the "
+                         "prompt's states depend on the completion")  # fmt: skip
     device = completion_in.device
     unique, row_of = prompt_groups(prompt_ids)
     lens = [len(p) for p in unique]

@@ -23,6 +23,7 @@ ALIAS_CONFIGS = {
     "smollm2-135m-instruct": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
     "tiny-llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
     "tiny-qwen2": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
+    "tiny-llada": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "is_causal": False},
 }
 ALIASES = tuple(ALIAS_CONFIGS)
 _DTYPES = {
@@ -50,6 +51,7 @@ def load(
     dtype: str | torch.dtype = "float32",
     cache_dir: str | os.PathLike | None = None,
     seed: int = 0,
+    trust_remote_code: bool = False,
     **overrides,
 ):
     """Load (model, tokenizer). The model is in eval mode with weights in `dtype`.
@@ -57,11 +59,12 @@ def load(
     name_or_path: an alias in `ALIASES`, a local folder with config.json + weights, or a hub id.
     cache_dir:    covey's cache for converted aliases (default $COVEY_CACHE or ~/.cache/covey).
     seed:         weight seed of the tiny random models (ignored otherwise).
+    trust_remote_code: run the model code a folder ships (LLaDA, Dream: `model.trust_remote_code`).
     overrides:    config fields of the tiny models (e.g. hidden_size=64); an error for other models.
     """
     torch_dtype = resolve_dtype(dtype)
     name = str(name_or_path)
-    if name in ("tiny-llama", "tiny-qwen2"):
+    if name in ("tiny-llama", "tiny-qwen2", "tiny-llada"):
         from covey.models.tiny import build_tiny  # transformers: imported only to build a model
 
         return build_tiny(name, seed=seed, dtype=torch_dtype, **overrides)
@@ -70,7 +73,7 @@ def load(
     if name in ALIAS_SOURCES:
         return _from_pretrained(prepare(name, cache_dir=cache_dir), torch_dtype, local_only=True)
     if Path(name).expanduser().is_dir():
-        return _from_pretrained(Path(name).expanduser(), torch_dtype, local_only=True)
+        return _from_pretrained(Path(name).expanduser(), torch_dtype, local_only=True, trust_remote_code=trust_remote_code)
     snapshot = _resolve_hub_id(name)
     if snapshot is not None:
         try:
@@ -173,9 +176,16 @@ def hub_reachable(timeout: float = 1.0) -> bool:
     return bool(answer and answer[0])
 
 
-def _from_pretrained(source, torch_dtype: torch.dtype, *, local_only: bool):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _from_pretrained(source, torch_dtype: torch.dtype, *, local_only: bool, trust_remote_code: bool = False):
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=local_only)
+    remote = {"trust_remote_code": True} if trust_remote_code else {}
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **remote)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=local_only, **remote)
+    except ValueError:
+        if not trust_remote_code:
+            raise
+        # Dream's remote code maps only AutoModel (a masked-diffusion model with an LM head)
+        model = AutoModel.from_pretrained(source, dtype=torch_dtype, local_files_only=local_only, **remote)
     return model.eval(), tokenizer

@@ -1,4 +1,8 @@
-"""Tiny random test models: `tiny-llama` and `tiny-qwen2`, with a character-level tokenizer.
+"""Tiny random test models: `tiny-llama`, `tiny-qwen2` and `tiny-llada`, with a character-level tokenizer.
+
+`tiny-llada` is the masked-diffusion test model (docs/diffusion.md): the tiny-llama recipe with
+`config.is_causal = False` (transformers then builds bidirectional attention masks) and one more
+special token, the mask token `<|mask|>` (id 358, vocabulary 359), like LLaDA's `[MASK]`.
 
 Both are built in well under a second from a seed (no files, no network), so tests and the
 trainer's tests can run a real transformers model end to end. The tokenizer is character-level
@@ -18,6 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
 __all__ = ["TINY_DEFAULTS", "build_tiny", "build_tiny_tokenizer"]
 
 PAD, BOS, EOS, UNK, IM_START = "<pad>", "<s>", "<|im_end|>", "<unk>", "<|im_start|>"
+MASK = "<|mask|>"  # tiny-llada only: id 358, after the byte tokens
 _SPECIALS = [PAD, BOS, EOS, UNK, IM_START]  # ids 0..4, in this order
 _CHARS = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
 _BYTES = [f"<0x{b:02X}>" for b in range(256)]
@@ -42,17 +47,21 @@ TINY_DEFAULTS = {
 _ARCHS = {
     "tiny-llama": (LlamaConfig, LlamaForCausalLM, {"tie_word_embeddings": False}),
     "tiny-qwen2": (Qwen2Config, Qwen2ForCausalLM, {"tie_word_embeddings": True}),
+    "tiny-llada": (LlamaConfig, LlamaForCausalLM, {"tie_word_embeddings": False, "is_causal": False}),
 }
 
 
-def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """The character-level tokenizer shared by the tiny models (vocab 358: 5 special, 97 chars, 256 bytes)."""
-    vocab = {tok: i for i, tok in enumerate(_SPECIALS + _CHARS + _BYTES)}
+def build_tiny_tokenizer(mask: bool = False) -> PreTrainedTokenizerFast:
+    """The character-level tokenizer shared by the tiny models (vocab 358: 5 special, 97 chars, 256 bytes);
+    `mask=True` adds the mask token `<|mask|>` as id 358 (tiny-llada)."""
+    extra = [MASK] if mask else []
+    vocab = {tok: i for i, tok in enumerate(_SPECIALS + _CHARS + _BYTES + extra)}
     # A BPE model with no merges and no pre-tokenizer splits text into single characters.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK, byte_fallback=True))
     core.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
-    core.add_special_tokens(_SPECIALS)
+    core.add_special_tokens(_SPECIALS + extra)
     return PreTrainedTokenizerFast(
+        **({"mask_token": MASK} if mask else {}),
         tokenizer_object=core,
         bos_token=BOS,
         eos_token=EOS,
@@ -64,7 +73,7 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_tiny(name: str, *, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides):
-    """Build `tiny-llama` or `tiny-qwen2` with weights drawn from `seed` (same seed -> same weights).
+    """Build `tiny-llama`, `tiny-qwen2` or `tiny-llada` with weights drawn from `seed` (same seed -> same weights).
 
     `overrides` replace config fields (e.g. hidden_size=64, num_hidden_layers=2).
     Returns (model in eval mode, tokenizer).
@@ -72,13 +81,14 @@ def build_tiny(name: str, *, seed: int = 0, dtype: torch.dtype = torch.float32, 
     if name not in _ARCHS:
         raise ValueError(f"unknown tiny model {name!r}; choose one of {sorted(_ARCHS)}")
     config_cls, model_cls, arch_kw = _ARCHS[name]
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = build_tiny_tokenizer(mask=name == "tiny-llada")
     fields = {**TINY_DEFAULTS, **arch_kw, **overrides}
     config = config_cls(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
+        **({"mask_token_id": tokenizer.mask_token_id} if name == "tiny-llada" else {}),
         **fields,
     )
     # fork_rng: a seeded build must not disturb (or depend on) the caller's global RNG stream.

@@ -32,7 +32,7 @@ def load_policy(cfg: ModelConfig, *, model=None, tokenizer=None, device: str | t
     loaded from `cfg.name`. A given model without a tokenizer gets the one saved with `cfg.name`.
     """
     if model is None:
-        model, loaded_tok = load_model(cfg.name)
+        model, loaded_tok = load_model(cfg.name, trust_remote_code=cfg.trust_remote_code)
         tokenizer = tokenizer or loaded_tok
     elif tokenizer is None:
         from transformers import AutoTokenizer

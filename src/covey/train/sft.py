@@ -3,6 +3,8 @@
 Random tiny models cannot produce a single correct answer, so RL has no signal to start from. A few
 hundred steps of next-token training on `task.demonstration(item)` (prompt tokens masked out) give
 them a format and some skill; the saved folder then loads like any model (`model.name: <folder>`).
+A masked-diffusion model (bidirectional, e.g. tiny-llada) is trained with LLaDA's SFT loss instead
+(`covey.likelihood.sft`: answer tokens masked at a random rate, EOS-padded answers).
 """
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ from pathlib import Path
 import torch
 
 from covey.devices import resolve_device
+from covey.learner.prefix import is_causal
+from covey.likelihood.sft import encode_sft, llada_sft_loss
+from covey.models.diffusion import mask_token_id
 from covey.models import apply_chat
 from covey.models import load as load_model
 from covey.train.sft_losses import SFT_LOSSES
 
-__all__ = ["check_sft_args", "run_sft"]
+__all__ = ["check_sft_args", "check_sft_loss", "run_sft"]
+
+_DIFFUSION_LOSS = ("--loss {loss}: model {name!r} is a masked-diffusion model, which covey sft trains with LLaDA's "
+                   "masked-token loss only; use --loss ce (the default) with it")  # fmt: skip
 
 
 def check_sft_args(steps: int, batch_size: int, lr: float, seed: int) -> None:
@@ -33,12 +41,24 @@ def check_sft_args(steps: int, batch_size: int, lr: float, seed: int) -> None:
         raise ValueError(f"seed must be an integer in 0..{2**32 - 1}, got {seed!r}")
 
 
+def check_sft_loss(model_name: str, loss: str) -> None:
+    """ValueError when SFT loss `loss` cannot train `model_name` (read from its config.json, before it
+    loads): a masked-diffusion model takes only the default (`ce` selects LLaDA's masked-token loss)."""
+    from covey.models.diffusion import family_of_config
+    from covey.models.loading import model_config
+
+    if loss != "ce" and family_of_config(model_config(model_name)) == "masked_diffusion":
+        raise ValueError(_DIFFUSION_LOSS.format(name=model_name, loss=loss))
+
+
 def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_size: int = 32, lr: float = 1e-3,
             seed: int = 0, dtype: str = "bf16", device: str = "auto", loss: str = "ce",
             loss_params: dict | None = None) -> dict:  # fmt: skip
     """Train `model_name` on the task's demonstrations with SFT loss `loss` (`covey.train.sft_losses`:
-    ce, otr); device auto = CUDA when present."""
+    ce, otr; a masked-diffusion model: LLaDA's masked-token loss, with `ce` only); device auto = CUDA
+    when present."""
     check_sft_args(steps, batch_size, lr, seed)
+    check_sft_loss(model_name, loss)
     loss_fn = SFT_LOSSES.get(loss).bind(loss_params or {})  # a bad name or parameter fails before the model loads
     demo = getattr(task, "demonstration", None)
     if demo is None:
@@ -54,25 +74,34 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / 10) * max(0.0, 1 - i / steps))
     losses, extra = [], {}
     gen = torch.Generator(device=dev).manual_seed(seed)
+    diffusion = not is_causal(model)
+    if diffusion and loss != "ce":  # a folder without a readable family reaches here
+        raise ValueError(_DIFFUSION_LOSS.format(name=model_name, loss=loss))
+    mask_id = mask_token_id(model, tok) if diffusion else None
     for _ in range(steps):
         batch = [items[rng.randrange(len(items))] for _ in range(batch_size)]
-        ids, labels = (t.to(dev) for t in _encode(tok, batch, demo, eos))
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            logits = model(input_ids=ids).logits  # right padding: causal attention never sees it
-        target = labels[:, 1:]
-        loss_tok, extra = loss_fn(logits[:, :-1], target, gen)
-        loss = loss_tok.sum() / (target != -100).sum().clamp_min(1)
+        if diffusion:  # LLaDA's masked-token SFT loss: its own loss path (`covey.likelihood.sft`)
+            ids, answer = (t.to(dev) for t in encode_sft(tok, batch, demo, apply_chat))
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                loss_value = llada_sft_loss(model, ids, answer, mask_id)
+        else:
+            ids, labels = (t.to(dev) for t in _encode(tok, batch, demo, eos))
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                logits = model(input_ids=ids).logits  # right padding: causal attention never sees it
+            target = labels[:, 1:]
+            loss_tok, extra = loss_fn(logits[:, :-1], target, gen)
+            loss_value = loss_tok.sum() / (target != -100).sum().clamp_min(1)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_value.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss.detach()))
+        losses.append(float(loss_value.detach()))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out)
     tok.save_pretrained(out)
-    return {"out": str(out), "steps": steps, "sft_loss": loss_fn.__name__, "loss_first": losses[0],
+    return {"out": str(out), "steps": steps, "sft_loss": "llada_masked" if diffusion else loss_fn.__name__, "loss_first": losses[0],
             "loss_last": sum(losses[-10:]) / len(losses[-10:]), **extra}  # fmt: skip
 
 
