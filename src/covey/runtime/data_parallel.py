@@ -76,19 +76,21 @@ class DataParallelLearner(Learner):
                 dist.broadcast(p.data, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
         self._totals: tuple[float, float] | None = None
 
-    def _step(self, mb):
+    def _step(self, mb, extra=None):
         mask = mb.loss_mask()
         self._totals = (float(mask.sum()), float((mask.sum(-1) > 0).sum()))
         rows = torch.arange(len(mb)).tensor_split(self.world)[self.rank]
-        stats = super()._step(mb.select(rows))
+        shard = {k: v[rows.to(v.device)] for k, v in (extra or {}).items()}  # per-row inputs follow their rows
+        stats = super()._step(mb.select(rows), shard)
         loss = torch.tensor([stats["learn/loss"][0]], device=self.device)
         dist.all_reduce(loss, group=self.group)  # the mini-batch's loss (the shards' parts summed)
         stats["learn/loss"] = (float(loss), 1.0)
         return stats
 
-    def _loss(self, micro, mask, totals):
+    def _loss(self, micro, mask, totals, *args, **kwargs):
         tokens, seqs = self._totals
-        return super()._loss(micro, mask, BatchTotals(num_tokens=tokens, num_seqs=seqs, max_new_tokens=totals.max_new_tokens))
+        return super()._loss(micro, mask, BatchTotals(num_tokens=tokens, num_seqs=seqs, max_new_tokens=totals.max_new_tokens),
+                             *args, **kwargs)  # fmt: skip
 
     def _clip(self) -> float:
         all_reduce_grads(list(self.model.parameters()), self.group)
