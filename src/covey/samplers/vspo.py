@@ -2,8 +2,8 @@
 
 Paper: "PRS + VSPO", arXiv 2512.07478. Confirmed by the abstract: VSPO replaces zero-advantage
 (low-value) samples with prompts selected by a task-value metric that balances difficulty and
-uncertainty, and applies value-smoothing clipping. The value function below is the spec's
-placeholder (specs/rewards-eval-diffusion.md §2.12), not the paper's; status RECONSTRUCTED. No code
+uncertainty, and applies value-smoothing clipping. The value function below is covey's placeholder
+for that metric (uncertainty × difficulty), not the paper's formula; status RECONSTRUCTED. No code
 of the authors was found (searched 2026-11-24: "VSPO value-based sampling policy optimization").
 
     per prompt i: s_i successes and n_i rollouts seen so far (`covey.samplers.feedback.prompt_outcomes`,
