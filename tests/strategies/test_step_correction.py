@@ -142,6 +142,8 @@ def test_corrected_rows_layout_masks_rewards_and_metrics(monkeypatch):
     assert m["step_correction/corrected_frac"] == pytest.approx(2 / 4)
     assert m["step_correction/mean_k"] == pytest.approx((2 + 0 - 1 + 1) / 4)
     assert m["step_correction/corrected_success_rate"] == pytest.approx(0.5)
+    assert m["step_correction/sampled_success"] == pytest.approx(1 / 5)
+    assert m["reward/accuracy"] == pytest.approx(2 / 7)  # the joined batch was scored as a whole
     # the corrector saw the kept steps and the reference answer as a hint
     assert "[Partial Solution]\n\nx\n\ny\n\n" in corrector.prompts[0] and "[Reference Answer]\n\n4" in corrector.prompts[0]
 
@@ -160,6 +162,19 @@ def test_nothing_to_salvage_returns_the_group_with_a_zero_mask(monkeypatch):
     batch, m, _, corrector, _ = _run(monkeypatch, {"x\n\ny\n\nans=5": r"\boxed{7}"}, [])  # k past the last step
     assert len(batch) == 5 and batch.offpolicy_mask.sum() == 0 and not corrector.prompts
     assert m["step_correction/corrected_frac"] == 0.0
+
+
+def test_inside_dynamic_the_rounds_join_with_their_masks(monkeypatch):
+    tok = CharTok()
+    monkeypatch.setattr(sc, "sample_groups", lambda engine, tokenizer, draws, sampling: _batch(tok))
+    inner = {"judge": FakeJudge(TABLE), "corrector": FakeCorrector(["ans=4", "ans=8"] * 4)}
+    strat = STRATEGIES.build("dynamic", {"inner": "step_correction", "inner_params": inner, "max_rounds": 3})
+    sampling = type("S", (), {"max_new_tokens": 64})()
+    ctx = RolloutContext(engine=object(), tokenizer=tok, draws=[], sampling=lambda r: sampling, score=_score(tok),
+                         draw=lambda k: [], policy_version=0)
+    batch, m = strat.rollout([{}, {}], ctx)  # want 2 groups; each round keeps group 0 (group 1 is all wrong)
+    assert m["filter/gen_batches"] == 2 and len(batch) == 10
+    assert batch.offpolicy_mask.sum() == 2 * 6 and batch.group.tolist() == [0] * 5 + [2] * 5
 
 
 def test_bad_parameters():

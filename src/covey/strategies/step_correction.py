@@ -14,7 +14,8 @@ the authors was found (searched 2026-11-24).
                 (the longest token prefix whose decoded text is a prefix of that text; on-policy,
                 behaviour log-probs kept), then ask the corrector to continue the solution from there
                 o' = kept tokens + the corrector's tokens (+ EOS), cut at `sampling.max_new_tokens`
-    the corrected rows join their group (unequal groups), scored by the verifier with their true reward;
+    the corrected rows join their group (unequal groups); the joined batch is scored again as a whole
+    (so a group-wise reward sees the corrected rows with their group), each row with its true reward;
     `offpolicy_mask` [N, T] is 1 on the corrector's tokens (behaviour log-probs 0 there)
 
 The learner reads `offpolicy_mask` (`covey.algos.surrogates.offpolicy_shaped_loss`): on those tokens
@@ -129,8 +130,10 @@ class StepCorrection:
         batch = sample_groups(ctx.engine, ctx.tokenizer, ctx.draws, sampling)
         metrics = dict(ctx.score(batch))
         batch.offpolicy_mask = torch.zeros_like(batch.completion_mask)
-        failed = [i for i, s in enumerate(row_success(batch).tolist()) if s <= 0]
-        out = {"step_correction/failed_frac": len(failed) / len(batch), "step_correction/corrected_frac": 0.0}
+        success = row_success(batch)
+        failed = [i for i, s in enumerate(success.tolist()) if s <= 0]
+        out = {"step_correction/failed_frac": len(failed) / len(batch), "step_correction/corrected_frac": 0.0,
+               "step_correction/sampled_success": float(success.mean())}  # fmt: skip
         if not failed:
             return batch, {**metrics, **out}
         self._set_context(ctx)
@@ -161,12 +164,12 @@ class StepCorrection:
         if not plans:
             return batch, {**metrics, **out}
         corrected = self._corrected_rows(batch, plans, ctx, sampling.max_new_tokens)
-        cm = ctx.score(corrected)
-        success = row_success(corrected)
+        batch.rewards, batch.reward_names, batch.reward_weights = None, (), None
+        joined = Rollouts.concat([batch, corrected])
+        metrics = dict(ctx.score(joined))  # rescored together: a group-wise reward sees the whole group
+        success = row_success(joined)[len(batch):]
         out["step_correction/corrected_frac"] = len(plans) / len(failed)
         out["step_correction/corrected_success_rate"] = float(success.mean())
-        out.update({f"step_correction/corrected_{k}": v for k, v in cm.items() if k.startswith("reward")})
-        joined = Rollouts.concat([batch, corrected])
         joined = joined.select(torch.argsort(joined.group, stable=True))  # corrected rows next to their group
         return joined, {**metrics, **out}
 
