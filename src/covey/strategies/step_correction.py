@@ -159,8 +159,9 @@ class StepCorrection:
         out.update({
             "step_correction/judge_unreadable_frac": sum(w is not None for w in why) / len(failed),
             "step_correction/judge_requests": stats["requests"],
-            "step_correction/mean_k": sum(ks) / len(ks) if ks else -1.0,
         })  # fmt: skip
+        if ks:  # no readable index: no mean_k this round
+            out["step_correction/mean_k"] = sum(ks) / len(ks)
         if not plans:
             return batch, {**metrics, **out}
         corrected = self._corrected_rows(batch, plans, ctx, sampling.max_new_tokens)
