@@ -124,3 +124,15 @@ def test_two_steps_with_dynamic_on_tiny_llama(tmp_path):
         assert trainer.sampler.count.sum() == rows  # every scored row of both steps, filtered groups included
     finally:
         trainer.close()
+
+
+def test_rows_with_offpolicy_tokens_are_not_counted():
+    s = VspoSampler(items(2), seed=0)
+    ctx = _Ctx(s)
+    s.next(1, 4)
+    s.before_rollout([], ctx)
+    b = scored([100, 100, 100], [0, 0, 1])
+    b.offpolicy_mask = torch.tensor([[0.0, 0, 0], [0, 0, 0], [0, 1, 1]])  # the last row: a corrector's rewrite
+    ctx.score(b)
+    s.observe(b)
+    assert s.count.tolist() == [2.0, 0.0] and s.succ.tolist() == [0.0, 0.0]

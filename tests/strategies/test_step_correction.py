@@ -143,7 +143,7 @@ def test_corrected_rows_layout_masks_rewards_and_metrics(monkeypatch):
     assert m["step_correction/mean_k"] == pytest.approx((2 + 0 - 1 + 1) / 4)
     assert m["step_correction/corrected_success_rate"] == pytest.approx(0.5)
     assert m["step_correction/sampled_success"] == pytest.approx(1 / 5)
-    assert m["reward/accuracy"] == pytest.approx(2 / 7)  # the joined batch was scored as a whole
+    assert m["reward/accuracy"] == pytest.approx(1 / 5)  # the reward metrics are the sampled rows
     # the corrector saw the kept steps and the reference answer as a hint
     assert "[Partial Solution]\n\nx\n\ny\n\n" in corrector.prompts[0] and "[Reference Answer]\n\n4" in corrector.prompts[0]
 

@@ -7,7 +7,8 @@ for that metric (uncertainty × difficulty), not the paper's formula; status REC
 of the authors was found (searched 2026-11-24: "VSPO value-based sampling policy optimization").
 
     per prompt i: s_i successes and n_i rollouts seen so far (`covey.samplers.feedback.prompt_outcomes`,
-                  every scored round of the step, filtered groups included)
+                  every scored round of the step, filtered groups included; rows with off-policy
+                  tokens, `step_correction`'s corrected rows, are not the policy's and not counted)
     p_hat_i  = (s_i + a0) / (n_i + 2 a0)                         (unseen prompts: 1/2)
     value_i  = p_hat_i (1 - p_hat_i) · (1 - p_hat_i) ** beta     (uncertainty × difficulty)
     main draw (the trainer's `next(B, G)`):  the `uniform` order (a seeded permutation, epoch by epoch)
@@ -45,6 +46,19 @@ def vspo_value(p_hat: Tensor, beta: float) -> Tensor:
     """value = p (1 - p) (1 - p)^beta: zero for always-solved and never-solved prompts."""
     q = 1.0 - p_hat
     return p_hat * q * q.pow(beta)
+
+
+def _policy_outcomes(batch: Rollouts) -> tuple[Tensor, Tensor, Tensor]:
+    """`prompt_outcomes` of the rows the policy wrote alone (rows with `offpolicy_mask` tokens, e.g.
+    `step_correction`'s corrected rows, do not measure the policy's pass rate)."""
+    if batch.offpolicy_mask is not None:
+        own = batch.offpolicy_mask.sum(-1) == 0
+        if not bool(own.all()):
+            batch = batch.select(own)
+    if len(batch) == 0:
+        empty = torch.zeros(0, dtype=torch.float64)
+        return torch.zeros(0, dtype=torch.long), empty, empty
+    return prompt_outcomes(batch)
 
 
 @register_sampler("vspo")
@@ -101,7 +115,7 @@ class VspoSampler(UniformSampler):
 
         def counted_score(batch: Rollouts) -> dict[str, float]:
             out = score(batch)
-            self._scored.append(prompt_outcomes(batch))
+            self._scored.append(_policy_outcomes(batch))
             return out
 
         def refill(k: int) -> list[Draw]:
@@ -115,7 +129,7 @@ class VspoSampler(UniformSampler):
         return draws, {}
 
     def observe(self, batch: Rollouts) -> Feedback:
-        seen = self._scored or [prompt_outcomes(batch)]
+        seen = self._scored or [_policy_outcomes(batch)]
         for ids, succ, count in seen:
             pos = self.index.positions(ids)
             self.succ.index_add_(0, pos, succ)

@@ -14,8 +14,9 @@ the authors was found (searched 2026-11-24).
                 (the longest token prefix whose decoded text is a prefix of that text; on-policy,
                 behaviour log-probs kept), then ask the corrector to continue the solution from there
                 o' = kept tokens + the corrector's tokens (+ EOS), cut at `sampling.max_new_tokens`
-    the corrected rows join their group (unequal groups); the joined batch is scored again as a whole
-    (so a group-wise reward sees the corrected rows with their group), each row with its true reward;
+    the corrected rows are scored (on their own: a group-wise reward sees them as a set of their own, so
+    this strategy is meant for per-row verifiers) and join their group (unequal groups), each with its
+    true reward;
     `offpolicy_mask` [N, T] is 1 on the corrector's tokens (behaviour log-probs 0 there)
 
 The learner reads `offpolicy_mask` (`covey.algos.surrogates.offpolicy_shaped_loss`): on those tokens
@@ -165,10 +166,9 @@ class StepCorrection:
         if not plans:
             return batch, {**metrics, **out}
         corrected = self._corrected_rows(batch, plans, ctx, sampling.max_new_tokens)
-        batch.rewards, batch.reward_names, batch.reward_weights = None, (), None
+        ctx.score(corrected)  # the corrected rows alone: the sampled rows keep their scores (and are counted once)
+        success = row_success(corrected)
         joined = Rollouts.concat([batch, corrected])
-        metrics = dict(ctx.score(joined))  # rescored together: a group-wise reward sees the whole group
-        success = row_success(joined)[len(batch):]
         out["step_correction/corrected_frac"] = len(plans) / len(failed)
         out["step_correction/corrected_success_rate"] = float(success.mean())
         joined = joined.select(torch.argsort(joined.group, stable=True))  # corrected rows next to their group
