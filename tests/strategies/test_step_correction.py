@@ -158,6 +158,23 @@ def test_no_hint_unreadable_judge_and_the_length_cap(monkeypatch):
     assert batch.finish_reason[4] == "length" and batch.rewards[4, 0] == 0.0
 
 
+def test_a_failed_corrector_reply_adds_no_row(monkeypatch):
+    class Failing(FakeCorrector):
+        def complete(self, requests):
+            return [JudgeReply(error="prompt too long")] + super().complete(requests[1:])
+
+    tok = CharTok()
+    monkeypatch.setattr(sc, "sample_groups", lambda engine, tokenizer, draws, sampling: _batch(tok))
+    strat = STRATEGIES.build("step_correction", {"judge": FakeJudge(TABLE), "corrector": Failing(["ans=7"])})
+    sampling = type("S", (), {"max_new_tokens": 64})()
+    ctx = RolloutContext(engine=object(), tokenizer=tok, draws=[], sampling=lambda r: sampling, score=_score(tok),
+                         draw=lambda k: [], policy_version=0)
+    batch, m = strat.rollout([], ctx)
+    assert len(batch) == 6 and m["step_correction/corrector_failures"] == 1.0
+    assert m["step_correction/corrected_frac"] == pytest.approx(1 / 4) and m["step_correction/corrected_success_rate"] == 1.0
+    assert tok.decode(batch.completion_ids[-1].tolist()) == "m\n\nans=7"
+
+
 def test_nothing_to_salvage_returns_the_group_with_a_zero_mask(monkeypatch):
     batch, m, _, corrector, _ = _run(monkeypatch, {"x\n\ny\n\nans=5": r"\boxed{7}"}, [])  # k past the last step
     assert len(batch) == 5 and batch.offpolicy_mask.sum() == 0 and not corrector.prompts

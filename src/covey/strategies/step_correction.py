@@ -166,15 +166,19 @@ class StepCorrection:
         if not plans:
             return batch, {**metrics, **out}
         corrected = self._corrected_rows(batch, plans, ctx, sampling.max_new_tokens)
+        out["step_correction/corrector_failures"] = float(len(plans) - (0 if corrected is None else len(corrected)))
+        if corrected is None:
+            return batch, {**metrics, **out}
         ctx.score(corrected)  # the corrected rows alone: the sampled rows keep their scores (and are counted once)
         success = row_success(corrected)
         joined = Rollouts.concat([batch, corrected])
-        out["step_correction/corrected_frac"] = len(plans) / len(failed)
+        out["step_correction/corrected_frac"] = len(corrected) / len(failed)
         out["step_correction/corrected_success_rate"] = float(success.mean())
         joined = joined.select(torch.argsort(joined.group, stable=True))  # corrected rows next to their group
         return joined, {**metrics, **out}
 
-    def _corrected_rows(self, batch: Rollouts, plans, ctx: RolloutContext, max_new: int) -> Rollouts:
+    def _corrected_rows(self, batch: Rollouts, plans, ctx: RolloutContext, max_new: int) -> Rollouts | None:
+        """The corrected rows (None when the corrector failed on every request)."""
         tok = ctx.tokenizer
         reqs = []
         for i, _, kept in plans:
@@ -186,10 +190,14 @@ class StepCorrection:
         eos = list(getattr(ctx.engine, "eos_ids", None) or ([tok.eos_token_id] if tok.eos_token_id is not None else []))
         rows, finish = [], []
         for (i, m, _), reply in zip(plans, replies):
+            if reply.error or reply.text is None:  # the corrector failed (HTTP error, prompt too long): no row
+                continue
             suffix = tok.encode(reply.text or "", add_special_tokens=False) + eos[:1]
             ids = batch.completion_ids[i, :m].tolist() + suffix
             finish.append("stop" if len(ids) <= max_new else "length")
             rows.append((i, m, ids[:max_new]))
+        if not rows:
+            return None
         t = max(len(ids) for _, _, ids in rows)
         n, idx = len(rows), [i for i, _, _ in rows]
         comp = torch.full((n, t), tok.pad_token_id if tok.pad_token_id is not None else 0, dtype=torch.long)
