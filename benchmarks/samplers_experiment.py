@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from _runs import load_seeds, write_rows
+from _runs import load_seeds, seed_mean, write_rows, write_summary
 from covey.eval.runner import evaluate
 from covey.train.config import validate_config
 from covey.train.trainer import Trainer
@@ -124,15 +124,12 @@ def summarise(out: Path, methods: list[str]) -> str:
             per_k = 1000 * sum(r["nonzero_adv_frac"] * r["rows"] for r in steps) / max(rows[-1]["tokens"], 1)
             per.append({"steps": len(steps), "tokens": rows[-1]["tokens"], "nonzero_adv_frac": signal,
                         "signal_rows_per_1k_tokens": per_k, "acc_start": accs[0], "acc_end": accs[-1]})  # fmt: skip
-        mean = {k: sum(p[k] for p in per) / len(per) for k in per[0]}
+        mean = seed_mean(per)
         summary[method] = {"mean": mean, "per_seed": per}
         ends = ", ".join(f"{p['acc_end']:.1%}" for p in per)
         lines.append(f"| {method} | {len(per)} | {mean['steps']:.0f} | {mean['tokens']:.0f} | {mean['nonzero_adv_frac']:.1%} | {mean['signal_rows_per_1k_tokens']:.0f} | "
                      f"{mean['acc_start']:.1%} | {mean['acc_end']:.1%} ({ends}) | {mean['acc_end'] - mean['acc_start']:+.1%} |")  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    table = "\n".join(lines)
-    (out / "table.md").write_text(table + "\n")
-    return table
+    return write_summary(out, summary, lines)
 
 
 def plot(out: Path, methods: list[str], dest: Path) -> None:

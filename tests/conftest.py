@@ -29,3 +29,19 @@ def pytest_runtest_makereport(item, call):
         if call.excinfo.errisinstance(SandboxUnavailable):
             report.outcome = "skipped"
             report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {call.excinfo.value}")
+
+
+TOY_REWARDS = '''
+def digit_fraction(prompts, completions, **columns):
+    """Dense toy reward: the fraction of completion characters that are digits (chat prompts give
+    TRL's [{"role": "assistant", "content": ...}] completions)."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
+'''
+
+
+@pytest.fixture
+def toy_reward_module(tmp_path, monkeypatch):
+    (tmp_path / "toy_rewards.py").write_text(TOY_REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "toy_rewards:digit_fraction"

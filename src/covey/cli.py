@@ -214,7 +214,8 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
              ("sampler preset", "sampler", [(n, p["about"], "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
              ("strategy", "rollout.strategy", rows(STRATEGIES)), ("environment", "env", rows(ENVS)),
              ("engine", "engine", rows(ENGINES))]  # fmt: skip
-    kinds += [(axis, f"algo.{axis}", rows(registry)) for axis, registry in REGISTRIES.items()]
+    kinds += [(axis, "algo.regularizers" if axis == "regularizer" else f"algo.{axis}", rows(registry))
+              for axis, registry in REGISTRIES.items()]
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
     kinds += [("preference loss", "preference.loss", rows(PREFERENCE_LOSSES)), ("pair builder", "preference.pairs", rows(PAIRS)),
               ("sft loss", "covey sft --loss", rows(SFT_LOSSES))]
@@ -226,7 +227,7 @@ def _short(value, width: int = 24) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "preset")
+ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "regularizer", "preset")
 
 
 @app.command("list")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["FEATURES", "check_column_params", "check_combination", "features_of"]
+__all__ = ["FEATURES", "check_algo", "check_column_params", "check_combination", "features_of"]
 
 FEATURES = {
     "tree_path": "each row's path in a rollout tree",
@@ -56,6 +56,7 @@ def check_combination(cfg) -> list[str]:
     from covey.samplers import SAMPLERS
     from covey.strategies import STRATEGIES
 
+    warnings = check_algo(cfg)
     sampler = cfg.sampler_spec()
     strategy = cfg.strategy_spec()
     parts: list[tuple[str, str, Any, dict[str, Any]]] = [("sampler", sampler.name, SAMPLERS.get(sampler.name).fn, sampler.params)]
@@ -79,7 +80,6 @@ def check_combination(cfg) -> list[str]:
         got = adv_provides if comp is None else features_of(comp, "provides", params)
         for f in got:
             provided.setdefault(f, []).append(f"{key} {name!r}")
-    warnings: list[str] = []
     for key, name, comp, params in parts:
         needs = adv_requires if comp is None else features_of(comp, "requires", params) - TRAINER
         for need in sorted(needs):
@@ -111,6 +111,43 @@ def check_column_params(algo, columns: list[str]) -> None:
             if value not in columns:
                 raise ValueError(f"algo.{axis} {spec.name!r}: {key}={value!r} is not a reward column (columns are {columns}); "
                                  f"add a reward with that name or alias (weight 0 if it only feeds {spec.name})")  # fmt: skip
+def check_algo(cfg) -> list[str]:
+    """Refuse (ValueError) algorithm choices that contradict each other or the optimisation settings;
+    return (and log) warnings for terms that cannot act.
+
+    * surrogate r2vpo_provisional has no clip: its trust region is the regularizer of the same name;
+    * regularizer epo holds the entropy bonus: with algo.entropy_coef it would count twice;
+    * a component that reads whole groups ("group") needs a micro-batch of at least one group;
+    * a trust region to pi_old (disco_kl, kl_old, r2vpo_provisional, llds) with one update per batch
+      compares the policy with itself: it never acts (a warning).
+    """
+    from covey.algos.regularizers import REGULARIZERS
+    from covey.algos.registry import SURROGATES
+
+    algo = cfg.algo
+    regs = [s.name for s in algo.regularizers]
+    if algo.surrogate.name == "r2vpo_provisional" and "r2vpo_provisional" not in regs:
+        raise ValueError("algo.surrogate 'r2vpo_provisional' is an unclipped ratio term whose trust region is the regularizer "
+                         "of the same name: add algo.regularizers: [{name: r2vpo_provisional}] (or choose a clipped surrogate)")  # fmt: skip
+    if "epo" in regs and algo.entropy_coef:
+        raise ValueError(f"algo.regularizers 'epo' holds the entropy bonus (its coef); algo.entropy_coef={algo.entropy_coef} "
+                         "would add it a second time: set algo.entropy_coef to 0 (or drop epo)")  # fmt: skip
+    group = cfg.rollout.group_size + algo.group_size_extra
+    micro = cfg.optim.micro_batch_size
+    if "group" in algo.requires() and micro is not None and micro < group:
+        readers = [f"algo.surrogate {algo.surrogate.name!r}"] if "group" in SURROGATES.get(algo.surrogate.name).requires else []
+        readers += [f"algo.regularizers {n!r}" for n in regs if "group" in REGULARIZERS.get(n).requires]
+        raise ValueError(f"{' and '.join(readers) or 'a component'} reads whole groups, but optim.micro_batch_size={micro} is "
+                         f"below the group size {group}: set optim.micro_batch_size >= {group} (or leave it unset)")  # fmt: skip
+    warnings: list[str] = []
+    updates = cfg.optim.epochs * cfg.optim.mini_batches
+    idle = [n for n in regs if n in ("disco_kl", "kl_old", "r2vpo_provisional", "llds")]
+    if idle and updates == 1:
+        msg = (f"algo.regularizers {idle}: a term on pi_theta vs pi_old never acts with one update per batch "
+               "(optim.epochs * optim.mini_batches = 1: the policy is pi_old); raise optim.mini_batches or optim.epochs")  # fmt: skip
+        warnings.append(msg)
+        logging.getLogger("covey").warning(msg)
+    return warnings
 
 
 def _missing(need: str, provided: dict[str, list[str]]) -> str | None:

@@ -1,4 +1,4 @@
-"""dagrpo_provisional: spec objectives-wave2.md §2.16 test vector, reduction to GRPO, edge cases."""
+"""dagrpo_provisional: hand-checked test vector, reduction to GRPO, edge cases."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""disco: spec objectives-wave2.md §2.22 test vectors, gradient equivalence with the released loss, edge cases."""
+"""disco: hand-checked test vectors, gradient equivalence with the released loss, edge cases."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""dcpo and aepo_entropy: spec objectives-wave2.md §2.4 / §2.11 vectors, the controller, the quirk
+"""dcpo and aepo_entropy: hand-checked vectors, the controller, the quirk
 options (DCPO's NaN with no correct row, AEPO's replacement of the first rows) and checkpointed state."""
 
 import math

@@ -1,4 +1,4 @@
-"""hapo (token-level group average): spec objectives-wave2.md §2.10 test vectors, fallback, edge cases."""
+"""hapo (token-level group average): hand-checked test vectors, fallback, edge cases."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""mssr: spec objectives-wave2.md §2.2 test vectors, the spo sampler's posterior, edge cases."""
+"""mssr: hand-checked test vectors, the spo sampler's posterior, edge cases."""
 
 import math
 

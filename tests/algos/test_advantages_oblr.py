@@ -1,4 +1,4 @@
-"""oblr_baseline: spec objectives-wave2.md §2.3 vector (token and sequence variants, zero tail), edge
+"""oblr_baseline: hand-checked vector (token and sequence variants, zero tail), edge
 cases, and the trainer's sum_p2 against a full softmax."""
 
 import math

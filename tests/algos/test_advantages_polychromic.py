@@ -1,4 +1,4 @@
-"""polychromic: spec objectives-wave2.md §2.17 test vectors, both key sources, set modes, edge cases."""
+"""polychromic: hand-checked test vectors, both key sources, set modes, edge cases."""
 
 import pytest
 import torch

@@ -22,6 +22,7 @@ SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa", "spo_tree"}
 NAMES += ["disco", "hapo", "identity", "aepo_entropy"]
 SPECIAL |= {"dcpo", "oblr_baseline", "spo_chain"}  # probe log-probs, sum_p2, MC cut values: own test files
 SPECIAL |= {"gigpo", "hgpo", "salt", "empg"}  # multi-turn episodes: tests/algos/test_step_credit.py
+SPECIAL |= {"rover"}  # batch-level success rate, not per group: tests/algos/test_surrogates_wave2.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 

@@ -1,4 +1,4 @@
-"""spo_chain: spec objectives-wave2.md §2.8 chain vectors (cut points, segment advantages, probability
+"""spo_chain: hand-checked chain vectors (cut points, segment advantages, probability
 mask), whitening, and the `spo_chain` strategy's MC values on a scripted scorer."""
 
 import math

@@ -1,4 +1,4 @@
-"""spo_tree: spec objectives-wave2.md §2.8 tree vector, the code's recursive node values, options, edge cases."""
+"""spo_tree: hand-checked tree vector, the code's recursive node values, options, edge cases."""
 
 import pytest
 import torch

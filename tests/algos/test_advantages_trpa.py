@@ -1,4 +1,4 @@
-"""trpa: spec objectives-wave2.md §2.19 test vector, autograd equality with the released pairwise loss,
+"""trpa: hand-checked test vector, autograd equality with the released pairwise loss,
 the no-pair fallback, edge cases."""
 
 import pytest

@@ -166,9 +166,14 @@ def test_builtin_components_pass_their_return_checks():
         ran.append(name)
     assert {"grpo", "rloo", "gtpo", "drpo"} <= set(ran)
     inp = _loss_inputs()
-    for name in SURROGATES:  # the learner passes the current-policy entropy to surrogates that require it
-        needs_entropy = "entropies" in SURROGATES[name].requires
-        SURROGATES[name].bind({})(LossInputs(inp.logp, inp.old_logp, inp.advantages, inp.mask, torch.rand_like(inp.logp)) if needs_entropy else inp)
+    n = inp.mask.shape[0]
+    for name in SURROGATES:  # the learner passes what a surrogate requires: entropy, statistics, groups, row values
+        needs = SURROGATES[name].requires
+        full = LossInputs(inp.logp, inp.old_logp, inp.advantages, inp.mask, torch.rand_like(inp.logp) if "entropies" in needs else None,
+                          stats={k[5:]: -torch.rand_like(inp.logp) for k in needs if k.startswith("stat:")},
+                          group=torch.zeros(n, dtype=torch.long) if "group" in needs else None,
+                          row={"reward": torch.rand(n), "group_mean": torch.rand(n), "group_std": torch.rand(n)})  # fmt: skip
+        SURROGATES[name].bind({})(full)
     for name in KL_ESTIMATORS:
         _, metrics = KL_ESTIMATORS[name].bind({})(inp.logp, inp.old_logp - 0.1, inp.mask)
         assert metrics["kl/mean"] > 0, name

@@ -1,4 +1,4 @@
-"""Surrogate hapo: spec objectives-wave2.md §2.10 vectors (entropy normalisation, adaptive clip,
+"""Surrogate hapo: hand-checked vectors (entropy normalisation, adaptive clip,
 advantage redistribution, signed variant), a transcription of the released loss, edge cases."""
 
 import math

@@ -277,19 +277,45 @@ def test_dhpo_entropy_mixing_without_entropy_names_the_field():
 
 
 # ---------------------------------------------------------------------------- all surrogates
+REGRESSION = {"reg_grpo_provisional", "rover"}  # they pull the log-ratio to a target: A = 0 still moves r != 1
+
+
+def complete(inp: LossInputs, name: str) -> LossInputs:
+    """`inp` with what the learner adds for the surrogate's `requires` (one group, stats of pi_theta = pi_old)."""
+    needs = SURROGATES[name].requires
+    n, t = inp.mask.shape
+    if "group" in needs or "row" in needs:
+        inp.group = torch.zeros(n, dtype=torch.long)
+        inp.row = {"reward": torch.zeros(n), "group_mean": torch.zeros(n), "group_std": torch.full((n,), 0.5)}
+    for need in needs:
+        if need.startswith("stat:") and need != "stat:entropy":
+            inp.stats[need[5:]] = -torch.full((n, t), 3.0)
+            inp.old_stats[need[5:]] = -torch.full((n, t), 3.0)
+    return inp
+
+
 @pytest.mark.parametrize("name", sorted(SURROGATES))
 def test_zero_advantage_gives_zero_loss_and_gradient(name):
-    inp = inputs([[0.5, 1.0, 2.0]], [0.0], entropy=torch.ones(1, 3))
+    ratio = [[1.0, 1.0, 1.0]] if name in REGRESSION else [[0.5, 1.0, 2.0]]
+    inp = complete(inputs(ratio, [0.0], entropy=torch.ones(1, 3)), name)
     loss, _ = SURROGATES[name].fn(inp)
     assert torch.all(loss == 0)
     assert torch.all(grad_of(loss, inp) == 0)
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSION))
+def test_regression_surrogates_pull_the_log_ratio_back_when_the_advantage_is_zero(name):
+    inp = complete(inputs([[0.5, 1.0, 2.0], [1.0, 1.5, 1.0]], [0.0]), name)
+    inp.group = torch.tensor([0, 0])
+    loss, _ = SURROGATES[name].fn(inp)
+    assert float(loss.detach().sum()) > 0 and bool(grad_of(loss, inp).abs().sum() > 0)
 
 
 @pytest.mark.parametrize("name", sorted(SURROGATES))
 def test_fully_masked_row_adds_nothing_to_the_aggregated_loss(name):
     mask = torch.tensor([[1.0, 1.0], [0.0, 0.0]])
     totals = BatchTotals(num_tokens=2.0, num_seqs=1.0, max_new_tokens=2)
-    inp = inputs([[1.1, 0.9], [3.0, 0.2]], [[1.0], [5.0]], mask=mask, entropy=torch.ones(2, 2))
+    inp = complete(inputs([[1.1, 0.9], [3.0, 0.2]], [[1.0], [5.0]], mask=mask, entropy=torch.ones(2, 2)), name)
     loss, _ = SURROGATES[name].fn(inp)
     value, _ = AGGREGATIONS["token-mean"].fn(loss, mask, totals)
     (g,) = torch.autograd.grad(value, inp.logp)

@@ -67,6 +67,31 @@ def test_tree_strategy_refused_with_vllm_engine():
         assert out.returncode == 2 and "tree forking" in out.stderr and "vllm" in out.stderr, out.stderr
 
 
+def test_config_time_check_refuses_truncation_and_entropies():
+    """`check_config` (run when the config is read) refuses what `generate` would refuse, with the
+    values in the message; untruncated sampling without entropies passes."""
+    from covey.engine.vllm_engine import VllmEngine
+    from covey.train.config import SamplingConfig
+
+    ok = SamplingConfig(temperature=0.7)
+    VllmEngine.check_config({}, ok, {"ref_logprobs"}, "cpu")
+    for bad, shown in ((dict(top_p=0.9), "top_p=0.9"), (dict(top_k=5), "top_k=5"), (dict(min_p=0.1), "min_p=0.1")):
+        with pytest.raises(ValueError, match=f"truncated distribution.*{shown}"):
+            VllmEngine.check_config({}, SamplingConfig(**bad), set(), "cpu")
+    with pytest.raises(ValueError, match="cannot return entropies"):
+        VllmEngine.check_config({}, ok, {"entropies"}, "cpu")
+
+
+@pytest.mark.parametrize("bad, message", [("sampling.top_k=20", "top_k=20"), ("algo.advantage=empg", "cannot return entropies")])
+def test_cli_refuses_unsupported_sampling_before_loading(bad, message):
+    """`covey config show` (the check `covey train` runs first) exits 2 with an `error:` naming the
+    setting, no traceback. Without vLLM installed the install check answers first, also exit 2."""
+    out = _cli("config", "show", "examples/quickstart.yaml", "engine.name=vllm", bad, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error:") and "Traceback" not in out.stderr, out.stderr
+    assert ("engine: engine 'vllm' " + ("" if HAVE_VLLM else "needs the vllm package")) in out.stderr and \
+        (message if HAVE_VLLM else "needs the vllm package") in out.stderr, out.stderr
+
+
 # ------------------------------------------------------------------ with vLLM
 @pytest.fixture(scope="module")
 def tiny():
@@ -237,3 +262,76 @@ def test_lora_syncs_merged_weights(engine, tiny):
     keep = g.completion_mask == 1
     assert (g.logprobs - ref).abs()[keep].max() < 1e-4 and (g.logprobs - plain).abs()[keep].max() > 1e-2
     engine.load_weights(tiny[0])
+
+
+def _interrupt_at_step(monkeypatch, engine, k: int):
+    """Make vLLM's k-th engine step (of the next generate) call `engine.interrupt()`."""
+    core = engine.llm.llm_engine
+    real, calls = core.step, {"n": 0, "answer": []}
+
+    def step():
+        calls["n"] += 1
+        if calls["n"] == k:
+            calls["answer"].append(engine.interrupt())
+        return real()
+
+    monkeypatch.setattr(core, "step", step)
+    return calls
+
+
+@needs_vllm
+def test_interrupt_returns_the_prefix_and_continuation_completes_it(engine, monkeypatch):
+    """`interrupt()` aborts the requests in flight: each row comes back "abort" with the first
+    tokens (and log-probs) of the uninterrupted seeded run; greedy, prompt + partial + continuation
+    (`continue_generation`) is the uninterrupted completion, the partial keeping its version."""
+    from covey.engine.carry import continue_generation
+
+    sp = SamplingParams(max_new_tokens=10, ignore_eos=True, seed=4)
+    full = engine.generate(PROMPTS, 2, sp)
+    calls = _interrupt_at_step(monkeypatch, engine, 4)
+    cut = engine.generate(PROMPTS, 2, sp)
+    monkeypatch.undo()
+    assert calls["answer"] == [True] and cut.finish_reason == ["abort"] * 6
+    k = int(cut.lengths[0])
+    assert 1 <= k < 10 and cut.lengths.tolist() == [k] * 6
+    assert torch.equal(cut.completion_ids, full.completion_ids[:, :k]) and torch.equal(cut.logprobs, full.logprobs[:, :k])
+    assert not engine.llm.llm_engine.has_unfinished_requests()  # nothing left behind in vLLM
+    greedy = SamplingParams(max_new_tokens=10, greedy=True, ignore_eos=True)
+    ref = engine.generate(PROMPTS, 1, greedy)
+    _interrupt_at_step(monkeypatch, engine, 3)
+    part = engine.generate(PROMPTS, 1, greedy)
+    monkeypatch.undo()
+    engine.load_weights(engine_state_of(engine), version=engine.version + 1)  # same weights, new version
+    done = continue_generation(engine, part, greedy)
+    j = int(part.lengths[0])
+    assert done.finish_reason == ["length"] * 3 and torch.equal(done.completion_ids, ref.completion_ids)
+    assert done.policy_version[:, :j].eq(engine.version - 1).all() and done.policy_version[:, j:].eq(engine.version).all()
+    assert (done.logprobs - ref.logprobs).abs().max() < 1e-4
+
+
+def engine_state_of(engine):
+    """The weights the test engine was built from (tiny-llama, seed 3)."""
+    return load("tiny-llama", seed=3)[0].state_dict()
+
+
+@needs_vllm
+def test_interrupt_from_another_thread_does_not_hang(engine):
+    import threading
+    import time
+
+    assert engine.interrupt() is False
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault(
+        "gen", engine.generate(PROMPTS, 4, SamplingParams(max_new_tokens=240, ignore_eos=True, seed=0))))  # fmt: skip
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not engine._running and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.2)
+    assert engine.interrupt() is True
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "generate did not return after interrupt()"
+    gen = result["gen"]
+    assert gen.finish_reason == ["abort"] * 12 and int(gen.lengths.max()) < 240
+    assert engine.interrupt() is False and not engine.llm.llm_engine.has_unfinished_requests()
+    assert engine.generate(PROMPTS[:1], 1, SamplingParams(max_new_tokens=3, ignore_eos=True)).finish_reason == ["length"]

@@ -134,3 +134,15 @@ def test_covey_list_shows_the_environments():
     res = CliRunner().invoke(app, ["list", "environment"])
     assert res.exit_code == 0 and "environment (env)" in res.output
     assert "maze" in res.output and "calculator" in res.output
+
+
+def test_env_config_refuses_reward_functions_and_shaping_it_would_not_apply():
+    base = ["env.name=maze", "rollout.strategy.name=episodes", "task.name=maze"]
+    with pytest.raises(ConfigError, match="rewards: reward functions are not applied to episodes"):
+        load_config(None, [*base, "rewards=[{name: format}]"])
+    with pytest.raises(ConfigError, match="algo.overlong: overlong shaping is not applied to episodes"):
+        load_config(None, [*base, "algo.overlong.buffer_frac=0.2"])
+    with pytest.raises(ConfigError, match="algo.kl.mode reward: .* use algo.kl.mode loss"):
+        load_config(None, [*base, "algo.kl.coef=0.1", "algo.kl.mode=reward"])
+    assert load_config(None, [*base, "algo.kl.coef=0.1", "algo.kl.mode=loss"]).algo.kl.coef == 0.1
+    assert load_config(None, [*base, "algo.preset=loop"]).algo.advantage.name == "rloo"

@@ -34,7 +34,7 @@ def test_stats_of_hand_logits():
     z = torch.tensor([[1.0, 0.0, -1.0], [2.0, 2.0, 2.0]])
     lse = torch.logsumexp(z, -1)
     sp2, vm = token_stats_from_logits(z, lse, ("sum_p2", "vocab_mean_logp"))
-    assert vm[0].item() == pytest.approx(-1.4076, abs=1e-4)  # spec objectives-wave2 §2.23: u(z = [1, 0, -1])
+    assert vm[0].item() == pytest.approx(-1.4076, abs=1e-4)  # hand-checked: u(z = [1, 0, -1])
     p = torch.softmax(z[0], -1)
     assert sp2[0].item() == pytest.approx(float((p**2).sum()), abs=1e-6)
     assert sp2[1].item() == pytest.approx(1 / 3, abs=1e-6) and vm[1].item() == pytest.approx(-torch.log(torch.tensor(3.0)).item(), abs=1e-6)

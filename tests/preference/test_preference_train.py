@@ -10,18 +10,10 @@ from covey.train.config import ConfigError, load_config
 from covey.train.metrics import read_metrics
 from covey.train.trainer import Trainer
 
-DIGITS = '''
-def digit_fraction(prompts, completions, **columns):
-    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
-    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
-'''
-
-
 @pytest.fixture
-def digits(tmp_path, monkeypatch):
-    (tmp_path / "pref_rewards.py").write_text(DIGITS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return "pref_rewards:digit_fraction"
+def digits(toy_reward_module):
+    """A dense toy reward (tests/conftest.py): online groups nearly always hold a preference."""
+    return toy_reward_module
 
 
 @pytest.fixture

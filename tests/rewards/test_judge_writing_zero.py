@@ -19,7 +19,7 @@ from covey.rollouts import Rollouts
 @pytest.mark.parametrize(("o1", "o2", "m"), [((6, 4), (4, 6), 2.0), ((3, 7), (6, 4), -3.0),
                                              ((5, 5), (6, 4), -1.0), ((5, 5), (5, 5), 0.0)])
 def test_pair_margin_spec_vectors(o1, o2, m):
-    # objectives-wave2 §2.29 (e): order 1 = (s_i, s_ref), order 2 = (s_ref', s_i')
+    # hand-checked (Writing-Zero): order 1 = (s_i, s_ref), order 2 = (s_ref', s_i')
     assert pair_margin(o1, o2) == m
 
 

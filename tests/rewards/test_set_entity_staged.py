@@ -1,5 +1,4 @@
-"""ps_grpo, consistency, entity_match, staged and medix against the spec's vectors (rewards-eval-diffusion
-§2.1, §2.2, §2.8, §2.9, §2.12) and their edge cases, alone and through the runner."""
+"""ps_grpo, consistency, entity_match, staged and medix against the spec's vectors and their edge cases, alone and through the runner."""
 
 import math
 

@@ -426,3 +426,46 @@ def test_episodes_resume_exactly_after_sigkill(tmp_path):
            "log": {"report_to": ["jsonl"], "progress": False, "dir": str(tmp_path)}}  # fmt: skip
     a, _, _ = kill_and_resume(tmp_path, cfg, kill_at=2)
     assert [r["step"] for r in a] == [1, 2, 3] and any(r["adv/std"] > 0 for r in a)
+
+
+# ---------------------------------------------------------------------------- samples.jsonl
+@pytest.mark.parametrize("layout", ["concat", "per_step"])
+def test_samples_show_whole_episodes_turn_by_turn_with_roles(layout):
+    from covey.train.metrics import sample_rows
+
+    moves = ["right", "?", "down"]
+    tok, engine = tiny_script(lambda p, k: moves[k])
+    item = maze_item(0)
+    batch, _ = strategy({"name": "maze"}, max_turns=3, layout=layout).rollout([item], context([item], engine, tok, group=2))
+    assert item.get("transcript") is None  # the task's item is not changed
+    rows = sample_rows(batch, tok, 5)
+    assert len(rows) == 2 and [r["group"] for r in rows] == [0, 0]  # one sample per episode, in both layouts
+    ep = rows[0]["episode"]
+    assert [m["role"] for m in ep] == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert ep[0] == item["prompt"][0]
+    assert [(m["content"], m["turn"], m["reward"], m["finish_reason"]) for m in ep if m["role"] == "assistant"] == [
+        ("right", 0, 0.0, "stop"), ("?", 1, 0.0, "stop"), ("down", 2, 0.0, "stop")]
+    assert ep[2] == {"role": "user", "content": "OK.\n.A#\n#..\n#.G", "turn": 0}
+    assert ep[4]["turn"] == 1 and ep[6]["content"] == "OK.\n..#\n#A.\n#.G" and rows[0]["episode_end"] == "max_turns"
+
+
+# ---------------------------------------------------------------------------- held-out eval
+def test_evaluate_episodes_plays_one_greedy_episode_per_item():
+    from covey.eval.episodes import evaluate_episodes
+
+    tok = build_tiny_tokenizer()
+    solve = ["right", "down", "down", "right"]  # solves MAZE; the other maze's agent only goes up
+    engine = ScriptedEngine(lambda p, k: (tok.encode(solve[k] if "A.#" in tok.decode(p) else "up") + [tok.eos_token_id], "stop"))
+    items = [maze_item(0), {"id": 1, "prompt": "x", "maze": ["A#G", ".#.", "..."]}]
+    st = strategy({"name": "maze", "max_steps": 4}, max_turns=6)
+    out = evaluate_episodes(engine, tok, st, items, max_new_tokens=8, seed=3)
+    assert out == {"accuracy": 0.5, "episodes": 2.0, "failed": 0.0, "return_mean": 0.5, "length_mean": 4.0}
+    assert [len(c["prompts"]) for c in engine.calls] == [2, 2, 2, 2]  # one episode per item, 4 turns
+    seen = []
+    engine = ScriptedEngine(lambda p, k: (tok.encode("up") + [tok.eos_token_id], "stop"))
+    generate = engine.generate
+    engine.generate = lambda prompts, n, sampling: seen.append(sampling) or generate(prompts, n, sampling)
+    crash = strategy({"name": "tests.strategies.test_episodes:FlakyEnv", "mode": "reset_crash"}, max_turns=2)
+    out = evaluate_episodes(engine, tok, crash, [maze_item(0), maze_item(1)], max_new_tokens=8)
+    assert out["accuracy"] == 0.0 and out["failed"] == 1.0 and out["episodes"] == 2.0  # item 1's reset crashes
+    assert seen and all(s.greedy for s in seen)

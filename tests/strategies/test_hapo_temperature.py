@@ -1,4 +1,4 @@
-"""HAPO's entropy-adaptive per-token sampling temperature: spec objectives-wave2.md §2.10 vector (released
+"""HAPO's entropy-adaptive per-token sampling temperature: hand-checked vector (released
 and signed), the engine's per-row temperatures, the strategy's state."""
 
 import pytest

@@ -10,22 +10,6 @@ from covey.train.metrics import read_metrics
 from covey.train.trainer import Trainer
 from tests._kill_resume import kill_and_resume
 
-TOY_REWARDS = '''
-def digit_fraction(prompts, completions, **columns):
-    """Dense toy reward: the fraction of completion characters that are digits (chat prompts give
-    TRL's [{"role": "assistant", "content": ...}] completions)."""
-    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
-    return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
-'''
-
-
-@pytest.fixture
-def toy_reward_module(tmp_path, monkeypatch):
-    (tmp_path / "toy_rewards.py").write_text(TOY_REWARDS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return "toy_rewards:digit_fraction"
-
-
 def _cfg(tmp_path, *overrides):
     base = [
         "model.name=tiny-llama",

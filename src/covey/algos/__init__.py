@@ -4,7 +4,7 @@
 Importing this package registers every built-in component.
 """
 
-from covey.algos import advantages, aggregation, corrections, kl, surrogates  # noqa: F401  (fill registries)
+from covey.algos import advantages, aggregation, corrections, kl, regression, regularizers, surrogates  # noqa: F401  (fill registries)
 from covey.algos.aggregation import batch_totals
 from covey.algos.kl import entropy_bonus, kl_reward_penalty
 from covey.algos.shaping import overlong_penalty
@@ -20,6 +20,7 @@ from covey.algos.registry import (
     CorrectionInputs,
     LossInputs,
 )
+from covey.algos.regularizers import REGULARIZERS
 
 REGISTRIES = {
     "advantage": ADVANTAGES,
@@ -27,6 +28,7 @@ REGISTRIES = {
     "aggregation": AGGREGATIONS,
     "kl": KL_ESTIMATORS,
     "correction": CORRECTIONS,
+    "regularizer": REGULARIZERS,
 }
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "CORRECTIONS",
     "KL_ESTIMATORS",
     "REGISTRIES",
+    "REGULARIZERS",
     "SURROGATES",
     "AdvantageResult",
     "BatchTotals",

@@ -123,6 +123,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_gen_batches": 10,
         "reference_reset": {"every": 200, "reset_optimizer": True},
     },
+    "loop": {  # apple/ml-loop 6ade7b9 conf/rl/params/default.yaml + train.py: leave_one_out baseline,
+        # adv_normalization false, pg_per_token with clip [1/(1+eps), 1+eps], eps 0.1 (eps_low =
+        # 1 - 1/1.1), loss = mean over the rollout's tokens, rloo_kl_lambda 0 (no KL)
+        "advantage": {"name": "rloo"},
+        "surrogate": {"name": "ppo_clip", "eps_low": 1 - 1 / 1.1, "eps_high": 0.1},
+        "aggregation": {"name": "seq-mean-token-mean"},
+    },
 }
 
 
@@ -143,6 +150,7 @@ PRESET_NOTES: dict[str, str] = {
     "luspo": "LUSPO: length-unbiased sequence ratio, clip 2e-3 / 2.5e-3 (TRL)",
     "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
     "prorl": "ProRL (arXiv 2505.24864): clip 0.2 / 0.4, dynamic sampling, k3 KL kept, reference + optimizer reset every 200 steps",
+    "loop": "LOOP (arXiv 2502.01600): leave-one-out PPO over episodes, per-token clip 1/1.1 .. 1.1, no KL (apple/ml-loop)",
 }
 """One line per preset for `covey list` (sources and choices in docs/algorithms.md, "Presets")."""
 
@@ -369,6 +377,9 @@ class AlgoConfig(_Strict):
     """ProRL: reset the reference model to the policy (and the optimizer state) on a schedule."""
     logprob_source: LogprobSourceSpec | None = None
     """BuPO: the learner's log-probs from an internal layer for the first steps."""
+    regularizers: list[Spec] = Field(default_factory=list)
+    """Extra loss terms (`covey.algos.regularizers`), each `{name, ...params}`, in order; a list in
+    the user's config replaces the preset's."""
 
     @model_validator(mode="after")
     def _check_components(self) -> AlgoConfig:
@@ -387,6 +398,18 @@ class AlgoConfig(_Strict):
         if self.reference_reset is not None and "ref_logprobs" not in self.requires():
             raise ValueError("algo.reference_reset resets the reference model, but no component uses one: "
                              "set algo.kl with coef > 0 (or drop reference_reset)")  # fmt: skip
+        from covey.algos.regularizers import REGULARIZERS
+
+        seen: set[str] = set()
+        for i, spec in enumerate(self.regularizers):
+            if spec.name in seen:
+                raise ValueError(f"algo.regularizers[{i}]: {spec.name!r} is listed twice; give each regularizer once")
+            seen.add(spec.name)
+            try:
+                spec.params.update(REGULARIZERS.get(spec.name).validate_params(spec.params))
+                REGULARIZERS.build(spec.name, spec.params)  # its own checks of its parameters (cheap, no state)
+            except ValueError as e:
+                raise ValueError(f"algo.regularizers[{i}]: {e}") from None
         return self
 
     def active(self) -> dict[str, Spec]:
@@ -404,8 +427,12 @@ class AlgoConfig(_Strict):
         return None if spec is None else _AXES[axis].get(spec.name).bind(spec.params)
 
     def requires(self) -> set[str]:
-        """Optional Rollouts fields the active components read (e.g. "ref_logprobs", "entropies")."""
-        return {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+        """Optional Rollouts fields and learner inputs the active components read (e.g. "ref_logprobs",
+        "entropies", "stat:vocab_mean_logp", "group"), regularizers included."""
+        from covey.algos.regularizers import REGULARIZERS
+
+        out = {f for axis, spec in self.active().items() for f in _AXES[axis].get(spec.name).requires}
+        return out | {f for spec in self.regularizers for f in REGULARIZERS.get(spec.name).requires}
 
 
 # ---------------------------------------------------------------------------- resolution

@@ -23,7 +23,7 @@ and its metrics (a dict of floats the learner or trainer only gathers into the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from torch import Tensor
@@ -52,13 +52,34 @@ class AdvantageResult(NamedTuple):
 
 @dataclass
 class LossInputs:
-    """What a surrogate sees. All [N, T]; `advantages` already broadcast to tokens."""
+    """What a surrogate (and a regularizer) sees. Token tensors are [N, T]; `advantages` already
+    broadcast to tokens. The optional fields are filled only when a configured component declares
+    it reads them (registry `requires`):
+
+      entropy    "entropies" or "stat:entropy"     current-policy token entropy (with gradient)
+      stats      "stat:sum_p2", "stat:vocab_mean_logp"   current-policy statistics, no gradient
+      old_stats  the same names                    pi_old's statistics (recomputed with old_logp;
+                                                   the current ones, detached, when pi_old is the
+                                                   sampling policy and was not recomputed)
+      group      "group"                           [N] long group ids; the learner keeps whole groups
+                                                   in one micro-batch and one mini-batch
+      row        "row" (or "group")                per-row values [N]: "reward" (scalar reward),
+                                                   "group_mean", "group_std" (unbiased) over the
+                                                   whole group
+      turn       (always, when the batch has it)   [N, T] long agent turn of each token (multi-turn
+                                                   episodes; -1 on env tokens), None for single-turn
+    """
 
     logp: Tensor  # current policy, carries gradient
     old_logp: Tensor  # pi_old (or proximal policy), no gradient
     advantages: Tensor
     mask: Tensor  # float 0/1
     entropy: Tensor | None = None  # current-policy token entropy, where a method needs it
+    stats: dict[str, Tensor] = field(default_factory=dict)
+    old_stats: dict[str, Tensor] = field(default_factory=dict)
+    group: Tensor | None = None
+    row: dict[str, Tensor] = field(default_factory=dict)
+    turn: Tensor | None = None
 
 
 @dataclass

@@ -62,6 +62,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("advantage", "tppo"): ("partial", "EGAE from the paper; value head a covey stand-in"),
     ("advantage", "treepo"): ("code", "multimodal-art-projection/TreePO f055523"),
     ("advantage", "trpa"): ("code", "XueruiSu/Trust-Region-Preference-Approximation f372585ed6ec (advantage part)"),
+    ("advantage", "rover"): ("code", "yuxiaooye/ROVER ea5ce635ee03 compute_rover_outcome_advantage"),
     ("advantage", "xrpo"): ("partial", "review summary and a third-party re-implementation"),
     # ------------------------------------------------------------------ surrogate
     ("surrogate", "cispo"): ("framework", f"{_V} compute_policy_loss_cispo, {_T} loss_type=cispo"),
@@ -71,7 +72,11 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("surrogate", "hapo"): ("code", "starriver030515/HAPO 7671dde3e268"),
     ("surrogate", "luspo"): ("framework", f"{_T} loss_type=luspo"),
     ("surrogate", "ppo_clip"): ("framework", f"{_V} compute_policy_loss_vanilla"),
+    ("surrogate", "etr_provisional"): ("reconstructed", "abstract; no code released"),
+    ("surrogate", "r2vpo_provisional"): ("reconstructed", "abstract; no code released"),
+    ("surrogate", "reg_grpo_provisional"): ("reconstructed", "abstract; code announced, not available"),
     ("surrogate", "reinforce"): ("framework", "textbook REINFORCE; verl / TRL on-policy loss"),
+    ("surrogate", "rover"): ("code", "yuxiaooye/ROVER ea5ce635ee03 compute_rover_loss"),
     ("surrogate", "sapo"): ("framework", f"{_V} compute_policy_loss_sapo, {_T}"),
     # ------------------------------------------------------------------ aggregation
     ("aggregation", "seq-mean-token-mean"): ("framework", f"{_V} agg_loss"),
@@ -88,6 +93,12 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("kl", "k3"): ("framework", f"{_V} kl_penalty_forward, {_T} _compute_loss"),
     ("kl", "k3+"): ("framework", f"{_V} kl_penalty_forward"),
     ("kl", "low_var_kl"): ("framework", f"{_V} kl_penalty_forward"),
+    # ------------------------------------------------------------------ regularizer
+    ("regularizer", "disco_kl"): ("code", "Optimization-AI/DisCO bd2b07812934 (KL constraint)"),
+    ("regularizer", "epo"): ("partial", "WujiangXu/EPO 5b6fa98e0346; default penalty a reading of the paper"),
+    ("regularizer", "kl_old"): ("code", "XueruiSu/Trust-Region-Preference-Approximation f372585ed6ec"),
+    ("regularizer", "llds"): ("partial", "third-party verl fork compute_llds_loss; not the authors' code"),
+    ("regularizer", "r2vpo_provisional"): ("reconstructed", "abstract; no code released"),
     # ------------------------------------------------------------------ correction
     ("correction", "decoupled"): ("code", "AReaL ppo_actor_loss_fn"),
     ("correction", "mis"): ("framework", f"{_T} vllm_importance_sampling_mode"),
@@ -102,6 +113,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("preset", "grpo"): ("partial", "DeepSeekMath; beta 0.04 recalled"),
     ("preset", "gspo"): ("framework", "paper §5.1 via TRL / verl example"),
     ("preset", "gtpo"): ("code", "winstonsmith1897/GTPO"),
+    ("preset", "loop"): ("code", "apple/ml-loop 6ade7b9"),
     ("preset", "luspo"): ("framework", f"{_T}"),
     ("preset", "mc_grpo"): ("code", "lotusroot-kim/MC-GRPO recipe"),
     ("preset", "ngrpo"): ("code", "nangongrui-ngr/NGRPO script"),

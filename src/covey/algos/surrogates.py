@@ -471,3 +471,72 @@ def hapo(
     metrics.update(masked_summary(r, inp.mask, "surrogate/ratio"))
     metrics.update(masked_summary(h_hat, inp.mask, "surrogate/h_hat", stats=("mean",)))
     return loss, metrics
+
+
+# ---------------------------------------------------------------------------- per-sample trust regions
+@register_surrogate(
+    "etr_provisional",
+    paper="Outcome-Guided Elastic Trust Regions (UNVERIFIED reconstruction)",
+    arxiv="2601.03723",
+    requires=("row",),
+)  # fmt: skip
+def etr_provisional(
+    inp: LossInputs,
+    *,
+    eps_low: NonNeg = 0.2,
+    eps_high: NonNeg = 0.28,
+    kappa: NonNeg = 0.5,
+    scale: Positive = 0.5,
+    log_ratio_clamp: Positive | None = 20.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """ETR (UNVERIFIED reconstruction): PPO clip with per-sample bounds, wider for large |A| and for
+    groups with a high reward spread.
+
+    Paper: ETR, Outcome-Guided Elastic Trust Regions (arXiv 2601.03723). UNVERIFIED: only the abstract's mechanism (micro level: |A|; macro level: the group's
+    reward variance) was read, no code; the parametrisation is covey's:
+
+        A_i      = masked row mean of the token advantages;  sigma_g = unbiased std of the group's rewards
+        e_i      = 1 + kappa |A_i| sigma_g / scale       (= 1 + 2 kappa |r_i - mean_g r| for GRPO, scale 0.5)
+        loss     = max(-A r, -A clip(r, 1 - eps_low e_i, 1 + eps_high e_i))                     [N, T]
+
+    sigma_g comes from `LossInputs.row["group_std"]` (whole-batch groups; requires "row"). Defaults:
+    eps 0.2 / 0.28 (DAPO's), kappa 0.5, scale 0.5 (suggested, not the paper's). Edge cases:
+    zero-variance groups have A = 0 (no update whatever the bounds); kappa = 0 is `ppo_clip`.
+    Metrics: surrogate/clip_frac(_low/_high), ratio, surrogate/eps_scale_mean.
+    """
+    _check(inp)
+    if "group_std" not in inp.row:
+        raise ValueError("surrogate 'etr_provisional' needs LossInputs.row['group_std'] (the learner fills it when 'row' is required)")
+    adv = inp.advantages
+    e = 1.0 + kappa * _seq_advantage(inp).abs() * inp.row["group_std"].to(adv.dtype) / scale  # [N]
+    lo, hi = (eps_low * e)[:, None], (eps_high * e)[:, None]
+    ratio = torch.exp(_log_ratio(inp, log_ratio_clamp))
+    loss = torch.maximum(-adv * ratio, -adv * torch.minimum(torch.maximum(ratio, 1.0 - lo), 1.0 + hi))
+    r = ratio.detach()
+    flags = {"clip_frac_low": (adv < 0) & (r < 1.0 - lo), "clip_frac_high": (adv > 0) & (r > 1.0 + hi)}
+    metrics = _fracs(inp.mask, clip_frac=flags["clip_frac_low"] | flags["clip_frac_high"], **flags)
+    metrics.update(masked_summary(r, inp.mask, "surrogate/ratio"))
+    metrics.update(masked_summary(e[:, None].expand_as(r), inp.mask, "surrogate/eps_scale", stats=("mean",)))
+    return loss, metrics
+
+
+@register_surrogate(
+    "r2vpo_provisional",
+    paper="Ratio-Variance Regularized Policy Optimization (UNVERIFIED reconstruction)",
+    arxiv="2601.03320",
+)  # fmt: skip
+def r2vpo_provisional(inp: LossInputs, *, log_ratio_clamp: Positive | None = 20.0) -> tuple[Tensor, dict[str, float]]:
+    """R2VPO (UNVERIFIED reconstruction): the unclipped ratio term; its trust region is the
+    `r2vpo_provisional` regularizer (lambda * Var(ratio) with a dual update of lambda).
+
+    Paper: arXiv 2601.03320 (no code, no equations read):
+
+        loss = -r A,   r = exp(clamp(logp - old_logp, +-log_ratio_clamp))        [N, T]
+
+    With token-mean aggregation plus the regularizer: loss = -token-mean(r A) + lambda Var_tok(r)
+    (spec vector: ratios [1.1, 0.9, 1.3], A [1, -1, 1], lambda 0.5 -> -0.4867). A config with this
+    surrogate and without the regularizer is refused (no clip and no constraint).
+    """
+    _check(inp)
+    ratio = torch.exp(_log_ratio(inp, log_ratio_clamp))
+    return -inp.advantages * ratio, masked_summary(ratio.detach(), inp.mask, "surrogate/ratio")

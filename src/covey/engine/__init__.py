@@ -2,7 +2,8 @@
 
 The seam is a set of named protocols (`covey.engine.base`): `Engine` (generate, load_weights,
 close, pad_token_id, version), `ForkingEngine` (tree_session -> a `TreeSession` of `Row`s that
-fork and stop independently) and `HiddenStatesEngine` (hidden_states). Rollout strategies declare
+fork and stop independently), `HiddenStatesEngine` (hidden_states) and `InterruptibleEngine`
+(interrupt: a weight update cuts `generate` short; `covey.engine.carry` continues the rows). Rollout strategies declare
 which they need; the config check refuses an engine that lacks one, by name.
 
 `TorchEngine` implements all three for Llama-family HF models with a hand-written KV-cache decode
@@ -18,6 +19,7 @@ from covey.engine.base import (
     ForkingEngine,
     Generation,
     HiddenStatesEngine,
+    InterruptibleEngine,
     Row,
     SamplingParams,
     TreeSession,
@@ -35,6 +37,7 @@ __all__ = [
     "ForkingEngine",
     "Generation",
     "HiddenStatesEngine",
+    "InterruptibleEngine",
     "KVCache",
     "Row",
     "SamplingParams",

@@ -12,6 +12,10 @@ config is read (`missing_protocols`), never at the first tree step:
                         (treepo, branch, latr, april, arrol, tppo)
     HiddenStatesEngine  + hidden_states(sequences) -> per sequence [L, H] final hidden states of the
                         weights the engine holds (arrol's quality head, tppo's value head)
+    InterruptibleEngine + interrupt() -> bool: thread-safe; the `generate` call in flight stops at its
+                        next token and returns what it has (rows cut short: finish reason "abort");
+                        `covey.engine.carry.continue_generation` continues them as prompt + partial
+                        under the weights loaded since (the async executor's weight updates)
 
 Engines are built as ``factory(model, tokenizer, **params)`` from config ``engine: {name, ...}``
 (registered in `ENGINES`, or an import path). The check works on the factory's class (or its
@@ -21,8 +25,8 @@ A rollout strategy declares what it needs as ``engine_protocols = (ForkingEngine
 (`covey.strategies.base.check_engine_protocols`). The strategy turns a `Generation` (or finished
 `Row`s) into a `Rollouts` batch (it alone assigns groups and prompt ids).
 
-A new capability (e.g. the async design's pause/resume) is added the same way: a protocol here, an
-entry in `ENGINE_PROTOCOLS`, and the strategies that need it declare it.
+A new capability is added the same way: a protocol here, an entry in `ENGINE_PROTOCOLS`, and the
+strategies (or executors) that need it declare it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ __all__ = [
     "ForkingEngine",
     "Generation",
     "HiddenStatesEngine",
+    "InterruptibleEngine",
     "Row",
     "SamplingParams",
     "TemperatureRuleEngine",
@@ -108,7 +113,8 @@ class Generation:
     completion_mask:[N, T] float32, 1.0 on generated tokens.
     logprobs:       [N, T] float32, log-prob of each sampled token under the (tempered) sampling
                     distribution of the weights that produced it; 0 on padding.
-    finish_reason:  N strings, "stop" or "length".
+    finish_reason:  N strings, "stop" or "length"; "abort" for a row cut short by
+                    `InterruptibleEngine.interrupt` (its tokens so far are kept).
     prompt_index:   [N] long, which of the P prompts each row continues.
     entropies:      [N, T] float32 or None (when `SamplingParams.return_entropies`).
     policy_version: [N, T] long or None, the weights version that produced each token.
@@ -248,11 +254,25 @@ class TemperatureRuleEngine(Engine, Protocol):
     temperature_rules: bool
 
 
+class InterruptibleEngine(Engine, Protocol):
+    """An engine whose `generate` can be cut short from another thread (a weight update of the async
+    executor): the rows in flight come back with their tokens, log-probs and policy versions so far
+    and continue later from prompt + partial (`covey.engine.carry.continue_generation`)."""
+
+    def interrupt(self) -> bool:
+        """Thread-safe. Ask the `generate` call in flight to stop after the token it is sampling: it
+        returns at once with every unfinished row cut where it stands (finish reason "abort"; rows
+        not started yet come back empty, also "abort"). True when a call was in flight, False when
+        none was (then nothing happens: a later call is not affected)."""
+        ...
+
+
 ENGINE_PROTOCOLS: dict[type, str] = {
     Engine: "generate, load_weights, close",
     ForkingEngine: "tree forking",
     HiddenStatesEngine: "the policy's hidden states",
     TemperatureRuleEngine: "per-token temperature rules",
+    InterruptibleEngine: "interruptible generation",
 }
 """Each engine protocol a strategy may declare, with the words that name it in errors."""
 

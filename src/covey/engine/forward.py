@@ -21,6 +21,18 @@ Devices: every tensor lives on the model's device (the weights' device); tables 
 there. On CPU a bf16 copy is oneDNN pre-packed (`torch.ops.mkldnn`, CPU-only); on CUDA the weights
 are plain bf16 tensors (`F.linear`) and decode attention goes through `scaled_dot_product_attention`.
 
+int8 (`quantize="int8"`, CPU): the decoder's linear layers (q/k/v, o, gate/up, down) run as
+torch's dynamically quantized linear (`torch.ops.quantized.linear_dynamic`: weights int8 per output
+channel, symmetric; activations quantized per tensor on the fly from fp32, int8 matmul via fbgemm /
+oneDNN, fp32 out, cast back to the engine dtype); the embedding, norms, attention and LM head stay
+in the engine dtype (vLLM's and FlashRL's quantized rollouts keep the head too). `repack` re-quantizes from the fp32 copy after every weight load.
+torch marks its quantized-tensor functions deprecated in favour of torchao (not a covey dependency).
+Provenance: Sol-RL ("FP4 Explore, BF16 Train", Li et al. 2026, NVIDIA/HKU/MIT) generates a diffusion
+model's rollouts in NVFP4 and optimises in BF16, regenerating only the best/worst-K candidates in
+BF16; covey takes its principle for LLM rollouts (low-precision generation, full-precision learner,
+the gap corrected by TIS/MIS as FlashRL does). Reconstructed, not checked against released code;
+the selective regeneration and fp8/fp4 on GPUs are not built.
+
 This module covers the tensor math; sampling, stopping and the loop live in `torch_engine.py`.
 """
 
@@ -80,9 +92,15 @@ class DecoderWeights:
     rope_sin: Tensor
     act: str
     packed_head: Tensor | None = None
+    quantize: str | None = None  # "int8": decoder linears as dynamically quantized int8 (CPU)
 
     def repack(self, batch_hint: int = 64) -> None:
-        """(Re)build the oneDNN packed weights after the plain ones changed (no-op when unused)."""
+        """(Re)build the oneDNN packed (or int8-quantized) weights after the plain ones changed
+        (no-op when unused)."""
+        if self.quantize == "int8":
+            for lw in self.layers:
+                lw.packed = {"qkv": _int8(lw.wqkv, lw.bqkv), "o": _int8(lw.wo), "gu": _int8(lw.w_gu), "down": _int8(lw.w_down)}
+            return
         if not (self.layers and self.layers[0].wqkv is not None and _can_pack(self.embed)):
             return
         pack = torch.ops.mkldnn._reorder_linear_weight
@@ -131,14 +149,19 @@ def _check_supported(model) -> None:
         raise NotImplementedError("TorchEngine needs a plain HF model; merge LoRA adapters first (merge_and_unload)")
 
 
-def pack_weights(model, dtype: torch.dtype, max_positions: int) -> DecoderWeights:
+def pack_weights(model, dtype: torch.dtype, max_positions: int, quantize: str | None = None) -> DecoderWeights:
     """Collect `model`'s tensors in `dtype`: views of the parameters for an fp32 model in fp32, else a
-    fused (and, for bf16, oneDNN pre-packed) copy."""
+    fused (and, for bf16, oneDNN pre-packed) copy; `quantize="int8"` (CPU) adds int8 copies of the
+    decoder linears (a fused copy in `dtype` keeps the weights they are quantized from)."""
     _check_supported(model)
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+    if quantize and model.device.type != "cpu":
+        raise ValueError(f"quantize='int8' runs on the CPU (torch's quantized linear), the model is on {model.device.type}")
     base = model.model
     # Share the parameters only for fp32 (the learner's model: weight sync is then free). bf16 always
     # gets its own fused, pre-packed copy: faster, and a bf16 learner model is rare.
-    copy = base.embed_tokens.weight.dtype != dtype or dtype != torch.float32
+    copy = base.embed_tokens.weight.dtype != dtype or dtype != torch.float32 or quantize is not None
 
     def cvt(t: Tensor | None) -> Tensor | None:
         return None if t is None else t.detach().to(dtype, copy=copy)
@@ -175,6 +198,7 @@ def pack_weights(model, dtype: torch.dtype, max_positions: int) -> DecoderWeight
         rope_cos=cos.to(dtype),
         rope_sin=sin.to(dtype),
         act=getattr(cfg, "hidden_act", "silu"),
+        quantize=quantize,
     )
     w.repack()
     return w
@@ -190,10 +214,24 @@ def _can_pack(t: Tensor) -> bool:
     )
 
 
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed: Tensor | None) -> Tensor:
-    if packed is not None:
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed) -> Tensor:
+    if packed is None:
+        return F.linear(x, weight, bias)
+    if isinstance(packed, Tensor):
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-    return F.linear(x, weight, bias)
+    return torch.ops.quantized.linear_dynamic(x.float(), packed).to(x.dtype)  # int8; the bias is packed with the weight
+
+
+def _int8(weight: Tensor, bias: Tensor | None = None):
+    """`weight` [out, in] fp32 as torch's packed int8 linear: symmetric per-output-channel scales
+    max|w| / 127 (zero point 0), `bias` fp32 packed with it."""
+    import warnings
+
+    scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
+    with warnings.catch_warnings():  # torch deprecates its quantized tensors in favour of torchao
+        warnings.simplefilter("ignore", UserWarning)
+        q = torch.quantize_per_channel(weight.float(), scale, torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(q, None if bias is None else bias.float())
 
 
 def _fuse(lw: LayerWeights) -> None:

@@ -8,13 +8,18 @@ engine checks it when it is built) and refuses an unsupported model in one line.
 configuration (`covey.train.config.validate_config`) calls it, so `covey config show` and `covey
 train` refuse the same models before a run folder is made or a model loads.
 
+`check_engine_config` runs an engine class's own check of the run's settings, ``check_config(params,
+sampling, needs, device)`` (a classmethod raising ValueError; vllm: truncated sampling, entropies),
+so a combination the engine cannot serve is refused when the config is read, not at the first
+`generate`.
+
 `engine_takes_dtype` says whether an engine's factory has a ``dtype`` parameter: the trainer then
 gives it the learner's dtype (model.dtype) when ``engine.dtype`` is unset or ``auto``.
 """
 
 from __future__ import annotations
 
-__all__ = ["UnsupportedModel", "check_model_support", "engine_model_types", "engine_takes_dtype"]
+__all__ = ["UnsupportedModel", "check_engine_config", "check_model_support", "engine_model_types", "engine_takes_dtype"]
 
 
 class UnsupportedModel(ValueError):
@@ -60,3 +65,23 @@ def check_model_support(model: str, engine: str) -> None:
         return
     raise UnsupportedModel(f"model {model!r} (model_type {kind}) is not supported by engine {engine!r}; "
                            f"supported: {', '.join(supported)}")  # fmt: skip
+
+
+def check_engine_config(cfg) -> None:
+    """Raise ValueError (one line, starting "engine:") when engine `cfg.engine` cannot serve the run
+    `cfg` (a `covey.train.config.RunConfig`): the engine class's ``check_config(params, sampling,
+    needs, device)`` sees its params, the `sampling:` section, the optional `Rollouts` fields the
+    algorithm and sampler read (``"entropies"``, ...) and the device the run resolves to ("cpu",
+    "cuda", "cuda:1"). Engines without the hook accept every run."""
+    from covey.engine import ENGINES
+    from covey.samplers import SAMPLERS
+
+    check = getattr(ENGINES.get(cfg.engine.name).fn, "check_config", None)
+    if check is None:
+        return
+    sampler = SAMPLERS.get(cfg.sampler_spec().name).fn
+    needs = set(cfg.algo.requires()) | set(getattr(sampler, "requires", ()) or ())
+    try:
+        check(dict(cfg.engine.params), cfg.sampling, needs, cfg.resolved_device())
+    except ValueError as e:
+        raise ValueError(f"engine: {e}") from None

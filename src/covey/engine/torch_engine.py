@@ -43,6 +43,9 @@ architectures outside `forward.SUPPORTED`.
 
 from __future__ import annotations
 
+import threading
+from typing import Literal
+
 import torch
 from torch import Tensor
 
@@ -72,6 +75,9 @@ class TorchEngine:
     max_cache_bytes:  fewer rows per wave when the KV cache of max_rows would exceed this (2 GiB).
     max_positions:    longest prompt + completion (default: the model's max_position_embeddings).
     sync_every:       decode steps between host checks for finished rows (default 1 on CPU, 8 on CUDA).
+    quantize:         "int8": generate with int8 decoder linears (CPU; Sol-RL-style low-precision
+                      rollouts while the learner trains in full precision; `forward` module
+                      docstring); re-quantized from the learner's weights at every `load_weights`.
 
     Public facts (the tree decoder reads them): `weights` (the packed `DecoderWeights`), `dtype`,
     `device`, `eos_ids`, `max_positions`, `model`, `tokenizer`.
@@ -99,6 +105,7 @@ class TorchEngine:
         max_cache_bytes: int = 2 << 30,
         max_positions: int | None = None,
         sync_every: int | None = None,
+        quantize: Literal["int8"] | None = None,
     ):
         if dtype != "auto" and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES) + ['auto']}, got {dtype!r}")
@@ -118,7 +125,10 @@ class TorchEngine:
         self.max_cache_bytes = int(max_cache_bytes)
         self._elt = self.dtype.itemsize
         self.max_positions = int(max_positions or getattr(model.config, "max_position_embeddings", 4096))
-        self.weights = pack_weights(model, self.dtype, self.max_positions)
+        if quantize is not None and self.device.type != "cpu":
+            raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's quantized linear); the model is on {self.device}")
+        self.quantize = quantize
+        self.weights = pack_weights(model, self.dtype, self.max_positions, quantize)
         if pad_token_id is None:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad_token_id) if pad_token_id is not None else 0
@@ -126,6 +136,17 @@ class TorchEngine:
         self._stops: dict[tuple[str, ...], StopStrings] = {}
         self._scratch: dict = {}  # sampling work tensors reused across steps
         self.version = 0  # policy version of the loaded weights (load_weights)
+        self._lock = threading.Lock()
+        self._running = False  # a generate call is in flight
+        self._stop = threading.Event()  # set by interrupt(); read once per decode step
+
+    @classmethod
+    def check_config(cls, params: dict, sampling, needs: set[str], device: str) -> None:
+        """Config-time check (`covey.engine.support.check_engine_config`): int8 generation runs on
+        the CPU only."""
+        if params.get("quantize") is not None and device.startswith("cuda"):
+            raise ValueError(f"engine 'torch' quantize={params['quantize']!r} runs on the CPU only (torch's quantized "
+                             "linear), but device is cuda: use device: cpu, or no quantize")  # fmt: skip
 
     # ------------------------------------------------------------------ weights
     @property
@@ -163,8 +184,31 @@ class TorchEngine:
         self._stops.clear()
 
     # ------------------------------------------------------------------ generation
+    def interrupt(self) -> bool:
+        """Cut the `generate` call in flight short (`InterruptibleEngine`): it stops after the
+        current decode step; unfinished rows come back with finish reason "abort" (rows of waves
+        not started yet come back empty). Returns False (and does nothing) when no call is in flight."""
+        with self._lock:
+            if self._running:
+                self._stop.set()
+            return self._running
+
     def generate(self, prompts, n: int, sampling: SamplingParams) -> Generation:
-        """Sample `n` completions per prompt; see `covey.engine.base.Engine.generate`."""
+        """Sample `n` completions per prompt; see `covey.engine.base.Engine.generate`. Another
+        thread may cut it short with `interrupt`."""
+        with self._lock:
+            if self._running:
+                raise RuntimeError("TorchEngine.generate is already running (one call at a time per engine)")
+            self._running = True
+            self._stop.clear()
+        try:
+            return self._generate_all(prompts, n, sampling)
+        finally:
+            with self._lock:
+                self._running = False
+                self._stop.clear()
+
+    def _generate_all(self, prompts, n: int, sampling: SamplingParams) -> Generation:
         sp = sampling
         validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
         if n < 1:
@@ -200,7 +244,7 @@ class TorchEngine:
             u = None if uniforms is None else uniforms[a * n : b * n]
             lim = None if limits is None else limits[a:b]
             with torch.inference_mode():
-                raw = self._generate(plist[a:b], n, sp, stop_ids, stops, u, lim)
+                raw = self._generate(plist[a:b], n, sp, stop_ids, stops, u, lim) if not self._stop.is_set() else _nothing(b - a, n, sp)
             # Built outside inference mode: the learner saves these tensors for backward.
             parts.append(self._generation(plist[a:b], n, a, *raw))
         return parts[0] if len(parts) == 1 else _concat(parts, self.pad_token_id)
@@ -273,6 +317,7 @@ class TorchEngine:
         out_ent = torch.zeros(rows_total, new, device=dev) if sp.return_entropies else None
         lengths = torch.full((rows_total,), new, dtype=torch.long, device=dev)
         stopped = torch.zeros(rows_total, dtype=torch.bool, device=dev)
+        aborted = torch.zeros(rows_total, dtype=torch.bool, device=dev)
 
         rows = torch.arange(rows_total, device=dev)  # active batch row -> output row
         alive = torch.ones(rows_total, dtype=torch.bool, device=dev)  # over the active batch
@@ -305,6 +350,11 @@ class TorchEngine:
             lengths[rows] = torch.where(ended, step + 1, lengths[rows])
             stopped[rows] |= done
             alive &= ~ended
+            if self._stop.is_set():  # interrupt(): unfinished rows end here, cut short ("abort")
+                cut = rows[alive]
+                lengths[cut] = step + 1
+                aborted[cut] = True
+                break
             if (step + 1) % self.sync_every and stops is None:
                 continue
             finished = int((~alive).sum())  # the host synchronisation
@@ -317,18 +367,18 @@ class TorchEngine:
                 limit_act = limit_act[keep]
                 alive = alive[keep]
         cpu = lambda t: None if t is None else t.cpu()  # noqa: E731
-        return cpu(out_tok), cpu(out_lp), cpu(out_ent), cpu(lengths), cpu(stopped)
+        return cpu(out_tok), cpu(out_lp), cpu(out_ent), cpu(lengths), cpu(stopped), cpu(aborted)
 
-    def _generation(self, plist, n, first_id, out_tok, out_lp, out_ent, lengths, stopped) -> Generation:
+    def _generation(self, plist, n, first_id, out_tok, out_lp, out_ent, lengths, stopped, aborted) -> Generation:
         """The CPU-side record (all inputs are CPU tensors)."""
-        t = int(lengths.max())
+        t = int(lengths.max()) if len(lengths) else 0
         mask = (torch.arange(t, device="cpu")[None] < lengths[:, None]).float()  # [N, T]
         return Generation(
             prompt_ids=[torch.tensor(p, dtype=torch.long, device="cpu") for p in plist for _ in range(n)],
             completion_ids=out_tok[:, :t].masked_fill(mask == 0, self.pad_token_id),
             completion_mask=mask,
             logprobs=out_lp[:, :t].masked_fill(mask == 0, 0.0),
-            finish_reason=["stop" if s else "length" for s in stopped.tolist()],
+            finish_reason=["abort" if a else "stop" if s else "length" for s, a in zip(stopped.tolist(), aborted.tolist())],
             prompt_index=torch.arange(first_id, first_id + len(plist), device="cpu").repeat_interleave(n),
             entropies=None if out_ent is None else out_ent[:, :t].masked_fill(mask == 0, 0.0),
             policy_version=version_tensor(mask, self.version),
@@ -355,6 +405,14 @@ def _concat(parts: list[Generation], pad_id: int) -> Generation:
         entropies=cat("entropies"),
         policy_version=cat("policy_version"),
     )
+
+
+def _nothing(prompts: int, n: int, sp: SamplingParams):
+    """What `_generate` returns for a wave an interrupt skipped: empty rows, cut short."""
+    rows = prompts * n
+    empty = torch.zeros(rows, 0)
+    return (empty.long(), empty, empty if sp.return_entropies else None, torch.zeros(rows, dtype=torch.long), torch.zeros(rows, dtype=torch.bool),
+            torch.ones(rows, dtype=torch.bool))  # fmt: skip
 
 
 def _shares(w, model) -> bool:

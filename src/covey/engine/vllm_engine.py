@@ -35,13 +35,22 @@ available (vLLM would have to return the whole distribution per token): `return_
 refused. The measured mismatch against the learner's recomputed log-probs is in
 tests/engine/test_vllm_engine.py and benchmarks/README.md.
 
-Seeds: prompt p of a seeded call gets seed + p*n, and vLLM gives its k-th sample seed + p*n + k, so
-every row has its own stream and a seeded call is reproducible (vLLM's own sampler: the tokens are
-not the torch engine's). Stop strings: vLLM ends a row on the token that completes the match; the
+Seeds: row k of prompt p of a seeded call is its own vLLM request with seed + p*n + k (what vLLM's
+own n-fan-out gives its k-th child), so every row has its own stream and a seeded call is
+reproducible (vLLM's own sampler: the tokens are not the torch engine's).
+
+Interruptible (`InterruptibleEngine`): `generate` adds one request per row to vLLM's `LLMEngine`
+with delta outputs and steps the engine itself (what `LLM.generate` does inside, minus its
+final-only outputs), so it holds every row's tokens and log-probs so far. `interrupt()` (any thread)
+makes it abort the unfinished requests (`LLMEngine.abort_request`) before the next engine step and
+return them cut short (finish reason "abort"); `covey.engine.carry.continue_generation` continues
+them from prompt + partial after `load_weights`. vLLM's own `pause_generation` / `resume_generation`
+belong to its async engine (`AsyncLLM`), not to the offline `LLM` used here. Stop strings: vLLM ends a row on the token that completes the match; the
 row's tokens include it, as in the torch engine.
 
-Protocols: `Engine` only (no tree sessions, no hidden states): tree strategies are refused at
-config time. vLLM's CPU settings: `cpu_threads` (None: vLLM's default, which leaves one core free)
+Protocols: `Engine` and `InterruptibleEngine` (no tree sessions, no hidden states): tree
+strategies are refused at config time; so are truncated sampling and algorithms that need entropies
+(`check_config`, run when the config is read). vLLM's CPU settings: `cpu_threads` (None: vLLM's default, which leaves one core free)
 and `kv_cache_gib` (vLLM's VLLM_CPU_KVCACHE_SPACE); on CUDA `gpu_memory_utilization`.
 """
 
@@ -52,6 +61,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 import warnings
 from typing import Literal
@@ -61,6 +71,7 @@ import torch
 
 from covey.dtypes import model_device, resolve_dtype_name
 from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
+from covey.engine.carry import ABORT
 from covey.engine.sampling import validate_sampling
 from covey.engine.torch_engine import _as_ids, _eos_ids
 from covey.registry import RegistryError
@@ -103,6 +114,14 @@ class VllmEngine:
         """Config-time check (`covey.registry.Entry.validate_params`): vLLM must be installed."""
         if not vllm_available():
             raise RegistryError(f"engine 'vllm' needs the vllm package, which is not installed: {INSTALL_HINT}")
+
+    @classmethod
+    def check_config(cls, params: dict, sampling, needs: set[str], device: str) -> None:
+        """Config-time check (`covey.engine.support.check_engine_config`): the run's training sampling
+        must be untruncated and nothing may need entropies (see the module docstring)."""
+        why = _unsupported(sampling.top_p, sampling.top_k, sampling.min_p, "entropies" in needs)
+        if why:
+            raise ValueError(why)
 
     def __init__(
         self,
@@ -164,6 +183,10 @@ class VllmEngine:
             shutil.rmtree(self._folder, ignore_errors=True)
             raise
         self.sync_seconds: list[float] = []  # one entry per load_weights
+        self._lock = threading.Lock()
+        self._running = False  # a generate call is in flight
+        self._stop = threading.Event()  # set by interrupt(); read before each vLLM engine step
+        self._calls = 0  # request ids: covey-<call>-<row>
 
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
@@ -199,12 +222,9 @@ class VllmEngine:
         validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if not sp.greedy and (sp.top_p < 1.0 or sp.top_k > 0 or sp.min_p > 0.0):
-            raise ValueError("engine 'vllm' reports log-probs of the truncated distribution under top_p/top_k/min_p, "
-                             "not covey's full tempered one: use top_p=1, top_k=0, min_p=0, or engine torch")  # fmt: skip
-        if sp.return_entropies:
-            raise ValueError("engine 'vllm' cannot return entropies (it would need the whole distribution per token): "
-                             "use engine torch for algorithms that need entropies")  # fmt: skip
+        why = _unsupported(*((1.0, 0, 0.0) if sp.greedy else (sp.top_p, sp.top_k, sp.min_p)), sp.return_entropies)
+        if why:
+            raise ValueError(why)
         if sp.greedy and sp.temperature != 1.0 and not self._warned_greedy:
             self._warned_greedy = True
             warnings.warn("engine 'vllm': greedy rows carry log-probs at temperature 1, not at the sampling "
@@ -222,28 +242,80 @@ class VllmEngine:
         stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
         params = [
             VSamplingParams(
-                n=n, temperature=0.0 if sp.greedy else sp.temperature, max_tokens=lim, logprobs=0,
+                n=1, temperature=0.0 if sp.greedy else sp.temperature, max_tokens=lim, logprobs=0,
                 stop_token_ids=stop_ids, ignore_eos=True, stop=list(sp.stop_strings) or None,
                 include_stop_str_in_output=True, skip_special_tokens=False,
                 seed=None if sp.seed is None else (sp.seed + p * n) % (1 << 62),
             )  # fmt: skip
             for p, lim in enumerate(limits)
         ]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in plist], params, use_tqdm=False)
-        return self._generation(plist, n, outs)
+        with self._lock:
+            if self._running:
+                raise RuntimeError("VllmEngine.generate is already running (one call at a time per engine)")
+            self._running = True
+            self._stop.clear()
+        try:
+            rows = self._run([TokensPrompt(prompt_token_ids=p) for p in plist], n, params)
+        finally:
+            with self._lock:
+                self._running = False
+                self._stop.clear()
+        return self._generation(plist, n, rows)
 
-    def _generation(self, plist: list[list[int]], n: int, outs) -> Generation:
-        rows = []  # (tokens, logprobs, finish reason), prompt-major
-        for p, out in enumerate(outs):
-            done = sorted(out.outputs, key=lambda c: c.index)
-            if len(done) != n:
-                raise RuntimeError(f"vllm returned {len(done)} completions for prompt {p}, expected {n}")
-            for c in done:
-                ids = list(c.token_ids)
-                lps = [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(ids)]
-                if c.finish_reason not in ("stop", "length"):
-                    raise RuntimeError(f"vllm finished a row with reason {c.finish_reason!r}")
-                rows.append((ids, lps, c.finish_reason))
+    def interrupt(self) -> bool:
+        """Cut the `generate` call in flight short (`InterruptibleEngine`): before vLLM's next
+        engine step its unfinished requests are aborted (`LLMEngine.abort_request`) and come back with
+        the tokens streamed so far, finish reason "abort". False (nothing happens) when no call is in flight."""
+        with self._lock:
+            if self._running:
+                self._stop.set()
+            return self._running
+
+    def _run(self, prompts, n: int, params) -> list[tuple[list[int], list[float], str]]:
+        """One vLLM request per row (prompt p's k-th row: seed + p*n + k), stepped here so that an
+        interrupt can abort them between steps; outputs stream as deltas (tokens and log-probs)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        self._calls += 1
+        index: dict[str, int] = {}
+        for p, (prompt, sp) in enumerate(zip(prompts, params)):
+            for k in range(n):
+                child = sp.clone()
+                child.output_kind = RequestOutputKind.DELTA
+                if sp.seed is not None:
+                    child.seed = (sp.seed + k) % (1 << 62)
+                rid = f"covey-{self._calls}-{p * n + k}"
+                engine.add_request(rid, prompt, child)
+                index[rid] = p * n + k
+        rows: list[tuple[list[int], list[float], str | None]] = [([], [], None) for _ in index]
+        try:
+            self._step_until_done(engine, index, rows)
+        except BaseException:  # leave no request of this call behind in vLLM
+            engine.abort_request([rid for rid, i in index.items() if rows[i][2] is None])
+            raise
+        return [(ids, lps, reason or ABORT) for ids, lps, reason in rows]
+
+    def _step_until_done(self, engine, index: dict[str, int], rows: list) -> None:
+        while engine.has_unfinished_requests():
+            if self._stop.is_set():
+                engine.abort_request([rid for rid, i in index.items() if rows[i][2] is None])
+                return
+            for out in engine.step():
+                i = index.get(out.request_id)
+                if i is None:
+                    continue
+                c = out.outputs[0]
+                ids, lps, _ = rows[i]
+                ids += c.token_ids
+                lps += [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(c.token_ids)]
+                if out.finished:
+                    if c.finish_reason not in ("stop", "length"):
+                        raise RuntimeError(f"vllm finished a row with reason {c.finish_reason!r}")
+                    rows[i] = (ids, lps, c.finish_reason)
+
+    def _generation(self, plist: list[list[int]], n: int, rows) -> Generation:
+        """rows: (tokens, log-probs, finish reason) per row, prompt-major."""
         t = max(1, max(len(r[0]) for r in rows))
         tok = torch.full((len(rows), t), self.pad_token_id, dtype=torch.long)
         lp = torch.zeros(len(rows), t, dtype=torch.float32)
@@ -257,6 +329,18 @@ class VllmEngine:
             completion_ids=tok, completion_mask=mask, logprobs=lp, finish_reason=[r[2] for r in rows],
             prompt_index=torch.arange(len(plist)).repeat_interleave(n), policy_version=version_tensor(mask, self.version),
         )  # fmt: skip
+
+
+def _unsupported(top_p: float, top_k: int, min_p: float, entropies: bool) -> str | None:
+    """Why the vllm engine cannot serve these settings (None when it can): truncated sampling (vLLM
+    reports the renormalised truncated distribution's log-probs) or entropies."""
+    if top_p < 1.0 or top_k > 0 or min_p > 0.0:
+        return (f"engine 'vllm' reports log-probs of the truncated distribution under top_p/top_k/min_p (got top_p={top_p}, "
+                f"top_k={top_k}, min_p={min_p}), not covey's full tempered one: use top_p=1, top_k=0, min_p=0, or engine torch")  # fmt: skip
+    if entropies:
+        return ("engine 'vllm' cannot return entropies (it would need the whole distribution per token): "
+                "use engine torch for algorithms that need entropies")  # fmt: skip
+    return None
 
 
 def save_for_vllm(model, tokenizer, folder: str) -> None:

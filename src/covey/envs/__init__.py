@@ -1,13 +1,17 @@
 """Environments for multi-turn agents (the `Env` seam, registry `ENVS`, config ``env:``).
 
 Built in: maze (a seeded text grid maze; also the `maze` task), calculator (arithmetic with a
-calculator tool over any task with answers). Tool-call parsing and the calculator live in tools.py.
+calculator tool over any task with answers), search_qa (a search tool over a local corpus,
+search.py). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py). Tool-call parsing and the calculator live in tools.py.
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
 
-from covey.envs.base import ENVS, Action, Env, StepResult, ToolCall, register_env
+from covey.envs.base import ENVS, Action, Env, MissingExtra, StepResult, ToolCall, register_env
 from covey.envs.calculator import CalculatorEnv
+from covey.envs.gym_adapter import GymnasiumEnv
 from covey.envs.maze import MazeEnv, MazeTask
+from covey.envs.search import SearchQAEnv, SearchQATask
+from covey.envs.textarena_adapter import TextArenaEnv
 from covey.envs.tools import calculate, parse_tool_calls
 
 __all__ = [
@@ -15,9 +19,14 @@ __all__ = [
     "Action",
     "CalculatorEnv",
     "Env",
+    "GymnasiumEnv",
     "MazeEnv",
     "MazeTask",
+    "MissingExtra",
+    "SearchQAEnv",
+    "SearchQATask",
     "StepResult",
+    "TextArenaEnv",
     "ToolCall",
     "calculate",
     "parse_tool_calls",

@@ -28,7 +28,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from covey.registry import Registry
 
-__all__ = ["ENVS", "Action", "Env", "StepResult", "ToolCall", "register_env"]
+__all__ = ["ENVS", "Action", "Env", "MissingExtra", "StepResult", "ToolCall", "register_env"]
+
+
+class MissingExtra(ImportError, ValueError):
+    """An environment's optional package is not installed (a ValueError too, so the config check
+    reports it as a one-line error before any model loads)."""
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`covey compare`: studies over finished runs and eval sample files (nothing is trained here).
+"""`covey compare`: studies over finished runs and eval sample files (trained only when asked: `adastop --agent`, `matrix STUDY.yaml`).
 
 Each sub-command prints a table (``--json``: the JSON instead) and writes ``<command>.json`` and
 ``<command>.png`` (export: the ORB files) into ``--out`` (default ``covey-compare``). A run is given
@@ -344,36 +344,54 @@ def adastop_cmd(
     _emit(out, "adastop", result, text, as_json, lambda p: plots.adastop_png(p, res["interims"]))
 
 
+def _domain_values(files: list[tuple[Path, str | None]], metric: str, what: str) -> dict[str, float]:
+    """{eval domain: metric} from eval result files: a result with a per-subset split (`--by`) gives one
+    domain per subset, else one named `name` (default the result's task)."""
+    got: dict[str, float] = {}
+    for f, name in files:
+        res = _last_json(f)
+        cells = {k: v for k, v in res.get("by", {}).items()} or {name or str(res.get("task", f.stem)): res}
+        for dom, vals in cells.items():
+            if metric not in vals:
+                raise ValueError(f"{f}: no {metric!r} for {dom!r} (has {', '.join(sorted(k for k in vals if k != 'by'))})")
+            if dom in got:
+                raise ValueError(f"eval domain {dom!r} appears twice in {what}")
+            got[dom] = float(vals[metric])
+    return got
+
+
 def matrix_cmd(
-    base: Annotated[str, typer.Option(help="Eval result file(s) of the base model (comma-separated): `covey eval` stdout.")],
-    row: Annotated[list[str], typer.Option(help="NAME=FILE[,FILE...]: eval results of a model trained on NAME (repeatable).")],
+    study: Annotated[Optional[Path], typer.Argument(help="STUDY.yaml: train its configs and evaluate base and runs on its tasks first (covey.eval.study).")] = None,
+    base: Annotated[Optional[str], typer.Option(help="Eval result file(s) of the base model (comma-separated): `covey eval` stdout.")] = None,
+    row: Annotated[Optional[list[str]], typer.Option(help="NAME=FILE[,FILE...]: eval results of a model trained on NAME (repeatable).")] = None,
     metric: Annotated[str, typer.Option(help="The eval metric to compare.")] = "accuracy",
     out: Out = Path("covey-compare"),
     as_json: AsJson = False,
 ):
     """Transfer matrix Δ[trained on, eval domain] = metric(trained) − metric(base). A result with a
-    per-subset split (`covey eval --by domain`) gives one column per subset, else one per task."""
+    per-subset split (`covey eval --by domain`) gives one column per subset, else one per task (with a
+    STUDY.yaml: per study column). With STUDY.yaml the runs and evals it names are made first (reused
+    when already there); else --base and --row name existing result files."""
+    if study is not None:
+        from covey.eval.study import load_study, run_study
 
-    def domains(spec: str) -> dict[str, float]:
-        got: dict[str, float] = {}
-        for f in _files(spec):
-            res = _last_json(f)
-            cells = {k: v for k, v in res.get("by", {}).items()} or {str(res.get("task", f.stem)): res}
-            for dom, vals in cells.items():
-                if metric not in vals:
-                    raise ValueError(f"{f}: no {metric!r} for {dom!r} (has {', '.join(sorted(k for k in vals if k != 'by'))})")
-                if dom in got:
-                    raise ValueError(f"eval domain {dom!r} appears twice in {spec}")
-                got[dom] = float(vals[metric])
-        return got
-
-    rows = {}
-    for spec in row:
-        name, sep, files = spec.partition("=")
-        if not sep or not name or not files:
-            raise ValueError(f"--row must be NAME=FILE[,FILE...], got {spec!r}")
-        rows[name] = domains(files)
-    base_vals = domains(base)
+        if base is not None or row:
+            raise ValueError("give a STUDY.yaml or --base/--row, not both")
+        plan = load_study(study)
+        base_files, row_files = run_study(plan, log=lambda m: typer.echo(m, err=True))
+        cols = list(plan["columns"])
+        base_vals = _domain_values(list(zip(base_files, cols)), metric, "base")
+        rows = {name: _domain_values(list(zip(files, cols)), metric, name) for name, files in row_files.items()}
+    else:
+        if base is None or not row:
+            raise ValueError("matrix needs a STUDY.yaml, or --base and at least one --row")
+        rows = {}
+        for spec in row:
+            name, sep, files = spec.partition("=")
+            if not sep or not name or not files:
+                raise ValueError(f"--row must be NAME=FILE[,FILE...], got {spec!r}")
+            rows[name] = _domain_values([(f, None) for f in _files(files)], metric, spec)
+        base_vals = _domain_values([(f, None) for f in _files(base)], metric, base)
     delta = transfer_matrix(base_vals, rows)
     result = {"metric": metric, "base": base_vals, "trained": rows, "delta": delta}
     cols = list(base_vals)

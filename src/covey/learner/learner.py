@@ -7,7 +7,15 @@ aggregation chosen in `AlgoConfig` and binds their parameters; after that it onl
              * correction(old_logp, behaviour_logp)         (detached weights, optional)
              + kl_coef * kl(logp, ref_logp, mask)           (optional, "loss" mode)
              - entropy_coef * H                             (optional)
+             + regularizers' [N, T] terms                   (algo.regularizers, optional)
     loss     = aggregation(loss_tok, mask, totals)          totals = counts of the whole mini-batch
+             + regularizers' scalar terms                   (whole-mini-batch denominators)
+
+What the components declare in `requires` decides what the forward computes: the token entropy
+("entropies", "stat:entropy"), logit statistics ("stat:sum_p2", "stat:vocab_mean_logp", from the
+chunked head, for pi_theta and for pi_old), whole groups per micro- and mini-batch with per-row
+values ("group"; "row" for the per-row values alone). A regularizer with a pre-pass gets a no-grad forward over the mini-batch first
+(`covey.algos.regularizers.base`).
 
 Each of them returns its value and its metrics; the learner only gathers the metrics (averaged over
 micro-batches weighted by their tokens), adding its own `learn/*` figures (loss, grad norm, lr, entropy).
@@ -39,8 +47,10 @@ from torch import Tensor
 from covey.algos import SURROGATES, BatchTotals, CorrectionInputs, LossInputs
 from covey.algos.presets import AlgoConfig
 from covey.algos.surrogates import offpolicy_shaped_loss
+from covey.algos.regularizers import RegularizerSet
+from covey.algos.regularizers.base import detached
 from covey.dtypes import model_device, resolve_dtype_name
-from covey.learner.logprobs import completion_logprobs
+from covey.learner.logprobs import STATS, completion_logprobs_stats
 from covey.learner.prefix import prompt_groups
 from covey.rollouts import Rollouts
 
@@ -81,8 +91,12 @@ class Learner:
         self.kl = algo.bind("kl") if kl is not None and kl.mode == "loss" else None
         self.kl_coef = kl.coef if self.kl is not None else 0.0
         self.entropy_coef = algo.entropy_coef
-        surrogate_needs = SURROGATES[algo.surrogate.name].requires
-        self.need_entropy = self.entropy_coef != 0 or "entropies" in surrogate_needs
+        self.regularizers = RegularizerSet(algo.regularizers)
+        needs = set(SURROGATES[algo.surrogate.name].requires) | self.regularizers.requires
+        self.need_entropy = self.entropy_coef != 0 or bool({"entropies", "stat:entropy"} & needs)
+        self.stats = tuple(n for n in STATS if f"stat:{n}" in needs)  # logit statistics for LossInputs
+        self.need_group = "group" in needs  # whole groups per micro- and mini-batch
+        self.need_rows = self.need_group or "row" in needs  # per-row values (reward, group mean / std)
         updates = epochs * mini_batches
         if recompute_old_logprobs == "auto":
             # One update per batch: the policy has not moved since sampling, so the engine's behaviour
@@ -97,28 +111,44 @@ class Learner:
             return nullcontext()
         return torch.autocast(model_device(model or self.model).type, dtype=torch.bfloat16)
 
-    def logprobs(self, model, batch: Rollouts, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Log-probs (and entropies) of `batch`'s completions under `model`, on the model's device."""
+    def logprobs(self, model, batch: Rollouts, with_entropy: bool = False, stats: tuple[str, ...] = ()) -> tuple:
+        """Log-probs and entropies of `batch`'s completions under `model`, on the model's device; with
+        `stats` also {name: [N, T]} logit statistics (`covey.learner.logprobs.STATS`)."""
         with self._ctx(model):
-            return completion_logprobs(
+            logp, entropy, out = completion_logprobs_stats(
                 model,
                 batch.prompt_ids,
                 batch.completion_ids,
                 batch.completion_mask,
                 temperature=self.temperature,
                 with_entropy=with_entropy,
+                stats=stats,
                 share_prompts=self.share_prompts,
             )
+        return (logp, entropy, out) if stats else (logp, entropy)
 
     @torch.no_grad()
-    def fill_logprobs(self, batch: Rollouts, model=None, field: str = "old_logprobs") -> None:
-        """Write no-grad log-probs of `model` (default: the policy) into `batch.<field>`, micro-batched."""
+    def fill_logprobs(self, batch: Rollouts, model=None, field: str | None = "old_logprobs",
+                      stats: tuple[str, ...] = ()) -> dict[str, Tensor]:  # fmt: skip
+        """Write no-grad log-probs of `model` (default: the policy) into `batch.<field>` (None: do not
+        write), micro-batched; return {name: [N, T]} logit statistics `stats` of the same forward
+        (on the batch's device, 0 on padding)."""
         model = model or self.model
-        out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=batch.completion_mask.device)
+        like = batch.completion_mask
+        out = torch.zeros(like.shape, dtype=torch.float32, device=like.device)
+        stat_out = {k: torch.zeros(like.shape, dtype=torch.float32, device=like.device) for k in stats}
         for idx in self._chunks(batch):
-            lp, _ = self.logprobs(model, batch.select(idx))
-            out[idx.to(out.device)] = lp.float().to(out.device)
-        setattr(batch, field, out * batch.completion_mask)
+            res = self.logprobs(model, batch.select(idx), stats=stats)
+            out[idx.to(out.device)] = res[0].float().to(out.device)
+            for k in stats:
+                stat_out[k][idx.to(like.device)] = res[2][k].to(like.device)
+        if field is not None:
+            setattr(batch, field, out * like)
+        return {k: v * like for k, v in stat_out.items()}
+
+    def token_stats(self, batch: Rollouts, stats: tuple[str, ...], model=None) -> dict[str, Tensor]:
+        """{name: [N, T]} no-grad logit statistics (`STATS`) of `batch` under `model` (default: the policy)."""
+        return self.fill_logprobs(batch, model=model, field=None, stats=stats)
 
     def _chunks(self, batch: Rollouts) -> list[Tensor]:
         """Row indices [CPU long] of the micro-batches: rows with the same prompt stay together,
@@ -147,27 +177,51 @@ class Learner:
         """Run `epochs` x `mini_batches` optimizer steps on a batch with advantages; return metrics."""
         if batch.advantages is None:
             raise ValueError("learner.update needs batch.advantages: run an advantage estimator first")
+        extra: dict[str, Tensor] = {}  # per-row inputs carried through mini/micro-batch selection
         # a strategy may ask for it (APRIL: pi_old of the current weights over carried tokens too)
         if (self.recompute_old or batch.recompute_old_logprobs) and batch.old_logprobs is None:
-            self.fill_logprobs(batch)
+            extra.update({f"old:{k}": v for k, v in self.fill_logprobs(batch, stats=self.stats).items()})
+        elif self.stats and batch.old_logprobs is not None:  # pi_old given: its statistics from the current (= old) weights
+            extra.update({f"old:{k}": v for k, v in self.token_stats(batch, self.stats).items()})
+        # else: one update on the sampling policy's log-probs; pi_old's statistics are the current ones (detached)
+        if self.need_rows:
+            extra.update(_row_values(batch))
+        gap = logprob_gap(batch) if batch.old_logprobs is not None else {}
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
-        n = len(batch)
         for _ in range(self.epochs):
-            order = torch.randperm(n, generator=generator, device="cpu")  # row indices of the (CPU) batch
-            for mb in order.chunk(self.mini_batches):
-                stats = self._step(batch.select(mb))
+            for mb in self._mini_batches(batch, generator):
+                stats = self._step(batch.select(mb), {k: v[mb.to(v.device)] for k, v in extra.items()})
                 for k, (v, w) in stats.items():
                     sums[k] += v * w
                     weights[k] += w
         self.model.eval()
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out.update(self.regularizers.after_update())
         out["memory/peak_gb"] = peak_memory_gb(self.device)
+        out.update(gap)
         return out
 
-    def _step(self, mb: Rollouts) -> dict[str, tuple[float, float]]:
-        """One optimizer step on mini-batch `mb`; returns {metric: (value, weight)}."""
+    def _mini_batches(self, batch: Rollouts, generator: torch.Generator) -> list[Tensor]:
+        """Row indices [CPU long] of one epoch's mini-batches: a random order of the rows, or of whole
+        groups when a component reads groups (a group is never split across optimizer steps)."""
+        n = len(batch)
+        if not self.need_group:
+            return list(torch.randperm(n, generator=generator, device="cpu").chunk(self.mini_batches))
+        _, inv = torch.unique(batch.group.cpu(), return_inverse=True)
+        order = torch.randperm(int(inv.max()) + 1 if n else 0, generator=generator, device="cpu")
+        out = []
+        for part in order.chunk(self.mini_batches):
+            rank = torch.full((int(order.numel()),), -1, dtype=torch.long)
+            rank[part] = torch.arange(len(part))
+            rows = torch.nonzero(rank[inv] >= 0).flatten()
+            out.append(rows[torch.argsort(rank[inv][rows], stable=True)])
+        return out
+
+    def _step(self, mb: Rollouts, extra: dict[str, Tensor] | None = None) -> dict[str, tuple[float, float]]:
+        """One optimizer step on mini-batch `mb` (`extra`: its per-row inputs); returns {metric: (value, weight)}."""
+        extra = extra or {}
         mask_all = mb.loss_mask()
         totals = BatchTotals(
             num_tokens=float(mask_all.sum()),
@@ -177,13 +231,23 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         stats: dict[str, tuple[float, float]] = {}
         loss_total = 0.0
-        for idx in self._chunks(mb):
-            micro = to_device(mb.select(idx), self.device)
-            mask = micro.loss_mask()
+        chunks = self._chunks(mb)
+        if self.need_group:
+            _check_whole_groups(mb, chunks)
+        self.regularizers.begin()
+        observe_inline = self.regularizers.prepass and len(chunks) == 1
+        if self.regularizers.prepass and not observe_inline:  # whole-mini-batch statistics before any backward
+            with torch.no_grad():
+                for idx in chunks:
+                    micro, mask, sub = self._micro(mb, extra, idx)
+                    if float(mask.sum()) > 0:
+                        self.regularizers.observe(self._inputs(micro, mask, sub)[0], totals)
+        for idx in chunks:
+            micro, mask, sub = self._micro(mb, extra, idx)
             tokens = float(mask.sum())
             if tokens == 0:
                 continue
-            loss, metrics = self._loss(micro, mask, totals)
+            loss, metrics = self._loss(micro, mask, totals, sub, observe_inline)
             loss.backward()
             loss_total += float(loss.detach())
             for k, v in metrics.items():
@@ -192,25 +256,45 @@ class Learner:
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
+        stats.update({k: (v, 1.0) for k, v in self.regularizers.after_step().items()})
         stats["learn/loss"] = (loss_total, 1.0)
         stats["learn/grad_norm"] = (grad_norm, 1.0)
         stats["learn/lr"] = (self.optimizer.param_groups[0]["lr"], 1.0)
         return stats
 
-    def _loss(self, micro: Rollouts, mask: Tensor, totals: BatchTotals) -> tuple[Tensor, dict[str, float]]:
-        logp, entropy = self.logprobs(self.model, micro, with_entropy=self.need_entropy)
+    def _micro(self, mb: Rollouts, extra: dict[str, Tensor], idx: Tensor) -> tuple[Rollouts, Tensor, dict[str, Tensor]]:
+        micro = to_device(mb.select(idx), self.device)
+        return micro, micro.loss_mask(), {k: v[idx.to(v.device)].to(self.device) for k, v in extra.items()}
+
+    def _inputs(self, micro: Rollouts, mask: Tensor, extra: dict[str, Tensor]) -> tuple[LossInputs, Tensor | None]:
+        """The LossInputs of one micro-batch (one forward of the policy) and the raw entropy."""
+        logp, entropy, *rest = self.logprobs(self.model, micro, with_entropy=self.need_entropy, stats=self.stats)
         logp = logp.float()
+        cur = rest[0] if rest else {}
         old = micro.old_logprobs if micro.old_logprobs is not None else micro.behaviour_logprobs
         adv = micro.advantages
         adv = adv[:, None].expand_as(logp) if adv.dim() == 1 else adv  # [N] -> [N, T]
-        loss_tok, metrics = self.surrogate(LossInputs(logp, old, adv * mask, mask, entropy))
+        old_stats = {k: extra.get(f"old:{k}", v.detach()) for k, v in cur.items()}
+        rows = {k[4:]: v for k, v in extra.items() if k.startswith("row:")}
+        inp = LossInputs(logp, old, adv * mask, mask, None if entropy is None else entropy.float(), cur, old_stats,
+                         micro.group if self.need_group else None, rows, micro.turn)  # fmt: skip
+        return inp, entropy
+
+    def _loss(self, micro: Rollouts, mask: Tensor, totals: BatchTotals, extra: dict[str, Tensor] | None = None,
+              observe: bool = False) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
+        inp, entropy = self._inputs(micro, mask, extra or {})
+        logp = inp.logp
+        old = inp.old_logp
+        if observe:  # one micro-batch: the pre-pass statistics come from this forward
+            self.regularizers.observe(detached(inp), totals)
+        loss_tok, metrics = self.surrogate(inp)
         metrics = dict(metrics)
         if self.correction is not None:
             w, m = self.correction(CorrectionInputs(old, micro.behaviour_logprobs, mask))
             loss_tok = loss_tok * w.detach()
             metrics.update(m)
         if micro.offpolicy_mask is not None:  # corrector tokens (step_correction): LUFFY's shaped loss instead
-            loss_tok = offpolicy_shaped_loss(loss_tok, logp, adv * mask, micro.offpolicy_mask)
+            loss_tok = offpolicy_shaped_loss(loss_tok, logp, inp.advantages, micro.offpolicy_mask)
             metrics["learn/offpolicy_frac"] = float((micro.offpolicy_mask * mask).sum() / mask.sum())
         if self.kl is not None:
             if micro.ref_logprobs is None:
@@ -223,9 +307,15 @@ class Learner:
             metrics["learn/entropy"] = float((entropy.detach() * mask).sum() / mask.sum())
             if self.entropy_coef:
                 loss_tok = loss_tok - self.entropy_coef * entropy
+        reg_scalar = None
+        if len(self.regularizers):
+            reg_tok, reg_scalar, m = self.regularizers(inp, totals)
+            if reg_tok is not None:
+                loss_tok = loss_tok + reg_tok
+            metrics.update(m)
         loss, m = self.aggregate(loss_tok * mask, mask, totals)
         metrics.update(m)
-        return loss, metrics
+        return (loss if reg_scalar is None else loss + reg_scalar), metrics
 
     def _clip(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -247,6 +337,29 @@ def to_device(batch: Rollouts, device: torch.device) -> Rollouts:
     return dataclasses.replace(batch, **changes)
 
 
+def _row_values(batch: Rollouts) -> dict[str, Tensor]:
+    """Per-row inputs of group-coupled components ("row:<name>" [N] float32, on the batch's device):
+    the scalar reward and its whole-group mean and unbiased std (0 for a group of one)."""
+    r = batch.scalar_rewards().double()
+    _, inv = torch.unique(batch.group, return_inverse=True)
+    k = int(inv.max()) + 1 if len(r) else 0
+    size = torch.zeros(k, dtype=r.dtype, device=r.device).index_add_(0, inv, torch.ones_like(r))
+    mean = torch.zeros(k, dtype=r.dtype, device=r.device).index_add_(0, inv, r) / size
+    ss = torch.zeros(k, dtype=r.dtype, device=r.device).index_add_(0, inv, (r - mean[inv]) ** 2)
+    std = torch.where(size > 1, (ss / (size - 1).clamp(min=1)).sqrt(), torch.zeros_like(ss))
+    return {"row:reward": r.float(), "row:group_mean": mean[inv].float(), "row:group_std": std[inv].float()}
+
+
+def _check_whole_groups(mb: Rollouts, chunks: list[Tensor]) -> None:
+    """A group-coupled component needs each group in one micro-batch."""
+    seen: dict[int, int] = {}
+    for c, idx in enumerate(chunks):
+        for g in torch.unique(mb.group[idx.to(mb.group.device)]).tolist():
+            if seen.setdefault(g, c) != c:
+                raise ValueError(f"a configured component reads whole groups, but group {g} spans micro-batches: set "
+                                 "optim.micro_batch_size to at least the group size (or leave it unset)")  # fmt: skip
+
+
 def reset_peak_memory(device: torch.device) -> None:
     """Start a new CUDA peak-memory window (no-op elsewhere: the CPU figure is the process's high-water mark)."""
     if device.type == "cuda":
@@ -265,3 +378,15 @@ def peak_memory_gb(device: torch.device) -> float:
 def _wmean(old: tuple[float, float], v: float, w: float) -> tuple[float, float]:
     total = old[1] + w
     return ((old[0] * old[1] + v * w) / total, total)
+
+
+def logprob_gap(batch: Rollouts) -> dict[str, float]:
+    """The engine/learner mismatch the importance corrections act on, per step: mean and max over
+    generated tokens of |pi_old - pi_behaviour| (the learner's recomputed log-prob minus the
+    engine's), e.g. an int8 or vLLM engine against a full-precision learner. Carried tokens of an
+    older policy version (april) add their staleness to it."""
+    mask = batch.completion_mask > 0
+    if not bool(mask.any()):
+        return {}
+    d = (batch.old_logprobs.float() - batch.behaviour_logprobs.float()).abs()[mask]
+    return {"rollout/logprob_gap_mean": float(d.mean()), "rollout/logprob_gap_max": float(d.max())}

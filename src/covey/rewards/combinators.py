@@ -5,7 +5,7 @@
 Named `staged`, not `prs` (PRS is also Dr. Kernel's profiling-based rejection sampling). Reconstructed:
 the paper's code is not released (searched 2026-11-24); the abstract says the reward is given in stages
 (first parseable, well-formed tool calls, then factual correctness and answer quality); the gating rule is
-the spec's design (rewards-eval-diffusion §2.12):
+the spec's design:
 
     r = r_1 + 1[r_1 >= g_1] * (r_2 + 1[r_2 >= g_2] * (r_3 + ...))
 
@@ -19,7 +19,7 @@ judge, `mpo`) make the combinator run in the trainer's process too. Metrics: ``s
 
 `switch`: one reward per kind of item, chosen by an item column -- URPO's mixed batches (arXiv 2507.17515:
 verifiable problems, preference data and open-ended instructions in one GRPO loop, the open ones judged by
-the policy itself through the `policy` judge backend). Design (URPO's code is not released; spec §2.6):
+the policy itself through the `policy` judge backend). Design (URPO's code is not released):
 
     r_i = cases[item_i[column]](row i)      rows of one kind are scored together, in one call of that case
           a kind with no case -> default (none: the reward does not apply, None; or a number)

@@ -2,7 +2,7 @@
 
 Named `entity_match`, not `e_grpo`: another paper's E-GRPO (entropy-guided GRPO for flow models) would
 collide. Partly reconstructed: no released code was found (searched 2026-11-24); the rule is the spec's
-(rewards-eval-diffusion §2.8, from the abstract and a summary); alpha's default and the exact
+(from the abstract and a summary); alpha's default and the exact
 normalisation are UNVERIFIED.
 
     gamma_i     = |{e in E(q) : normalize(e) occurs in normalize(text_i)}| / |E(q)|

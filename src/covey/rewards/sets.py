@@ -3,8 +3,7 @@ same set (paraphrases, prompt variants). Group-wise with ``group_key`` = the set
 never splits a set across calls; advantages still use ``group`` (one prompt's completions).
 
 `ps_grpo` -- group similarity across a paraphrase set (Con-RAG, arXiv 2510.04392). Reconstructed: no
-released code was found (searched 2026-11-24); the rule is the spec's reading of the abstract
-(rewards-eval-diffusion §2.1):
+released code was found (searched 2026-11-24); the rule is the spec's reading of the abstract:
 
     o_{i,j}: completion j of paraphrase i (i = the prompt's `group` id inside the set)
     exact (samples: null):  r_{i,j} = mean_{i' != i, j'} sim(o_{i,j}, o_{i',j'})
@@ -15,7 +14,7 @@ released code was found (searched 2026-11-24); the rule is the spec's reading of
          a / an / the as SQuAD does) | bleu (covey's sentence BLEU, the other completion as reference)
 
 `consistency` -- stability over prompt variants (recommendations, arXiv 2512.12858). Reconstructed: the
-paper's entropy-based rewards are not read (abstract only; spec §2.2 is a design):
+paper's entropy-based rewards are not read (abstract only; this is a design):
 
     items(c)       = the recommended items of completion c: `item_regex` matches (group 1 if it has one),
                      else the text inside the last <answer>...</answer> (or the whole text) split at commas,

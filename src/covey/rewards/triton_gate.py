@@ -3,7 +3,7 @@
 AutoTriton combines a rule-based reward with an execution-based one so that a program that does not
 really use Triton (computes the result with PyTorch and merely defines a kernel) earns nothing.
 Reconstructed: the paper's code was not reachable (searched 2026-11-24); the rule list is the spec's
-design (rewards-eval-diffusion §2.13). The program is read, never run (`ast`):
+design. The program is read, never run (`ast`):
 
     gate = 1 iff  the program parses, defines at least one @triton.jit function (any alias of triton / jit),
                   host code (anything outside the jit functions) launches one of them as kernel[grid](...),

@@ -1,32 +1,78 @@
-"""`executor: ray` (first slice): the engine runs in a Ray actor; the driver keeps the rest.
+"""`executor: ray`: the engines run in N Ray actors in one placement group; the driver keeps the rest.
 
 The thread executor's generator loop (`covey.runtime.thread`) drives a `RayEngine`, a proxy that
-provides the `Engine` protocol (generate, load_weights, close, pad_token_id, version). The proxy
-forwards every call to one `EngineWorker` actor, which builds the configured engine
-(`ENGINES.build`) from a copy of the model sent through the object store. Sampler, rollout
-strategy, rewards and learner stay in the driver process.
+provides the `Engine` protocol (generate, load_weights, close, pad_token_id, version). It forwards
+every call to `runtime.engine_workers` `EngineWorker` actors, each building the configured engine
+(`ENGINES.build`) from a copy of the model sent through the object store. The actors are named
+`covey-engine-<engine>-<run id>-<i>` and placed in one placement group (one bundle of 1 CPU, or
+1 GPU when the engine runs on CUDA, per worker; strategy PACK). Sampler, rollout strategy, rewards
+and learner stay in the driver process.
 
-Weight sync: `ray.put` of the state dict once, then the actor loads it between two batches (the
-thread executor's rule). Every `ray.get` waits at most `timeout_s`. A dead actor, or a call past
-the timeout, is a one-line `RayEngineError` naming the actor. The thread executor re-raises it as
-`GenerationFailed`. Ray is started with `ray.init(address=runtime.ray_address or $RAY_ADDRESS)`
-when no cluster is connected. Without an address that starts a local one.
+generate: the P prompts are split into contiguous chunks, one per worker (sizes differ by at most
+one; worker i's chunk starts at i * P // N), each worker samples its chunk, and the rows are joined
+in prompt order (prompt_index offset, token tensors right-padded). Worker 0 keeps the sampling seed;
+worker i > 0 samples with seed + 1_000_003 * i (mod 2**31). With one worker this is the single-engine
+call, so eta = 0 reproduces `inline` bit for bit.
 
-Not built (docs/runtime.md): several engine workers, learner actors (DDP), reward/environment
-worker pools, a placement group, and the tree/hidden-state engine protocols through the proxy.
+Weight sync goes through a `covey.runtime.weight_sync` transport (`object_store`: one `ray.put` per
+version; `disk`: safetensors + READY marker): the driver pushes once and every actor pulls and loads
+between two batches (the thread executor's rule). Every `ray.get` waits at most `timeout_s`. A dead
+actor, or a call past the timeout, is a one-line `RayEngineError` naming the actor; the thread
+executor re-raises it as `GenerationFailed`, and the run resumes from its last checkpoint. Ray is
+started with `ray.init(address=runtime.ray_address or $RAY_ADDRESS)` when no cluster is connected;
+without an address that starts a local one.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
-__all__ = ["RayEngine", "RayEngineError"]
+import torch
+
+from covey.engine.base import Generation
+
+__all__ = ["RayEngine", "RayEngineError", "join_generations", "split_prompts"]
 
 
 class RayEngineError(RuntimeError):
-    """A call to the engine actor failed, timed out, or found the actor dead (one line)."""
+    """A call to an engine actor failed, timed out, or found the actor dead (one line)."""
+
+
+def split_prompts(p: int, workers: int) -> list[tuple[int, int]]:
+    """Contiguous [start, end) chunks of P prompts over the workers that get at least one."""
+    bounds = [i * p // workers for i in range(workers + 1)]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def join_generations(parts: list[Generation], starts: list[int], pad_id: int) -> Generation:
+    """Join the workers' generations row-wise in prompt order: chunk j's prompt_index is offset by
+    its first prompt `starts[j]`, token tensors are right-padded to the widest T (pad id, else 0)."""
+    t = max(g.completion_ids.shape[1] for g in parts)
+
+    def cat(name, value=0):
+        vals = [getattr(g, name) for g in parts]
+        if vals[0] is None:
+            return None
+        return torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=value) for v in vals])
+
+    return Generation(
+        prompt_ids=[x for g in parts for x in g.prompt_ids],
+        completion_ids=cat("completion_ids", pad_id),
+        completion_mask=cat("completion_mask"),
+        logprobs=cat("logprobs"),
+        finish_reason=[r for g in parts for r in g.finish_reason],
+        prompt_index=torch.cat([g.prompt_index + s for g, s in zip(parts, starts)]),
+        entropies=cat("entropies"),
+        policy_version=cat("policy_version"),
+    )
+
+
+def _worker_seed(seed: int | None, i: int) -> int | None:
+    return seed if seed is None or i == 0 else (seed + 1_000_003 * i) % 2**31
 
 
 def _worker_class():
@@ -34,10 +80,10 @@ def _worker_class():
 
     @ray.remote
     class EngineWorker:
-        def __init__(self, name: str, params: dict, model, tokenizer):
+        def __init__(self, name: str, params: dict, model, tokenizer, sync):
             from covey.engine import ENGINES
 
-            self.engine = ENGINES.build(name, params, model, tokenizer)
+            self.engine, self.sync = ENGINES.build(name, params, model, tokenizer), sync
 
         def info(self) -> tuple:
             return int(self.engine.pad_token_id), int(self.engine.version), getattr(self.engine, "dtype", None)
@@ -45,7 +91,8 @@ def _worker_class():
         def generate(self, prompts, n, sampling):
             return self.engine.generate(prompts, n, sampling)
 
-        def load_weights(self, state, version):
+        def load_weights(self, handle):
+            state, version = self.sync.pull(handle)
             self.engine.load_weights(state, version=version)
             return int(self.engine.version)
 
@@ -56,55 +103,111 @@ def _worker_class():
 
 
 class RayEngine:
-    """An `Engine` whose work runs in one named Ray actor (covey-engine-<engine name>-<random>)."""
+    """An `Engine` whose work runs in `workers` named Ray actors (one placement group)."""
 
     pad_token_id: int
     version: int
 
-    def __init__(self, name: str, params: dict[str, Any], model, tokenizer, *, timeout_s: float,
-                 address: str | None = None, num_cpus: int | None = None):  # fmt: skip
+    def __init__(self, name: str, params: dict[str, Any], model, tokenizer, *, timeout_s: float, workers: int = 1,
+                 sync=None, address: str | None = None, num_cpus: int | None = None):  # fmt: skip
         import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from covey.runtime.weight_sync import ObjectStoreSync
 
         self._ray, self.timeout_s = ray, float(timeout_s)
+        self.sync = sync if sync is not None else ObjectStoreSync(timeout_s)
         self._started = not ray.is_initialized()
         if self._started:
             address = address or os.environ.get("RAY_ADDRESS")
             ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
                      log_to_driver=False, ignore_reinit_error=True)  # fmt: skip
-        self.actor_name = f"covey-engine-{name.rsplit(':', 1)[-1]}-{uuid.uuid4().hex[:6]}"
-        self._actor = _worker_class().options(name=self.actor_name, num_cpus=1).remote(name, dict(params), model, tokenizer)
-        self.pad_token_id, self.version, self.dtype = self._get(self._actor.info.remote(), "start")
-
-    def _get(self, ref, what: str):
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
+        run = uuid.uuid4().hex[:6]
+        self.actor_names = [f"covey-engine-{name.rsplit(':', 1)[-1]}-{run}-{i}" for i in range(workers)]
+        self.actor_name = self.actor_names[0]
+        gpu = str(params.get("device", "cpu")).startswith("cuda")
+        bundle = {"GPU": 1} if gpu else {"CPU": 1}
+        self._pg = placement_group([dict(bundle) for _ in range(workers)], strategy="PACK", name=f"covey-{run}")
+        self._actors: list | None = []
+        if not self._wait(self._pg.ready(), "the placement group"):
+            self.close()
+            raise RayEngineError(f"placement group covey-{run}: {workers} x {bundle} not available within runtime.timeout_s="
+                                 f"{self.timeout_s:g} s (cluster resources: {ray.cluster_resources()})")  # fmt: skip
         try:
-            return self._ray.get(ref, timeout=self.timeout_s)
-        except GetTimeoutError:
-            raise RayEngineError(f"engine actor {self.actor_name!r}: {what} took longer than runtime.timeout_s="
-                                 f"{self.timeout_s:g} s") from None  # fmt: skip
-        except RayActorError as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise RayEngineError(f"engine actor {self.actor_name!r} died during {what}: {first}") from None
-        except RayTaskError as e:
-            cause = e.cause if getattr(e, "cause", None) is not None else e
-            msg = " ".join(str(cause).split())[:300]
-            raise RayEngineError(f"engine actor {self.actor_name!r}: {what} failed: {type(cause).__name__}: {msg}") from None
+            cls, model_ref = _worker_class(), ray.put(model)
+            for i, actor in enumerate(self.actor_names):
+                strategy = PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=i)
+                self._actors.append(cls.options(name=actor, num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0,
+                                                scheduling_strategy=strategy).remote(name, dict(params), model_ref, tokenizer, self.sync))  # fmt: skip
+            infos = self._gather([a.info.remote() for a in self._actors], "start")
+        except BaseException:
+            self.close()  # a failed start frees its actors and placement group
+            raise
+        self.pad_token_id, self.version, self.dtype = infos[0]
+
+    def _wait(self, ref, what: str) -> bool:
+        ready, _ = self._ray.wait([ref], timeout=self.timeout_s)
+        return bool(ready)
+
+    def _gather(self, refs: list, what: str, workers: list[int] | None = None) -> list:
+        """ray.get of one ref per worker, all within `timeout_s`; the first failure names its actor."""
+        from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayError, RayTaskError
+
+        deadline = time.monotonic() + self.timeout_s
+        out = []
+        for i, ref in zip(workers or range(len(refs)), refs):
+            actor = self.actor_names[i]
+            try:
+                out.append(self._ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+            except GetTimeoutError:
+                raise RayEngineError(f"engine actor {actor!r}: {what} took longer than runtime.timeout_s="
+                                     f"{self.timeout_s:g} s") from None  # fmt: skip
+            except RayActorError as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise RayEngineError(f"engine actor {actor!r} died during {what}: {first}") from None
+            except OutOfMemoryError as e:
+                first = " ".join(str(e).split())[:200]
+                raise RayEngineError(f"engine actor {actor!r} was killed by Ray's memory monitor during {what} (the node ran "
+                                     f"low on memory): {first}") from None  # fmt: skip
+            except RayTaskError as e:
+                cause = e.cause if getattr(e, "cause", None) is not None else e
+                msg = " ".join(str(cause).split())[:300]
+                raise RayEngineError(f"engine actor {actor!r}: {what} failed: {type(cause).__name__}: {msg}") from None
+            except RayError as e:  # any other Ray failure: still one line naming the actor
+                msg = " ".join(str(e).split())[:300]
+                raise RayEngineError(f"engine actor {actor!r}: {what} failed: {type(e).__name__}: {msg}") from None
+        return out
 
     def generate(self, prompts, n: int, sampling):
-        return self._get(self._actor.generate.remote(list(prompts), n, sampling), "generate")
+        prompts = list(prompts)
+        chunks = split_prompts(len(prompts), len(self._actors))
+        refs = []
+        for i, (a, b) in enumerate(chunks):
+            limits = sampling.prompt_max_new_tokens
+            s = replace(sampling, seed=_worker_seed(sampling.seed, i),
+                        prompt_max_new_tokens=None if limits is None else tuple(limits[a:b]))  # fmt: skip
+            refs.append(self._actors[i].generate.remote(prompts[a:b], n, s))
+        parts = self._gather(refs, "generate", list(range(len(chunks))))
+        if len(parts) == 1:
+            return parts[0]
+        return join_generations(parts, [a for a, _ in chunks], self.pad_token_id)
 
     def load_weights(self, source, version: int | None = None) -> None:
-        state = source.state_dict() if hasattr(source, "state_dict") else dict(source)
-        state = {k: v.detach().cpu() for k, v in state.items()}
         target = self.version + 1 if version is None else int(version)
-        self.version = self._get(self._actor.load_weights.remote(self._ray.put(state), target), "load_weights")
+        handle = self.sync.push(source, target)
+        versions = self._gather([a.load_weights.remote(handle) for a in self._actors], "load_weights")
+        self.version = versions[0]
 
     def close(self) -> None:
-        """Kill the actor (and stop Ray when this engine started it); idempotent."""
-        if self._actor is not None:
-            self._ray.kill(self._actor)
-            self._actor = None
+        """Kill the actors, remove the placement group (and stop Ray when this engine started it); idempotent."""
+        from ray.util.placement_group import remove_placement_group
+
+        if self._actors is not None:
+            for actor in self._actors:
+                self._ray.kill(actor)
+            self._actors = None
+            remove_placement_group(self._pg)
         if self._started and self._ray.is_initialized():
             self._ray.shutdown()
             self._started = False

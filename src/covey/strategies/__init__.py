@@ -23,6 +23,7 @@ from covey.strategies.latr import LATR
 from covey.strategies.pairs import OfflinePairs, ReferencePairs
 from covey.strategies.spo_chain import SPOChain
 from covey.strategies.step_correction import StepCorrection
+from covey.strategies.swarm import SwarmSharing
 from covey.strategies.tppo import TPPO
 from covey.strategies.treepo import TreePO
 
@@ -47,6 +48,7 @@ __all__ = [
     "RolloutStrategy",
     "SPOChain",
     "StepCorrection",
+    "SwarmSharing",
     "TPPO",
     "TreePO",
     "completion_texts",

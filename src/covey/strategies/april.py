@@ -19,7 +19,8 @@ Per step, with B = the step's prompts:
         over every token, carried ones included, by the learner before the update, and no
         importance correction (leave `algo.correction` unset)
 
-A carried completion resumes from prompt + its token ids (not text: no re-tokenisation drift), so
+A carried completion resumes from prompt + its token ids (not text: no re-tokenisation drift;
+`covey.engine.carry`, shared with interrupted generation), so
 the batch mixes tokens of several policy versions; `Rollouts.policy_version` [N, T] records which
 weights produced each token and `behaviour_logprobs` are those of that policy. covey's variants,
 named options: `keep_surplus: true` carries the finished surplus groups to the next step (served
@@ -37,9 +38,8 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-import torch
-
 from covey.engine.base import ForkingEngine, Row
+from covey.engine.carry import out_of_budget, row_from, row_state
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
@@ -87,9 +87,7 @@ class APRIL:
             for si, row in enumerate(g["rows"]):
                 if row is None:
                     fresh.append((gi, si))
-                elif row.finish_reason is None and len(row.tokens) >= sp.max_new_tokens:
-                    row.finish_reason = "length"  # APRIL's TRUNCATED: no budget left
-                elif row.finish_reason is None:
+                elif row.finish_reason is None and not out_of_budget(row, sp.max_new_tokens):  # no budget: TRUNCATED
                     row.payload = (gi, si)
                     carried.append(row)
         dec.add(carried)
@@ -141,21 +139,9 @@ class APRIL:
         }  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        return {"buffer": [{"item": g["item"], "rows": [None if r is None else _row_state(r) for r in g["rows"]]} for g in self.buffer]}
+        return {"buffer": [{"item": g["item"], "rows": [None if r is None else row_state(r) for r in g["rows"]]} for g in self.buffer]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buffer = [{"item": g["item"], "rows": [None if r is None else _row_from(r) for r in g["rows"]]}
+        self.buffer = [{"item": g["item"], "rows": [None if r is None else row_from(r) for r in g["rows"]]}
                        for g in state.get("buffer", [])]  # fmt: skip
 
-
-def _row_state(r: Row) -> dict[str, Any]:
-    return {
-        "prompt": torch.tensor(r.prompt, dtype=torch.long), "tokens": torch.tensor(r.tokens, dtype=torch.long),
-        "logprobs": torch.tensor(r.logprobs, dtype=torch.float64), "entropies": torch.tensor(r.entropies, dtype=torch.float64),
-        "versions": torch.tensor(r.versions, dtype=torch.long), "finish_reason": r.finish_reason or "",
-    }  # fmt: skip
-
-
-def _row_from(s: dict[str, Any]) -> Row:
-    return Row(prompt=s["prompt"].tolist(), tokens=s["tokens"].tolist(), logprobs=s["logprobs"].tolist(),
-               entropies=s["entropies"].tolist(), versions=s["versions"].tolist(), finish_reason=s["finish_reason"] or None)  # fmt: skip

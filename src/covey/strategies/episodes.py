@@ -143,6 +143,7 @@ class _Episode:
     end: str | None = None  # why it ended
     terminated: bool = False
     success: bool | None = None
+    transcript: list[dict] = field(default_factory=list)  # the episode turn by turn, with roles (samples.jsonl)
 
     def stream(self) -> list[int]:
         """The concat row so far: the first prompt, then each turn's sampled ids and env tokens."""
@@ -271,6 +272,7 @@ class Episodes:
                 self._fail(ep, res, counts)
                 continue
             ep.anchor, ep.messages = res.anchor, list(res.messages)
+            ep.transcript = [dict(m) for m in res.messages]
             self._template(tok, ep.env)
             ep.prompt = render(tok, res.messages, generation_prompt=True, tools=self._tools)
             if res.done:
@@ -311,6 +313,7 @@ class Episodes:
             counts["tool_calls"] += len(calls)
             counts["tool_malformed"] += sum(c.error is not None for c in calls)
             actions.append(Action(text, ids, calls, gen.finish_reason[i]))
+            ep.transcript.append({"role": "assistant", "content": text, "turn": turn, "finish_reason": gen.finish_reason[i]})
         return actions
 
     def _record(self, ep: _Episode, action: Action, res: StepResult | _EnvFailure, turn: int, counts: Counter) -> None:
@@ -322,6 +325,8 @@ class Episodes:
             return
         ep.rewards.append(float(res.reward))
         ep.anchor = res.anchor
+        ep.transcript[-1]["reward"] = float(res.reward)
+        ep.transcript += [{**m, "turn": turn} for m in res.messages]
         counts["tool_errors"] += int(res.info.get("tool_errors", 0))
         if "success" in res.info:
             ep.success = bool(res.info["success"])
@@ -413,6 +418,9 @@ class Episodes:
                         ent[i, pos:end] = torch.tensor(x.entropies)
                 pos = end
         of = [eps[e] for e, _, _, _ in rows]
+        # each row's item, plus its episode turn by turn (`transcript`: the messages with roles, each
+        # assistant turn with its turn index, reward and finish reason), why it ended and its success
+        views = [{**ep.item, "transcript": ep.transcript, "episode_end": ep.end, "episode_success": ep.success} for ep in eps]
         return Rollouts(
             prompt_ids=[torch.tensor(p, dtype=torch.long) for _, p, _, _ in rows],
             completion_ids=ids, completion_mask=mask, behaviour_logprobs=lp,
@@ -423,7 +431,7 @@ class Episodes:
             reward_names=("env_return",), entropies=ent, policy_version=ver,
             episode=torch.tensor([e for e, _, _, _ in rows], dtype=torch.long), turn=turn,
             step_rewards=[ep.rewards for ep in of], step_anchors=[ep.anchors for ep in of],
-            items=[ep.item for ep in of],
+            items=[views[e] for e, _, _, _ in rows],
         ).validate()  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:

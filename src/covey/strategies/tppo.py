@@ -32,7 +32,7 @@ from torch import Tensor
 from covey.algos.advantages.egae import egae
 from covey.engine.base import ForkingEngine, HiddenStatesEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
-from covey.strategies.april import _row_from, _row_state
+from covey.engine.carry import row_from, row_state
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
 
@@ -152,12 +152,12 @@ class TPPO:
         return err
 
     def state_dict(self) -> dict[str, Any]:
-        return {"inflight": [{"item": x["item"], "row": _row_state(x["row"])} for x in self.inflight],
+        return {"inflight": [{"item": x["item"], "row": row_state(x["row"])} for x in self.inflight],
                 "queue": list(self.queue), "capacity": self.capacity, "w": self.w, "b": self.b,
                 "xtx": self.xtx, "xty": self.xty}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.inflight = [{"item": x["item"], "row": _row_from(x["row"])} for x in state.get("inflight", [])]
+        self.inflight = [{"item": x["item"], "row": row_from(x["row"])} for x in state.get("inflight", [])]
         self.queue, self.capacity = list(state.get("queue", [])), int(state.get("capacity", 0))
         self.w, self.b = state.get("w"), state.get("b", torch.zeros(()))
         self.xtx, self.xty = state.get("xtx"), state.get("xty")

@@ -5,12 +5,14 @@ answer format in its class docstring and `answer_format` attribute (see docs/tas
 """
 
 from covey.tasks.arithmetic import Arithmetic
+from covey.tasks.causal import CausalSCM
 from covey.tasks.countdown import Countdown
 from covey.tasks.gsm8k import GSM8K
 from covey.tasks.math500 import MATH500
+from covey.tasks.mixture import Mixture
 from covey.tasks.base import Task
 from covey.tasks.registry import TASKS, get_task, register_task
 
-__all__ = ["GSM8K", "MATH500", "TASKS", "Arithmetic", "Countdown", "Task", "get_task", "register_task"]
+__all__ = ["GSM8K", "MATH500", "TASKS", "Arithmetic", "CausalSCM", "Countdown", "Mixture", "Task", "get_task", "register_task"]
 from covey.tasks import dataset, humaneval, mbpp  # noqa: E402,F401 - registers the code tasks and `dataset`
 from covey.envs import maze as _maze  # noqa: E402,F401 - registers the `maze` task (with its environment, covey.envs)

@@ -221,6 +221,20 @@ class EvalConfig(_Strict):
     """Token budget of the held-out evaluation (default: sampling.max_new_tokens)."""
 
 
+def _check_episode_rewards(cfg) -> None:
+    """An episode's reward is its environment's (`env_return`): reward functions and reward shaping
+    are not applied to episodes, so a config that asks for them is refused, not silently ignored."""
+    if cfg.rewards:
+        raise ValueError("rewards: reward functions are not applied to episodes (the reward is the environment's "
+                         "env_return): remove `rewards:`, or compute the reward in the environment's step()")  # fmt: skip
+    if cfg.algo.overlong is not None:
+        raise ValueError("algo.overlong: overlong shaping is not applied to episodes (they end by max_turns and "
+                         "max_context_tokens): set algo.overlong: null")  # fmt: skip
+    kl = cfg.algo.active().get("kl")
+    if kl is not None and kl.mode == "reward":
+        raise ValueError("algo.kl.mode reward: the KL reward penalty is not applied to episodes: use algo.kl.mode loss")
+
+
 class RunConfig(_Strict):
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
@@ -317,11 +331,13 @@ class RunConfig(_Strict):
                 ENVS.check_params(self.env.name, self.env.params)
             except RegistryError as e:
                 raise ValueError(f"env: {e}") from None
+            _check_episode_rewards(self)
         return self
 
     @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
         from covey.engine import ENGINES
+        from covey.engine.support import check_engine_config
         from covey.samplers import SAMPLERS
         from covey.strategies import STRATEGIES
         from covey.strategies.base import check_engine_protocols
@@ -332,6 +348,7 @@ class RunConfig(_Strict):
             except RegistryError as e:
                 raise ValueError(f"{key}: {e}") from None
         check_engine_protocols(self.strategy_spec().name, self.strategy_spec().params, self.engine.name)  # one-line error
+        check_engine_config(self)  # what the engine cannot serve (vllm: top_p/top_k/min_p, entropies)
         check_combination(self)  # sampler x strategy x advantage: covey.compat
         check_runtime(self)  # executor x strategy x staleness: covey.runtime.config
         spec = self.strategy_spec()

@@ -185,6 +185,11 @@ def sample_rows(batch, tokenizer, n: int) -> list[dict[str, Any]]:
     from covey.strategies.group import completion_texts
 
     idx = list(range(min(n, len(batch))))
+    if batch.episode is not None:  # multi-turn episodes: one sample per episode (per_step has a row per turn)
+        first: dict[int, int] = {}
+        for i, e in enumerate(batch.episode.tolist()):
+            first.setdefault(e, i)
+        idx = list(first.values())[:n]
     sub = batch.select(idx)
     texts = completion_texts(tokenizer, sub)
     rows = []
@@ -193,6 +198,8 @@ def sample_rows(batch, tokenizer, n: int) -> list[dict[str, Any]]:
         if isinstance(prompt, list):  # chat: the last user message
             prompt = next((m["content"] for m in reversed(prompt) if m.get("role") == "user"), prompt[-1]["content"])
         row = {"group": int(sub.group[i]), "prompt": prompt, "completion": text}
+        if sub.items is not None and "transcript" in sub.items[i]:  # the whole episode, turn by turn, with roles
+            row["episode"], row["episode_end"] = sub.items[i]["transcript"], sub.items[i]["episode_end"]
         if sub.rewards is not None:
             row["rewards"] = {name: float(sub.rewards[i, k]) for k, name in enumerate(sub.reward_names)}
         if sub.advantages is not None:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from covey.eval.episodes import evaluate_episodes
 from covey.eval.runner import eval_progress, evaluate
 from covey.train.checkpoint import latest_checkpoint, write_error
 from covey.train.config import RunConfig
@@ -31,6 +32,15 @@ def default_run_dir(cfg: RunConfig) -> Path:
     method = cfg.preference.loss.name if cfg.preference is not None else cfg.algo.preset or "custom"
     name = cfg.log.name or f"{cfg.task.name}-{method}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Path(cfg.log.dir) / name
+
+
+def _eval_episodes(cfg: RunConfig):
+    """The `episodes` strategy the held-out eval plays (the run's settings), or None without an env."""
+    if cfg.env is None or not cfg.eval.size:
+        return None
+    from covey.strategies import STRATEGIES
+
+    return STRATEGIES.build("episodes", {**cfg.rollout.strategy.params, "env": {"name": cfg.env.name, **cfg.env.params}})
 
 
 def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Trainer | None = None) -> dict:
@@ -54,8 +64,13 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     eval_items = list(trainer.task.examples(cfg.task.eval_split))[: cfg.eval.size] if cfg.eval.size else []
     max_eval_tokens = cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens
 
+    episodes = _eval_episodes(cfg)  # with an env, the held-out eval plays episodes (covey.eval.episodes)
+
     def held_out(live: bool = True) -> float:  # live=False inside the training bar (one live display at a time)
         with trainer.paused(), eval_progress(len(eval_items), console=console, label="held-out eval", live=live and cfg.log.progress) as advance:
+            if episodes is not None:
+                return evaluate_episodes(trainer.engine, trainer.tokenizer, episodes, eval_items, max_new_tokens=max_eval_tokens,
+                                         progress=advance)["accuracy"]  # fmt: skip
             return evaluate(trainer.engine, trainer.tokenizer, trainer.task, eval_items, max_new_tokens=max_eval_tokens,
                             progress=advance)["accuracy"]  # fmt: skip
 

@@ -119,9 +119,12 @@ class Trainer:
             source = own_copy(source, self.model)
         if cfg.runtime.executor == "ray":  # the engine in a Ray actor, built there from a copy of the model
             from covey.runtime.ray_engine import RayEngine
+            from covey.runtime.weight_sync import DiskSync, ObjectStoreSync
 
-            self.engine = RayEngine(cfg.engine.name, engine_params, source, self.tokenizer, timeout_s=cfg.runtime.timeout_s,
-                                    address=cfg.runtime.ray_address)  # fmt: skip
+            rt = cfg.runtime
+            sync = DiskSync(self.run_dir / "weight_sync", timeout_s=rt.timeout_s) if rt.weight_sync == "disk" else ObjectStoreSync(rt.timeout_s)
+            self.engine = RayEngine(cfg.engine.name, engine_params, source, self.tokenizer, timeout_s=rt.timeout_s,
+                                    workers=rt.engine_workers, sync=sync, address=rt.ray_address)  # fmt: skip
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
         self.reference_engine = None  # XPO's reference samples: an engine over the frozen reference
@@ -262,24 +265,9 @@ class Trainer:
             finally:
                 self.learner.temperature = sampling_temperature
 
-    @torch.no_grad()
     def _fill_sum_p2(self, batch: Rollouts) -> None:
-        """`batch.sum_p2`: sum_v pi_old(v|s)^2 of every position, from the learner's chunked head
-        (`completion_logprobs_stats`), micro-batched like the learner's own forwards."""
-        from covey.learner.logprobs import completion_logprobs_stats
-
-        out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
-        learner = self.learner
-        for idx in learner._chunks(batch):
-            sub = batch.select(idx)
-            with learner._ctx():
-                _, _, stats = completion_logprobs_stats(
-                    self.model, [p.to(learner.device) for p in sub.prompt_ids], sub.completion_ids.to(learner.device),
-                    sub.completion_mask.to(learner.device), temperature=learner.temperature, stats=("sum_p2",),
-                    share_prompts=learner.share_prompts,
-                )  # fmt: skip
-            out[idx] = stats["sum_p2"].float().cpu()
-        batch.sum_p2 = out.to(batch.completion_mask.device) * batch.completion_mask
+        """`batch.sum_p2`: sum_v pi_old(v|s)^2 of every position, from the learner's chunked head."""
+        batch.sum_p2 = self.learner.token_stats(batch, ("sum_p2",))["sum_p2"]
 
     @torch.no_grad()
     def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
@@ -339,7 +327,7 @@ class Trainer:
 
     def _stateful(self) -> dict[str, Any]:
         """Components whose state the checkpoint holds (through torch.save: tensors, int keys intact)."""
-        return {"sampler": self.sampler, "strategy": self.strategy}
+        return {"sampler": self.sampler, "strategy": self.strategy, "regularizers": self.learner.regularizers}
 
     def dtypes(self) -> dict[str, str]:
         """The compute dtypes in use ("bf16"/"fp32"): what `dtype: auto` chose, kept by a resume."""

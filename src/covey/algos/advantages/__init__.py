@@ -25,6 +25,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     pairwise.py      dagrpo_provisional, trpa                    (sums over same-group pairs of rows)
     oblr.py          oblr_baseline                               (OBLR-PO gradient-weighted baseline, [N] or [N, T])
     polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
+    rover.py         rover                                       (ROVER: batch success-rate shaping of binary rewards)
     gigpo.py         gigpo                                       (multi-turn: episode + anchor-state step groups, [N, T])
     hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
     salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
@@ -56,6 +57,7 @@ from covey.algos.advantages.oblr import oblr_baseline
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.rover import rover
 from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
 from covey.algos.advantages.spo_segment import spo_chain, spo_tree
@@ -91,6 +93,7 @@ __all__ = [
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
+    "rover",
     "salt",
     "tppo",
     "treepo",

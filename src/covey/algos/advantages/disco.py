@@ -2,9 +2,10 @@
 
 Paper: "DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization",
 arXiv 2505.12366. Status VERIFIED-CODE for the objective (Optimization-AI/DisCO `bd2b07812934`,
-`compute_policy_loss_disco{,b}_{logL,Lratio}`, per spec objectives-wave2.md §2.22; the logL loss was
+`compute_policy_loss_disco{,b}_{logL,Lratio}`; the logL loss was
 re-read in the authors' DRPO code base, which carries the same `compute_policy_loss_disco_logL`).
-Only the advantage part: DisCO's squared-hinge KL constraint to pi_old is a regulariser (not built).
+Only the advantage part: DisCO's squared-hinge KL constraint to pi_old is the regularizer `disco_kl`
+(`covey.algos.regularizers.kl`).
 The same authors' DRPO adds a length weight to the positives (covey `drpo`); the gradient derivation
 is the same and is written out in `covey.algos.advantages.drpo`.
 """
@@ -26,7 +27,7 @@ __all__ = ["disco"]
 @register_advantage(
     "disco", group_relative=True,
     paper="DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization "
-          "(VERIFIED-CODE; advantage part, KL constraint not included)",
+          "(VERIFIED-CODE; advantage part, KL constraint: regularizer disco_kl)",
     arxiv="2505.12366",
 )  # fmt: skip
 def disco(batch: Rollouts, *, tau: PosFloat = 10.0, neg: Literal["softmax", "mean"] = "softmax") -> AdvantageResult:
@@ -36,7 +37,7 @@ def disco(batch: Rollouts, *, tau: PosFloat = 10.0, neg: Literal["softmax", "mea
     Q = number of groups in the batch (invalid ones count), score_i = (1/L_i) sum_t logp_it:
         disco   (neg="softmax"):  J_g = mean_pos score - tau * log sum_neg exp(score / tau)
         disco-b (neg="mean"):     J_g = mean_pos score - mean_neg score
-        loss = -(1/Q) sum_g J_g  (+ sg(max(beta (kl - delta), 0)) * kl, the KL constraint: not here)
+        loss = -(1/Q) sum_g J_g  (+ sg(max(beta (kl - delta), 0)) * kl, the KL constraint: regularizer disco_kl)
     With surrogate "reinforce" (or PPO-clip on-policy) and aggregation "seq-mean-token-mean" the
     gradients are equal at theta = theta_old when
         A_i = (N_seq / Q) / |pos_g|                        correct rows of valid groups

@@ -2,7 +2,7 @@
 
 Paper: "Heterogeneous Adaptive Policy Optimization: Tailoring Optimization to Every Token's Nature",
 arXiv 2509.16591. Status VERIFIED-CODE (starriver030515/HAPO `7671dde3e268`,
-`compute_hapo_outcome_advantage`, per spec objectives-wave2.md §2.10; re-read in the repository's
+`compute_hapo_outcome_advantage`; re-read in the repository's
 README code listing). Only the advantage part of HAPO: its adaptive sampling temperature (an engine
 rule), differential advantage redistribution and asymmetric adaptive clipping (a surrogate on the
 current-policy entropy) are not here.

@@ -1,7 +1,7 @@
 """MSSR: single-rollout advantage against the `spo` sampler's Beta baseline, with entropy-based shaping.
 
 Paper: "Stable and Efficient Single-Rollout RL for Multimodal Reasoning" (MSSR, Multimodal Stabilized
-Single-Rollout), arXiv 2512.18215. Status PARTIAL (spec objectives-wave2.md §2.2): the Beta-posterior
+Single-Rollout), arXiv 2512.18215. Status PARTIAL: the Beta-posterior
 baseline and "entropy-based advantage shaping that adaptively regularizes advantage magnitudes" are
 confirmed by the abstract; no code was released. The shaping term is the one MSSR cites from
 group-based RLVR (Cheng et al., "Reasoning with Exploration: An Entropy Perspective", arXiv

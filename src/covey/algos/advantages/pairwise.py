@@ -68,7 +68,7 @@ def dagrpo_provisional(
         A_i   = (1/G) sum_{j in g} m_ij (r_i - r_j) / (sigma_g + eps)     sigma_g unbiased std of r in g
 
     r is the scalar reward (give the score column weight 0 if it should only gate pairs). Status:
-    UNVERIFIED (spec objectives-wave2.md §2.16): only the abstract's mechanism ("fine-grained scoring
+    UNVERIFIED: only the abstract's mechanism ("fine-grained scoring
     to dynamically mask sample pairs with low distinctiveness") was read; the mask form, tau (suggested
     0.1 on a [0, 1] score) and the normaliser are covey's. The paper's second part (off-policy anchors
     for all-wrong groups) is a rollout strategy, not built.
@@ -91,7 +91,7 @@ def dagrpo_provisional(
 @register_advantage(
     "trpa", group_relative=True,
     paper="Trust Region Preference Approximation: A simple and stable reinforcement learning algorithm for LLM "
-          "reasoning (VERIFIED-CODE; advantage part, KL to pi_old not included)",
+          "reasoning (VERIFIED-CODE; advantage part, KL to pi_old: regularizer kl_old)",
     arxiv="2504.04524",
     requires=("ref_logprobs",),
 )  # fmt: skip
@@ -115,7 +115,7 @@ def trpa(
     batch so micro-batching does not change the step). Levels come from the reward column
     ``level_column`` (e.g. 1 correct, 2 wrong answer, 3 incomplete, 4 bad format; give it weight 0:
     TRPA uses no scalar reward). Defaults beta 0.1, anisotropy 2.5 (`main_TRPA.sh`).
-    Not here: TRPA's trust region, a low-variance KL to pi_old with coefficient 0.001 (a regulariser).
+    TRPA's trust region, a low-variance KL to pi_old with coefficient 0.001, is the regularizer `kl_old`.
     Edge cases: rows with L = 0 are in no pair; a group of one row or of a single level has no pair
     (the reference raises on groups of one); with several updates per batch the form is approximate.
     """

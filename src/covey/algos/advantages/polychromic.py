@@ -1,7 +1,7 @@
 """Polychromic set-level advantage: score sets of rollouts by mean reward x diversity, share it per row.
 
 Paper: "Polychromic Objectives for Reinforcement Learning" (Ibn Hamid et al.), arXiv 2509.25424.
-Status PARTIAL (spec objectives-wave2.md §2.17): the objective f(Y) = mean reward x diversity of a set
+Status PARTIAL: the objective f(Y) = mean reward x diversity of a set
 of n trajectories and the set-shared advantage are confirmed by summaries and a third-party
 re-implementation (no authors' code found); the set construction and the diversity key for text are
 covey's choices. For LLMs the rollout state is the prompt, so a group is the "vine".

@@ -1,7 +1,7 @@
 """Segment Policy Optimization: segment advantages from Monte-Carlo values, chain and tree.
 
 Paper: "Segment Policy Optimization: Effective Segment-Level Credit Assignment in RL for Large Language
-Models" (SPO), arXiv 2505.23564. Status VERIFIED-CODE per spec objectives-wave2.md §2.8, which read
+Models" (SPO), arXiv 2505.23564. Status VERIFIED-CODE: the formulas were read in
 AIFrameResearch/SPO `b9fc6a263dec` (`math_episode_generator_with_mc_advantages.py` cut points,
 `_compute_token_advantages`, `_compute_mc_value`; `tree_episode_generator.py::extract_edges_from_tree`,
 `hybrid_inference_strategy.py` node values; `trainers/ppo_trainer.py` probability mask and whitening,

@@ -1,6 +1,6 @@
 """`mpo`: MPO's rubric judge whose rubric a meta-judge refines during training (arXiv 2504.20157).
 
-Rules after the authors' code as the spec read it (rewards-eval-diffusion §2.7: the MPO repository's
+Rules after the authors' code as the spec read it (the MPO repository's
 ``trl/trainer/mpo_trainer.py``, ``trl/extras/mpo/__init__.py``, ``rm_essay_writing.py``); the prompts are
 covey's wording (the reference's are task-specific essay / summary prompts):
 

@@ -2,7 +2,7 @@
 bootstrapped reference row.
 
 Reconstructed, not checked against released code: the authors released none (searched 2026-11-24); the
-rule follows the paper's description and the spec (objectives-wave2 §2.29):
+rule follows the paper's description and the spec:
 
     ref_g   = the reference row of group g: `covey.algos.advantages.brpo.reference_rows` (the one home of
               the draw; the `brpo` advantage calls it too, with its `seed` = this reward's `reference_seed`)

@@ -1,0 +1,229 @@
+"""Search over a local corpus: the `search` tool (BM25 via `bm25s`), the `search_qa` environment and task.
+
+Optional extra: ``pip install covey[search]`` (bm25s pinned in pyproject.toml). No network: the
+corpus is generated (``generated:N:SEED``, made by `make_corpus`) or read from a local JSONL file
+(one ``{"text": ...}`` per line).
+
+The generated corpus describes N invented countries (names from seeded syllables, so no model knows
+them), one document each: "Zorvia is a country. Its capital is Quelmar. It was founded in 1642. The
+river Osk flows through it." The `search_qa` task asks about one fact of one country (capital,
+founding year or river); only a search finds the answer.
+
+    task: {name: search_qa, params: {n_entities: 200, seed: 0}}
+    env: {name: search_qa, k: 3, max_calls: 3}
+
+Each turn the model either calls ``<tool_call>{"name": "search", "arguments": {"query": "capital of
+Zorvia"}}</tool_call>`` and gets the `k` best documents (BM25 over lower-cased words, English stop
+words removed) as a tool message, or answers: a turn without a tool call is the final answer, reward
+1.0 when the item's answer appears in it as a whole word (any case), else 0.0, terminated. Malformed
+calls, unknown tools and bad arguments come back as tool errors (counted); `max_calls` tool turns,
+then truncated. The anchor is the number of tool calls made (the state without history).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+from covey.envs.base import Action, MissingExtra, StepResult, register_env
+from covey.envs.tools import tool_message
+from covey.tasks._common import check_split
+from covey.tasks.registry import register_task
+
+__all__ = ["SEARCH_SCHEMA", "Index", "SearchQAEnv", "SearchQATask", "index_for", "make_corpus"]
+
+SEARCH_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the local encyclopedia; returns the best matching documents.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "keywords, e.g. capital of Zorvia"}},
+            "required": ["query"],
+        },
+    },
+}
+
+SYSTEM = ("You can search an encyclopedia. To search, write "
+          '<tool_call>{"name": "search", "arguments": {"query": "capital of Zorvia"}}</tool_call> '
+          "and wait for the results. When you know the answer, reply with the answer only.")  # fmt: skip
+
+_SYLLABLES = ["zor", "vi", "quel", "mar", "osk", "tan", "bre", "lo", "dun", "ka", "sel", "ri", "mo", "gath",
+              "en", "pul", "ta", "vek", "ny", "ar", "shi", "bo", "cre", "im"]  # fmt: skip
+FACTS = ("capital", "founded", "river")
+QUESTIONS = {"capital": "What is the capital of {}?", "founded": "In what year was {} founded?",
+             "river": "Which river flows through {}?"}  # fmt: skip
+
+
+def _name(rng: random.Random, parts: int) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+
+
+def make_corpus(n: int, seed: int) -> list[dict]:
+    """N invented countries ``{"name", "capital", "founded", "river", "text"}`` (distinct names), seeded."""
+    rng, seen, out = random.Random(seed), set(), []
+    while len(out) < n:
+        name, capital, river = _name(rng, 3), _name(rng, 2), _name(rng, 2)
+        if {name, capital, river} & seen or len({name, capital, river}) < 3:
+            continue
+        seen |= {name, capital, river}
+        founded = str(rng.randint(800, 1999))
+        text = f"{name} is a country. Its capital is {capital}. It was founded in {founded}. The river {river} flows through it."
+        out.append({"name": name, "capital": capital, "founded": founded, "river": river, "text": text})
+    return out
+
+
+class Index:
+    """BM25 (bm25s, Lucene variant, k1 1.5, b 0.75) over a list of document texts."""
+
+    @staticmethod
+    def check_installed():
+        try:
+            import bm25s
+        except ImportError:
+            raise MissingExtra("search needs the bm25s package: pip install 'covey[search]'") from None
+        return bm25s
+
+    def __init__(self, texts: list[str]):
+        bm25s = self.check_installed()
+        if not texts:
+            raise ValueError("search: the corpus is empty")
+        self.bm25s, self.texts = bm25s, list(texts)
+        self.retriever = bm25s.BM25()
+        self.retriever.index(bm25s.tokenize(self.texts, stopwords="en", show_progress=False), show_progress=False)
+        self.lock = threading.Lock()  # episodes search from several threads
+
+    def search(self, query: str, k: int) -> list[str]:
+        """The `k` best documents for `query`, best first (fewer when fewer match a word)."""
+        tokens = self.bm25s.tokenize([query], stopwords="en", show_progress=False)
+        with self.lock:
+            docs, scores = self.retriever.retrieve(tokens, k=min(k, len(self.texts)), show_progress=False)
+        return [self.texts[int(d)] for d, s in zip(docs[0], scores[0]) if s > 0]
+
+
+_INDEX_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=8)
+def _index(corpus: str) -> Index:
+    return Index(corpus_texts(corpus))
+
+
+def index_for(corpus: str) -> Index:
+    """The (cached) index of a corpus spec: ``generated:N:SEED`` or a JSONL path."""
+    with _INDEX_LOCK:
+        return _index(corpus)
+
+
+def corpus_texts(corpus: str) -> list[str]:
+    m = re.fullmatch(r"generated:(\d+):(-?\d+)", corpus)
+    if m:
+        return [d["text"] for d in make_corpus(int(m.group(1)), int(m.group(2)))]
+    path = Path(corpus)
+    if not path.is_file():
+        raise ValueError(f"search corpus must be 'generated:N:SEED' or a JSONL file of {{\"text\": ...}} lines, got {corpus!r}")
+    texts = []
+    for i, line in enumerate(path.read_text().splitlines()):
+        if line.strip():
+            doc = json.loads(line)
+            if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
+                raise ValueError(f"{corpus} line {i + 1}: expected {{\"text\": str}}")
+            texts.append(doc["text"])
+    return texts
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """The answer as a whole word (any case) in the text."""
+    return re.search(rf"(?<!\w){re.escape(answer.strip())}(?!\w)", text, re.IGNORECASE) is not None
+
+
+@register_env("search_qa")
+class SearchQAEnv:
+    """Question answering with a `search` tool over a local corpus (the item's ``corpus``, or `corpus`)."""
+
+    tools = [SEARCH_SCHEMA]
+
+    def __init__(self, *, corpus: str | None = None, k: int = 3, max_calls: int = 3, system_prompt: str = SYSTEM):
+        if k < 1 or max_calls < 1:
+            raise ValueError(f"search_qa: need k >= 1 and max_calls >= 1, got {k}, {max_calls}")
+        if corpus is not None:
+            index_for(corpus)  # a bad corpus (or no bm25s) fails when the config is read
+        else:
+            Index.check_installed()
+        self.corpus, self.k, self.max_calls, self.system_prompt = corpus, k, max_calls, system_prompt
+        self.index: Index | None = None
+        self.answer, self.calls = "", 0
+
+    def reset(self, item: dict, *, seed: int) -> StepResult:
+        corpus = self.corpus or item.get("corpus")
+        if not corpus or "answer" not in item:
+            raise ValueError("search_qa needs items with an 'answer' and a corpus (env corpus: or the item's 'corpus')")
+        self.index, self.answer, self.calls = index_for(corpus), str(item["answer"]), 0
+        prompt = item["prompt"]
+        user = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        return StepResult([{"role": "system", "content": self.system_prompt}, *user], anchor=0)
+
+    def step(self, action: Action) -> StepResult:
+        if not action.tool_calls:
+            ok = contains_answer(action.text, self.answer)
+            return StepResult([], 1.0 if ok else 0.0, terminated=True, anchor=self.calls, info={"success": ok})
+        self.calls += 1
+        out, errors = [], 0
+        for call in action.tool_calls:
+            if call.error is not None:
+                result = f"error: {call.error}"
+            elif call.name != "search":
+                result = f"error: unknown tool {call.name!r}; the only tool is 'search'"
+            elif not isinstance(call.arguments.get("query"), str) or not call.arguments["query"].strip():
+                result = 'error: search needs {"query": "<keywords>"}'
+            else:
+                hits = self.index.search(call.arguments["query"], self.k)
+                result = "\n".join(f"[{i + 1}] {t}" for i, t in enumerate(hits)) if hits else "no results"
+            errors += result.startswith("error:")
+            out.append(tool_message(result))
+        valid = any(c.error is None for c in action.tool_calls)
+        info = {"valid": valid, "tool_calls": len(action.tool_calls), "tool_errors": errors, "success": False}
+        return StepResult(out, 0.0, truncated=self.calls >= self.max_calls, anchor=self.calls, info=info)
+
+    def close(self) -> None:
+        pass
+
+
+@register_task("search_qa")
+class SearchQATask:
+    """Questions about a generated corpus ``{"id", "prompt", "answer", "corpus"}``: one fact (capital,
+    founding year, river) of one country each; train and test take different questions. The verifier
+    checks the answer as a whole word in the completion. Params: n_entities, seed, n_train, n_test."""
+
+    name = "search_qa"
+    answer_format = "The answer (a name or a year) as a word in the reply."
+
+    def __init__(self, *, n_entities: int = 200, seed: int = 0, n_train: int = 128, n_test: int = 64):
+        if n_entities < 2 or n_train < 1 or n_test < 0 or n_train + n_test > 3 * n_entities:
+            raise ValueError(f"search_qa: need n_entities >= 2, n_train >= 1, n_test >= 0 and n_train + n_test <= "
+                             f"3 * n_entities (got {n_entities}, {n_train}, {n_test})")  # fmt: skip
+        self.n, self.seed, self.sizes = n_entities, seed, {"train": n_train, "test": n_test}
+
+    def examples(self, split: str = "train") -> list[dict]:
+        check_split(self.name, split)
+        docs = make_corpus(self.n, self.seed)
+        pairs = [(d, f) for d in docs for f in FACTS]
+        random.Random(self.seed + 1).shuffle(pairs)
+        start = 0 if split == "train" else self.sizes["train"]
+        corpus = f"generated:{self.n}:{self.seed}"
+        return [{"id": i, "prompt": QUESTIONS[f].format(d["name"]), "answer": d[f], "corpus": corpus}
+                for i, (d, f) in enumerate(pairs[start : start + self.sizes[split]])]  # fmt: skip
+
+    def demonstration(self, item: dict) -> str:
+        """The first turn of a good episode: a search for the question's words (for `covey sft`)."""
+        query = item["prompt"].rstrip("?")
+        return '<tool_call>{"name": "search", "arguments": {"query": ' + json.dumps(query) + "}}</tool_call>"
+
+    def reward(self, prompts, completions, answer, **_) -> list[float]:
+        return [1.0 if contains_answer(c if isinstance(c, str) else c[-1]["content"], a) else 0.0
+                for c, a in zip(completions, answer)]  # fmt: skip
