@@ -67,6 +67,9 @@ class Rollouts:
                              REINFORCE rows: 1), NaN where the estimator decides.
         controller:          dict of floats, what a strategy's controller chose for this step (the
                              entropy controller of dcpo / aepo_entropy: h_hat, h0, probe_temperature).
+        offpolicy_mask:      [N, T] float32, 1.0 on tokens another model wrote (the `step_correction`
+                             strategy's corrector), 0 elsewhere; only on completion tokens. The learner
+                             gives them LUFFY's shaped, unclipped loss (`offpolicy_shaped_loss`).
         recompute_old_logprobs: bool, the learner recomputes log pi_old with the current weights
                              before the update even when the algorithm does not ask for it (APRIL's
                              default for carried partial rollouts).
@@ -103,6 +106,7 @@ class Rollouts:
     sum_p2: Tensor | None = None
     fixed_advantage: Tensor | None = None
     controller: dict[str, float] | None = None
+    offpolicy_mask: Tensor | None = None
     recompute_old_logprobs: bool = False
 
     @classmethod
@@ -201,6 +205,11 @@ class Rollouts:
             val = getattr(self, name)
             if val is not None:
                 _check(val, name, (n, t), (torch.float32,))
+        if self.offpolicy_mask is not None:
+            _check(self.offpolicy_mask, "offpolicy_mask", (n, t), (torch.float32,))
+            om = self.offpolicy_mask
+            if not torch.all((om == 0) | (om == 1)) or bool(((om > 0) & (self.completion_mask == 0)).any()):
+                raise RolloutsError("offpolicy_mask must hold only 0.0 and 1.0, and 1.0 only on completion tokens")
         if self.sample_mask is not None:
             _check(self.sample_mask, "sample_mask", (n, t) if self.sample_mask.dim() == 2 else (n,), (torch.float32,))
         if self.policy_version is not None:

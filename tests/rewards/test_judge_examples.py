@@ -1,5 +1,5 @@
 """Every config in examples/judge/ trains from the command line (tiny random judge, one step): a local
-judge, the Writing-Zero pairwise GenRM with brpo, and the ArenaRL tournament."""
+judge, the Writing-Zero pairwise GenRM with brpo, the ArenaRL tournament, and step_correction with vspo."""
 
 import json
 import subprocess
@@ -13,7 +13,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "judge").g
 
 
 def test_the_examples_are_the_three_the_docs_name():
-    assert [p.name for p in EXAMPLES] == ["arenarl.yaml", "local_judge.yaml", "pairwise_genrm.yaml"]
+    assert [p.name for p in EXAMPLES] == ["arenarl.yaml", "local_judge.yaml", "pairwise_genrm.yaml", "step_correction.yaml"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
@@ -28,3 +28,5 @@ def test_example_trains_one_step(path, tmp_path):
     for name in names:
         assert row[f"reward/{name}/judge_requests"] > 0, name  # the judge was asked
         assert row[f"reward/{name}/failures"] == 0.0, name
+    if path.stem == "step_correction":  # the judge lives in the rollout strategy, the refill in the sampler
+        assert row["step_correction/judge_requests"] > 0 and "sampler/vspo/p_hat_mean" in row

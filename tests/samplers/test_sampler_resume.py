@@ -9,6 +9,9 @@ CASES = {
     "vade": ({"name": "vade", "lambda_short": 0.7}, {}, {"prompts_per_step": 4, "group_size": 2}),
     # SPO's KL forgetting keeps each prompt's last response and its log-probs (tensors) in the state;
     # 6 prompts, 4 per step: prompts come back, so the resumed steps read responses stored before the kill
+    # VSPO: refills of dynamic's dropped groups ranked by value; counts and the tie-break counter resume
+    "vspo": ({"name": "vspo", "beta": 1.0}, {}, {"prompts_per_step": 2, "group_size": 2,
+                                                "strategy": {"name": "dynamic", "max_rounds": 2}}),
     "spo_kl": ({"name": "spo", "rho_type": "kl"}, {"advantage": {"name": "spo"}}, {"prompts_per_step": 4, "group_size": 1}),
 }
 

@@ -79,6 +79,15 @@ def _clipped_pg(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> 
     return loss, flags
 
 
+def offpolicy_shaped_loss(loss_tok: Tensor, logp: Tensor, adv: Tensor, offpolicy: Tensor, gamma: float = 0.1) -> Tensor:
+    """LUFFY's off-policy term (arXiv 2504.14945) on tokens another model wrote (`Rollouts.offpolicy_mask`):
+    -A · f(pi_theta), f(x) = x / (x + gamma), no clipping and no ratio to a behaviour policy; `loss_tok`
+    elsewhere. Only the gradient matters: d f / d logp = pi gamma / (pi + gamma)^2 (low-probability
+    tokens are up-weighted relative to pi)."""
+    p = logp.exp()
+    return torch.where(offpolicy > 0, -adv * p / (p + gamma), loss_tok)
+
+
 # ---------------------------------------------------------------------------- token-level surrogates
 @register_surrogate("ppo_clip", paper="Proximal Policy Optimization Algorithms", arxiv="1707.06347")
 def ppo_clip(

@@ -50,6 +50,7 @@ from torch import Tensor
 
 from covey.algos import SURROGATES, BatchTotals, CorrectionInputs, LossInputs
 from covey.algos.presets import AlgoConfig
+from covey.algos.surrogates import offpolicy_shaped_loss
 from covey.algos.regularizers import RegularizerSet
 from covey.algos.regularizers.base import detached
 from covey.dtypes import model_device, resolve_dtype_name
@@ -355,6 +356,9 @@ class Learner:
             w, m = self.correction(CorrectionInputs(old, micro.behaviour_logprobs, mask))
             loss_tok = loss_tok * w.detach()
             metrics.update(m)
+        if micro.offpolicy_mask is not None:  # corrector tokens (step_correction): LUFFY's shaped loss instead
+            loss_tok = offpolicy_shaped_loss(loss_tok, logp, inp.advantages, micro.offpolicy_mask)
+            metrics["learn/offpolicy_frac"] = float((micro.offpolicy_mask * mask).sum() / mask.sum())
         if self.kl is not None:
             if micro.ref_logprobs is None:
                 raise ValueError("a KL loss is configured but the batch has no ref_logprobs")

@@ -14,6 +14,7 @@ from covey.samplers import self_curation  # noqa: F401  (registers `self`)
 from covey.samplers import masa  # noqa: F401  (registers `masa`)
 from covey.samplers import drive  # noqa: F401  (registers `drive`)
 from covey.samplers import gdro  # noqa: F401  (registers `gdro`)
+from covey.samplers import vspo  # noqa: F401  (registers `vspo`)
 
 __all__ = [
     "SAMPLERS",
