@@ -29,31 +29,34 @@ PROMPTS = [[1, 40, 41, 42], [1, 50, 51], [1, 60, 61, 62, 63, 64]]
 
 
 # ------------------------------------------------------------------ config checks (no vLLM needed)
-def test_syncs_adapter_defaults_to_adapter_only_for_lora_inline():
+def test_syncs_adapter_defaults_to_adapter_only_for_lora_inline_on_cuda():
     r4 = LoraConfig(r=4)
-    assert VllmEngine.syncs_adapter({}, r4, "inline") is True
-    assert VllmEngine.syncs_adapter({}, None, "inline") is False  # full fine-tuning: the whole model
-    assert VllmEngine.syncs_adapter({}, r4, "thread") is False  # the thread executor's copies are merged
-    assert VllmEngine.syncs_adapter({"lora_sync": "merged"}, r4, "inline") is False
-    assert VllmEngine.syncs_adapter({"lora_sync": "adapter"}, r4, "inline") is True
+    assert VllmEngine.syncs_adapter({}, r4, "inline", "cuda") is True
+    assert VllmEngine.syncs_adapter({}, r4, "inline", "cuda:1") is True
+    assert VllmEngine.syncs_adapter({}, r4, "inline", "cpu") is False  # CPU: LoRA kernels slow generation down
+    assert VllmEngine.syncs_adapter({}, None, "inline", "cuda") is False  # full fine-tuning: the whole model
+    assert VllmEngine.syncs_adapter({}, r4, "thread", "cuda") is False  # the thread executor's copies are merged
+    assert VllmEngine.syncs_adapter({"lora_sync": "merged"}, r4, "inline", "cuda") is False
+    assert VllmEngine.syncs_adapter({"lora_sync": "adapter"}, r4, "inline", "cpu") is True
 
 
 def test_check_lora_refuses_contradictions_with_the_values():
     check = VllmEngine.check_lora
-    check({}, None, "inline"), check({}, LoraConfig(r=16), "thread"), check({"lora_sync": "merged"}, LoraConfig(r=600), "inline")
-    check({"max_lora_rank": 16, "lora_sync": "adapter"}, LoraConfig(r=16), "inline")  # r == max: fine
+    check({}, None, "inline", "cuda"), check({}, LoraConfig(r=16), "thread", "cuda")
+    check({"lora_sync": "merged"}, LoraConfig(r=600), "inline", "cuda"), check({"max_lora_rank": 8}, LoraConfig(r=16), "inline", "cpu")
+    check({"max_lora_rank": 16, "lora_sync": "adapter"}, LoraConfig(r=16), "inline", "cpu")  # r == max: fine
     with pytest.raises(ValueError, match="lora_sync=adapter syncs a LoRA adapter, but model.lora is not set"):
-        check({"lora_sync": "adapter"}, None, "inline")
+        check({"lora_sync": "adapter"}, None, "inline", "cuda")
     with pytest.raises(ValueError, match=r"lora_sync=adapter needs runtime.executor=inline \(got thread\)"):
-        check({"lora_sync": "adapter"}, LoraConfig(r=4), "thread")
+        check({"lora_sync": "adapter"}, LoraConfig(r=4), "thread", "cuda")
     with pytest.raises(ValueError, match="model.lora.r=16 is above max_lora_rank=8"):
-        check({"max_lora_rank": 8}, LoraConfig(r=16), "inline")
+        check({"max_lora_rank": 8}, LoraConfig(r=16), "inline", "cuda")
     with pytest.raises(ValueError, match=r"max_lora_rank must be one of vLLM's .*got 12"):
-        check({"max_lora_rank": 12}, LoraConfig(r=4), "inline")
+        check({"max_lora_rank": 12}, LoraConfig(r=4), "inline", "cuda")
     with pytest.raises(ValueError, match="model.lora.r=600 is above vLLM's largest LoRA rank 512"):
-        check({}, LoraConfig(r=600), "inline")
+        check({}, LoraConfig(r=600), "inline", "cuda")
     with pytest.raises(ValueError, match="lora_sync must be adapter or merged, got 'both'"):
-        check({"lora_sync": "both"}, LoraConfig(r=4), "inline")
+        check({"lora_sync": "both"}, LoraConfig(r=4), "inline", "cuda")
     assert VLLM_LORA_RANKS[0] == 1 and VLLM_LORA_RANKS[-1] == 512
 
 
@@ -61,7 +64,7 @@ def test_check_lora_refuses_contradictions_with_the_values():
 @pytest.mark.parametrize("extra, message", [
     (("engine.lora_sync=adapter",), "lora_sync=adapter syncs a LoRA adapter, but model.lora is not set"),
     (("engine.lora_sync=adapter", "model.lora.r=4", "runtime.executor=thread"), "lora_sync=adapter needs runtime.executor=inline"),
-    (("model.lora.r=16", "engine.max_lora_rank=8"), "model.lora.r=16 is above max_lora_rank=8"),
+    (("model.lora.r=16", "engine.lora_sync=adapter", "engine.max_lora_rank=8"), "model.lora.r=16 is above max_lora_rank=8"),
 ])  # fmt: skip
 def test_cli_refuses_contradictory_lora_sync_before_loading(extra, message):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -169,16 +172,20 @@ def test_engine_refuses_merged_sync_of_a_peft_model_and_a_rank_above_max():
 
 
 @needs_vllm
-def test_quickstart_trains_two_steps_with_lora_adapter_sync(tmp_path):
-    """`covey train examples/quickstart.yaml engine.name=vllm model.lora.r=4`: adapter sync by default."""
+@pytest.mark.parametrize("sync", ["adapter", None])
+def test_quickstart_trains_two_steps_with_lora(tmp_path, sync):
+    """`covey train examples/quickstart.yaml engine.name=vllm model.lora.r=4 [engine.lora_sync=adapter]`:
+    with adapter sync vLLM starts with its LoRA kernels (PunicaWrapperCPU); unset on the CPU, it is
+    the merged sync (`syncs_adapter`) and vLLM starts without them."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    extra = [f"engine.lora_sync={sync}"] if sync else []
     out = subprocess.run([sys.executable, "-m", "covey.cli", "train", "examples/quickstart.yaml", "engine.name=vllm",
-                          "model.name=tiny-llama", "model.lora.r=4", "steps=2", "eval.size=2", "rollout.prompts_per_step=2",
+                          "model.name=tiny-llama", "model.lora.r=4", *extra, "steps=2", "eval.size=2", "rollout.prompts_per_step=2",
                           "rollout.group_size=2", "sampling.max_new_tokens=8", "optim.micro_batch_size=2",
                           f"log.dir={tmp_path}", "log.progress=false"], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=900)  # fmt: skip
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     assert "held-out accuracy after training" in out.stdout
-    assert "enable_lora=True" in out.stdout + out.stderr or "PunicaWrapperCPU" in out.stdout + out.stderr
+    assert ("PunicaWrapperCPU" in out.stdout + out.stderr) == (sync == "adapter")
     run = next(p for p in tmp_path.iterdir() if (p / "metrics.jsonl").is_file())
     assert len((run / "metrics.jsonl").read_text().splitlines()) >= 2

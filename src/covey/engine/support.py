@@ -73,7 +73,7 @@ def check_engine_config(cfg) -> None:
     needs, device)`` sees its params, the `sampling:` section, the optional `Rollouts` fields the
     algorithm and sampler read (``"entropies"``, ...) and the device the run resolves to ("cpu",
     "cuda", "cuda:1"). Engines without the hook accept every run. An engine's optional
-    ``check_lora(params, model.lora, runtime.executor)`` checks how it syncs a LoRA policy."""
+    ``check_lora(params, model.lora, runtime.executor, device)`` checks how it syncs a LoRA policy."""
     from covey.engine import ENGINES
     from covey.samplers import SAMPLERS
 
@@ -86,6 +86,6 @@ def check_engine_config(cfg) -> None:
     try:
         check(dict(cfg.engine.params), cfg.sampling, needs, cfg.resolved_device())
         if lora_check is not None:
-            lora_check(dict(cfg.engine.params), cfg.model.lora, cfg.runtime.executor)
+            lora_check(dict(cfg.engine.params), cfg.model.lora, cfg.runtime.executor, cfg.resolved_device())
     except ValueError as e:
         raise ValueError(f"engine: {e}") from None

@@ -20,8 +20,8 @@ through vLLM's own loader (which also repacks the CPU backend's linear weights; 
 then reset (its KV blocks were computed with the old weights). About 0.2 s for SmolLM2-135M on a
 2-core CPU (benchmarks/README.md).
 
-LoRA (`lora_sync`): with `adapter` (the default when the policy is a PEFT LoRA model and the loop
-runs inline) the engine is built from the PEFT model itself: vLLM loads the base weights (peft
+LoRA (`lora_sync`): with `adapter` (the default for a PEFT LoRA policy on CUDA with the inline loop;
+on the CPU `merged` is the default, see `syncs_adapter`) the engine is built from the PEFT model itself: vLLM loads the base weights (peft
 `unload`, adapters removed unmerged) with `enable_lora=True` and `max_lora_rank` (default: the
 smallest rank vLLM accepts >= the adapter's r), and every `load_weights` writes only the adapter
 (peft `save_pretrained`: adapter_config.json + adapter_model.safetensors) to a new subfolder and
@@ -117,8 +117,9 @@ class VllmEngine:
     max_num_seqs:           rows vLLM schedules together.
     prefix_caching:         reuse a prompt's KV blocks across its n samples (reset at every sync).
     enforce_eager:          no CUDA graphs / torch.compile (faster start; False for speed on a GPU).
-    lora_sync:              a PEFT LoRA policy: "adapter" (default) syncs only the adapter, "merged"
-                            the merged weights W + s*B@A (the trainer then passes a merged model).
+    lora_sync:              a PEFT LoRA policy: "adapter" syncs only the adapter, "merged" the merged
+                            weights W + s*B@A (the trainer then passes a merged model). Unset: adapter
+                            on CUDA with the inline executor, else merged (`syncs_adapter`).
     max_lora_rank:          adapter sync: vLLM's largest adapter rank (default: the smallest of
                             `VLLM_LORA_RANKS` >= the adapter's r).
     """
@@ -143,9 +144,9 @@ class VllmEngine:
             raise ValueError(why)
 
     @classmethod
-    def check_lora(cls, params: dict, lora, executor: str) -> None:
+    def check_lora(cls, params: dict, lora, executor: str, device: str) -> None:
         """Config-time check of `lora_sync` / `max_lora_rank` against `model.lora` (None: full
-        fine-tuning) and `runtime.executor` (`covey.engine.support.check_engine_config`)."""
+        fine-tuning), `runtime.executor` and the device (`covey.engine.support.check_engine_config`)."""
         sync, rank = params.get("lora_sync"), params.get("max_lora_rank")
         if sync not in (None, "adapter", "merged"):
             raise ValueError(f"lora_sync must be adapter or merged, got {sync!r}")
@@ -156,17 +157,20 @@ class VllmEngine:
         if rank is not None:
             if rank not in VLLM_LORA_RANKS:
                 raise ValueError(f"max_lora_rank must be one of vLLM's {VLLM_LORA_RANKS}, got {rank}")
-            if lora is not None and lora.r > rank and cls.syncs_adapter(params, lora, executor):
+            if lora is not None and lora.r > rank and cls.syncs_adapter(params, lora, executor, device):
                 raise ValueError(f"model.lora.r={lora.r} is above max_lora_rank={rank}: raise max_lora_rank or use lora_sync=merged")
-        if lora is not None and lora.r > VLLM_LORA_RANKS[-1] and cls.syncs_adapter(params, lora, executor):
+        if lora is not None and lora.r > VLLM_LORA_RANKS[-1] and cls.syncs_adapter(params, lora, executor, device):
             raise ValueError(f"model.lora.r={lora.r} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}: use lora_sync=merged")
 
     @staticmethod
-    def syncs_adapter(params: dict, lora, executor: str) -> bool:
-        """Whether a run with these engine params, `model.lora` and executor syncs only the adapter
-        (the trainer then builds the engine from the PEFT model and passes it to `load_weights`)."""
+    def syncs_adapter(params: dict, lora, executor: str, device: str) -> bool:
+        """Whether a run with these engine params, `model.lora`, executor and device syncs only the
+        adapter (the trainer then builds the engine from the PEFT model and passes it to
+        `load_weights`). Unset `lora_sync`: adapter on CUDA with the inline executor; merged on the
+        CPU, where vLLM's LoRA kernels (PunicaWrapperCPU) made generation 3.6x slower than on the
+        merged weights, far more than the sync saves (benchmarks/README.md, "vLLM engine")."""
         sync = params.get("lora_sync")
-        return lora is not None and (sync == "adapter" or (sync is None and executor == "inline"))
+        return lora is not None and (sync == "adapter" or (sync is None and executor == "inline" and device.startswith("cuda")))
 
     def __init__(
         self,

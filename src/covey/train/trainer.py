@@ -116,7 +116,8 @@ class Trainer:
             engine_params["dtype"] = chosen.get("engine") or self.learner.dtype  # follows model.dtype
         # vllm's adapter sync: the engine is built from the PEFT model and every sync passes it (only the adapter moves)
         syncs_adapter = getattr(ENGINES.get(cfg.engine.name).fn, "syncs_adapter", None)
-        self.adapter_sync = bool(syncs_adapter and syncs_adapter(cfg.engine.params, cfg.model.lora, cfg.runtime.executor))
+        self.adapter_sync = bool(syncs_adapter and syncs_adapter(cfg.engine.params, cfg.model.lora, cfg.runtime.executor,
+                                                                      cfg.resolved_device()))
         source = self.model if self.adapter_sync else engine_model(self.model)
         if cfg.runtime.executor == "thread":  # the engine reads its own weights: the learner updates its in place meanwhile
             source = own_copy(source, self.model)
