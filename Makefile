@@ -30,8 +30,9 @@ demo: $(STAMP)
 # The vllm engine on the CPU, in its own venv (vLLM 0.32 needs transformers <5.20: pip resolves
 # covey's range to 5.19.0 there). pip pulls a torchvision built for another torch whose import fails
 # inside vLLM; covey needs none of the three, so they go. Then the vllm engine's tests (generation,
-# log-prob agreement, weight sync, interruption, 2 quickstart steps with engine.name=vllm) and covey's
-# learner and model tests on transformers 5.19 (cheap; the rest of the suite runs on 5.23 in `make test`).
+# log-prob agreement, weight sync incl. LoRA adapter-only sync, interruption, 2 quickstart steps with
+# engine.name=vllm, with and without LoRA) and covey's learner and model tests on transformers 5.19
+# (cheap; the rest of the suite runs on 5.23 in `make test`).
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.covey-installed
 
@@ -42,7 +43,7 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -m "not slow" tests/engine/test_vllm_engine.py tests/learner tests/models
+	$(VLLM_VENV)/bin/python -m pytest -m "not slow" tests/engine/test_vllm_engine.py tests/engine/test_vllm_lora.py tests/learner tests/models
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)

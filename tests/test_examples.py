@@ -23,6 +23,8 @@ def test_examples_exist_for_the_main_presets():
 def test_example_config_resolves(path):
     if "executor: ray" in path.read_text() or "name: swarm" in path.read_text():  # the ray extra (in dev)
         pytest.importorskip("ray")
+    if "name: vllm" in path.read_text():  # the vllm extra, in its own environment (make test-vllm)
+        pytest.importorskip("vllm")
     cfg = load_config(path)
     task = get_task(cfg.task.name, **cfg.task.params)
     assert len(task.examples(cfg.task.split)) > 0

@@ -72,7 +72,8 @@ def check_engine_config(cfg) -> None:
     `cfg` (a `covey.train.config.RunConfig`): the engine class's ``check_config(params, sampling,
     needs, device)`` sees its params, the `sampling:` section, the optional `Rollouts` fields the
     algorithm and sampler read (``"entropies"``, ...) and the device the run resolves to ("cpu",
-    "cuda", "cuda:1"). Engines without the hook accept every run."""
+    "cuda", "cuda:1"). Engines without the hook accept every run. An engine's optional
+    ``check_lora(params, model.lora, runtime.executor, device)`` checks how it syncs a LoRA policy."""
     from covey.engine import ENGINES
     from covey.samplers import SAMPLERS
 
@@ -81,7 +82,10 @@ def check_engine_config(cfg) -> None:
         return
     sampler = SAMPLERS.get(cfg.sampler_spec().name).fn
     needs = set(cfg.algo.requires()) | set(getattr(sampler, "requires", ()) or ())
+    lora_check = getattr(ENGINES.get(cfg.engine.name).fn, "check_lora", None)  # vllm: lora_sync x model.lora
     try:
         check(dict(cfg.engine.params), cfg.sampling, needs, cfg.resolved_device())
+        if lora_check is not None:
+            lora_check(dict(cfg.engine.params), cfg.model.lora, cfg.runtime.executor, cfg.resolved_device())
     except ValueError as e:
         raise ValueError(f"engine: {e}") from None

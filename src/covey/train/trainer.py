@@ -114,7 +114,11 @@ class Trainer:
         engine_params = dict(cfg.engine.params)
         if engine_params.get("dtype", "auto") == "auto" and engine_takes_dtype(cfg.engine.name):
             engine_params["dtype"] = chosen.get("engine") or self.learner.dtype  # follows model.dtype
-        source = engine_model(self.model)
+        # vllm's adapter sync: the engine is built from the PEFT model and every sync passes it (only the adapter moves)
+        syncs_adapter = getattr(ENGINES.get(cfg.engine.name).fn, "syncs_adapter", None)
+        self.adapter_sync = bool(syncs_adapter and syncs_adapter(cfg.engine.params, cfg.model.lora, cfg.runtime.executor,
+                                                                      cfg.resolved_device()))
+        source = self.model if self.adapter_sync else engine_model(self.model)
         if cfg.runtime.executor == "thread":  # the engine reads its own weights: the learner updates its in place meanwhile
             source = own_copy(source, self.model)
         if cfg.runtime.executor == "ray":  # the engine in a Ray actor, built there from a copy of the model
@@ -173,7 +177,7 @@ class Trainer:
                 metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
             metrics.update(source)
             if self.executor is None:
-                self.engine.load_weights(engine_state(self.model), version=self.step_num + 1)  # weight sync
+                self.engine.load_weights(self._engine_weights(), version=self.step_num + 1)  # weight sync
             else:  # a copy; the generator thread loads it between two batches
                 published = weights_copy(engine_state(self.model))
             with self._sampler_lock:
@@ -366,6 +370,11 @@ class Trainer:
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep)
 
+    def _engine_weights(self):
+        """What a weight sync passes the engine: the PEFT model under vllm's adapter sync, else
+        `engine_state` (the model, or LoRA's merged weights)."""
+        return self.model if self.adapter_sync else engine_state(self.model)
+
     def _restore(self) -> None:
         found = load_latest_checkpoint(self.run_dir, map_location="cpu")  # load_state_dict moves to the device
         if found is None:
@@ -384,7 +393,7 @@ class Trainer:
             self.reference.load_state_dict(payload["reference"]["weights"])
             self.last_reference_reset = payload["reference"]["step"]
         self.step_num = meta["step"]
-        self.engine.load_weights(engine_state(self.model), version=self.step_num)
+        self.engine.load_weights(self._engine_weights(), version=self.step_num)
         if self.executor is not None:
             self.executor.load_state_dict(payload.get("runtime", {}), version=self.step_num)
 
