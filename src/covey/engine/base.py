@@ -53,6 +53,7 @@ __all__ = [
     "SamplingParams",
     "TemperatureRuleEngine",
     "TreeSession",
+    "concat_generations",
     "engine_class",
     "missing_protocols",
     "protocol_members",
@@ -136,6 +137,31 @@ class Generation:
     def lengths(self) -> Tensor:
         """[N] long: generated tokens per row."""
         return self.completion_mask.sum(-1).round().long()
+
+
+def concat_generations(parts: list[Generation], pad_id: int, prompt_offsets: list[int] | None = None) -> Generation:
+    """Join generations row-wise, right-padding token tensors to the widest T (`pad_id` for ids, 0
+    otherwise). `prompt_offsets[j]`: added to part j's `prompt_index` (parts over different prompts,
+    e.g. the Ray executor's workers); None when every part indexes the same prompt list (waves)."""
+    t = max(g.completion_ids.shape[1] for g in parts)
+    offsets = prompt_offsets or [0] * len(parts)
+
+    def cat(name, value=0):
+        vals = [getattr(g, name) for g in parts]
+        if vals[0] is None:
+            return None
+        return torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=value) for v in vals])
+
+    return Generation(
+        prompt_ids=[x for g in parts for x in g.prompt_ids],
+        completion_ids=cat("completion_ids", pad_id),
+        completion_mask=cat("completion_mask"),
+        logprobs=cat("logprobs"),
+        finish_reason=[r for g in parts for r in g.finish_reason],
+        prompt_index=torch.cat([g.prompt_index + o for g, o in zip(parts, offsets)]),
+        entropies=cat("entropies"),
+        policy_version=cat("policy_version"),
+    )
 
 
 @dataclass

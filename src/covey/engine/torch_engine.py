@@ -49,7 +49,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
+from covey.engine.base import Generation, SamplingParams, concat_generations, register_engine, version_tensor
 from covey.dtypes import model_device, resolve_dtype_name
 from covey.engine.forward import SUPPORTED, decode_step, hidden_states, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
@@ -247,7 +247,7 @@ class TorchEngine:
                 raw = self._generate(plist[a:b], n, sp, stop_ids, stops, u, lim) if not self._stop.is_set() else _nothing(b - a, n, sp)
             # Built outside inference mode: the learner saves these tensors for backward.
             parts.append(self._generation(plist[a:b], n, a, *raw))
-        return parts[0] if len(parts) == 1 else _concat(parts, self.pad_token_id)
+        return parts[0] if len(parts) == 1 else concat_generations(parts, self.pad_token_id)
 
     def tree_session(self, sampling: SamplingParams) -> TreeDecoder:
         """A tree decode on this engine's weights and KV-cache layout (`ForkingEngine`)."""
@@ -383,28 +383,6 @@ class TorchEngine:
             entropies=None if out_ent is None else out_ent[:, :t].masked_fill(mask == 0, 0.0),
             policy_version=version_tensor(mask, self.version),
         )
-
-
-def _concat(parts: list[Generation], pad_id: int) -> Generation:
-    """Join waves row-wise, right-padding token tensors to the widest T."""
-    t = max(p.completion_ids.shape[1] for p in parts)
-
-    def cat(name, value=0):
-        vals = [getattr(p, name) for p in parts]
-        if vals[0] is None:
-            return None
-        return torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=value) for v in vals])
-
-    return Generation(
-        prompt_ids=[x for p in parts for x in p.prompt_ids],
-        completion_ids=cat("completion_ids", pad_id),
-        completion_mask=cat("completion_mask"),
-        logprobs=cat("logprobs"),
-        finish_reason=[r for p in parts for r in p.finish_reason],
-        prompt_index=torch.cat([p.prompt_index for p in parts]),
-        entropies=cat("entropies"),
-        policy_version=cat("policy_version"),
-    )
 
 
 def _nothing(prompts: int, n: int, sp: SamplingParams):

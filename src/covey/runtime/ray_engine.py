@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from covey.engine.base import Generation
+from covey.engine.base import concat_generations
 
-__all__ = ["RayEngine", "RayEngineError", "join_generations", "split_prompts"]
+__all__ = ["RayEngine", "RayEngineError", "split_prompts"]
 
 
 class RayEngineError(RuntimeError):
@@ -46,29 +46,6 @@ def split_prompts(p: int, workers: int) -> list[tuple[int, int]]:
     """Contiguous [start, end) chunks of P prompts over the workers that get at least one."""
     bounds = [i * p // workers for i in range(workers + 1)]
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
-
-
-def join_generations(parts: list[Generation], starts: list[int], pad_id: int) -> Generation:
-    """Join the workers' generations row-wise in prompt order: chunk j's prompt_index is offset by
-    its first prompt `starts[j]`, token tensors are right-padded to the widest T (pad id, else 0)."""
-    t = max(g.completion_ids.shape[1] for g in parts)
-
-    def cat(name, value=0):
-        vals = [getattr(g, name) for g in parts]
-        if vals[0] is None:
-            return None
-        return torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=value) for v in vals])
-
-    return Generation(
-        prompt_ids=[x for g in parts for x in g.prompt_ids],
-        completion_ids=cat("completion_ids", pad_id),
-        completion_mask=cat("completion_mask"),
-        logprobs=cat("logprobs"),
-        finish_reason=[r for g in parts for r in g.finish_reason],
-        prompt_index=torch.cat([g.prompt_index + s for g, s in zip(parts, starts)]),
-        entropies=cat("entropies"),
-        policy_version=cat("policy_version"),
-    )
 
 
 def _worker_seed(seed: int | None, i: int) -> int | None:
@@ -191,7 +168,7 @@ class RayEngine:
         parts = self._gather(refs, "generate", list(range(len(chunks))))
         if len(parts) == 1:
             return parts[0]
-        return join_generations(parts, [a for a, _ in chunks], self.pad_token_id)
+        return concat_generations(parts, self.pad_token_id, [a for a, _ in chunks])
 
     def load_weights(self, source, version: int | None = None) -> None:
         target = self.version + 1 if version is None else int(version)
