@@ -581,3 +581,11 @@ def bgpo(
 
 
 bgpo.per_mc = True  # the learner applies it to each Monte Carlo term of the likelihood, one backward each
+
+
+# Row-local, and zero with its gradient wherever the advantage is 0 (any ratio, any weight): a row whose
+# advantages are all 0 adds nothing to the update, so the learner may leave it out of the forward and
+# backward passes (`optim.skip_zero_advantage`). Not hapo (its entropy statistics pool the micro-batch's
+# rows), bgpo (per Monte Carlo term), nor the regression surrogates (they pull a ratio towards a target).
+for _fn in (ppo_clip, reinforce, cispo, sapo, gspo, gspo_token, luspo, dhpo, etr_provisional, r2vpo_provisional):
+    _fn.zero_at_zero_advantage = True

@@ -78,6 +78,7 @@ class Learner:
         dtype: str = "bf16",
         recompute_old_logprobs: str = "auto",
         share_prompts: bool | str = "auto",
+        skip_zero_advantage: bool = True,
     ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.temperature, self.max_new_tokens = temperature, max_new_tokens
@@ -111,6 +112,12 @@ class Learner:
             if getattr(SURROGATES[algo.surrogate.name].fn, "per_mc", False):  # bgpo: one backward per MC sample
                 self.per_mc = mc_samples(algo.likelihood.name, algo.likelihood.params)
             recompute_old_logprobs = "always"  # the engine has no behaviour log-probs to stand for pi_old
+        # rows whose advantages are all 0 add nothing to the update: leave them out (exact; see OptimConfig)
+        self.skip_zero_rows = (
+            skip_zero_advantage and getattr(SURROGATES[algo.surrogate.name].fn, "zero_at_zero_advantage", False)
+            and self.kl is None and not self.entropy_coef and not len(self.regularizers) and not self.need_group
+            and not self.stats and self.likelihood is None
+        )  # fmt: skip
         updates = epochs * mini_batches
         if recompute_old_logprobs == "auto":
             # One update per batch: the policy has not moved since sampling, so the engine's behaviour
@@ -255,6 +262,12 @@ class Learner:
         )
         self.optimizer.zero_grad(set_to_none=True)
         stats: dict[str, tuple[float, float]] = {}
+        rows = len(mb)
+        if self.skip_zero_rows:  # after the totals: they still count the skipped rows
+            keep = rows_with_signal(mb, mask_all)
+            if len(keep) < rows:
+                mb, extra = mb.select(keep), {k: v[keep.to(v.device)] for k, v in extra.items()}
+            stats["learn/skipped_rows"] = ((rows - len(keep)) / max(rows, 1), 1.0)
         loss_total = 0.0
         chunks = self._chunks(mb)
         if self.need_group:
@@ -281,6 +294,10 @@ class Learner:
             loss_total += loss_value
             for k, v in metrics.items():
                 stats[k] = (float(v), tokens) if k not in stats else _wmean(stats[k], float(v), tokens)
+        if self.skip_zero_rows and not len(mb) and totals.num_tokens > 0:
+            for p in self.model.parameters():  # every row skipped: the zero gradient the full pass would give
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
         grad_norm = self._clip()
         self.optimizer.step()
         if self.scheduler is not None:
@@ -386,6 +403,17 @@ class Learner:
             return 0.0
         max_norm = self.grad_clip if self.grad_clip is not None else float("inf")
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def rows_with_signal(batch: Rollouts, mask: Tensor) -> Tensor:
+    """Row indices [CPU long] of `batch` with a nonzero advantage on a loss token, or with tokens another
+    model wrote (`offpolicy_mask`); the other rows add nothing to a `zero_at_zero_advantage` loss."""
+    adv = batch.advantages
+    adv = adv[:, None] if adv.dim() == 1 else adv
+    signal = ((adv * mask) != 0).any(-1)
+    if batch.offpolicy_mask is not None:
+        signal |= ((batch.offpolicy_mask * mask) != 0).any(-1)
+    return torch.nonzero(signal.cpu()).flatten()
 
 
 def to_device(batch: Rollouts, device: torch.device) -> Rollouts:

@@ -182,6 +182,11 @@ class OptimConfig(_Strict):
     """Optimizer steps per epoch; the batch of N = B*G rows is split into this many mini-batches."""
     micro_batch_size: int | None = Field(None, ge=1)
     """Rows per forward/backward (gradient accumulation); None = the whole mini-batch at once."""
+    skip_zero_advantage: bool = True
+    """Leave rows whose advantages are all 0 out of the forward/backward passes (the batch totals that
+    normalise the loss still count them). Exact, so applied only where such a row adds nothing to the
+    update: a surrogate marked `zero_at_zero_advantage`, no KL loss, no entropy bonus, no regularizers,
+    no group-coupled component, no diffusion likelihood. Surrogate metrics then cover the kept rows."""
 
 
 class LogConfig(_Strict):
