@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 from covey.algos import SURROGATES, BatchTotals, CorrectionInputs, LossInputs
+from covey.algos.loop import keep_large_advantages, trajectory_kl
 from covey.algos.presets import AlgoConfig
 from covey.algos.surrogates import offpolicy_shaped_loss
 from covey.algos.regularizers import RegularizerSet
@@ -101,6 +102,8 @@ class Learner:
         self.stats = tuple(n for n in STATS if f"stat:{n}" in needs)  # logit statistics for LossInputs
         self.need_group = "group" in needs  # whole groups per micro- and mini-batch
         self.need_rows = self.need_group or "row" in needs  # per-row values (reward, group mean / std)
+        self.abs_adv_threshold, self.high_kl_threshold = algo.abs_adv_threshold, algo.high_kl_threshold  # LOOP (algos/loop.py)
+        self._kl_rows: list[Tensor] = []
         self.likelihood, self.per_mc = None, 0
         if algo.likelihood is not None:  # a masked-diffusion model: log-probs from a likelihood estimator
             from covey.likelihood import LIKELIHOODS, mc_samples
@@ -199,6 +202,12 @@ class Learner:
         """Run `epochs` x `mini_batches` optimizer steps on a batch with advantages; return metrics."""
         if batch.advantages is None:
             raise ValueError("learner.update needs batch.advantages: run an advantage estimator first")
+        loop_metrics: dict[str, float] = {}
+        if self.abs_adv_threshold is not None:  # LOOP: drop rows with |A| < threshold before the epochs
+            keep = keep_large_advantages(batch.advantages, batch.loss_mask(), self.abs_adv_threshold)
+            loop_metrics["learn/adv_filtered_frac"] = 1.0 - len(keep) / max(len(batch), 1)
+            if len(keep) < len(batch):
+                batch = batch.select(keep)
         extra: dict[str, Tensor] = {}  # per-row inputs carried through mini/micro-batch selection
         # a strategy may ask for it (APRIL: pi_old of the current weights over carried tokens too)
         if (self.recompute_old or batch.recompute_old_logprobs) and batch.old_logprobs is None:
@@ -215,14 +224,23 @@ class Learner:
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
+        stopped = False
         for _ in range(self.epochs):
             for mb in self._mini_batches(batch, generator):
                 stats = self._step(batch.select(mb), {k: v[mb.to(v.device)] for k, v in extra.items()})
+                stopped = stats.pop("learn/high_kl_stop", None) is not None
                 for k, (v, w) in stats.items():
                     sums[k] += v * w
                     weights[k] += w
+                if stopped:
+                    break
+            if stopped:
+                break
         self.model.eval()
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out.update(loop_metrics)
+        if self.high_kl_threshold is not None:
+            out["learn/high_kl_stop"] = float(stopped)
         out.update(self.regularizers.after_update())
         out["memory/peak_gb"] = peak_memory_gb(self.device)
         out.update(gap)
@@ -254,6 +272,7 @@ class Learner:
             max_new_tokens=self.max_new_tokens,
         )
         self.optimizer.zero_grad(set_to_none=True)
+        self._kl_rows = []
         stats: dict[str, tuple[float, float]] = {}
         loss_total = 0.0
         chunks = self._chunks(mb)
@@ -281,6 +300,15 @@ class Learner:
             loss_total += loss_value
             for k, v in metrics.items():
                 stats[k] = (float(v), tokens) if k not in stats else _wmean(stats[k], float(v), tokens)
+        if self.high_kl_threshold is not None and self._kl_rows:  # LOOP: a high KL skips this step, ends the update
+            kl = float(torch.cat(self._kl_rows).mean())
+            self._kl_rows = []
+            stats["learn/kl_estimate"] = (kl, 1.0)
+            if abs(kl) > self.high_kl_threshold:
+                self.optimizer.zero_grad(set_to_none=True)
+                stats["learn/loss"] = (loss_total, 1.0)
+                stats["learn/high_kl_stop"] = (1.0, 1.0)
+                return stats
         grad_norm = self._clip()
         self.optimizer.step()
         if self.scheduler is not None:
@@ -348,6 +376,8 @@ class Learner:
         inp, entropy = self._inputs(micro, mask, extra or {}, logp, old)
         logp = inp.logp
         old = inp.old_logp
+        if self.high_kl_threshold is not None:
+            self._kl_rows.append(trajectory_kl(logp, old, mask).cpu())
         if observe:  # one micro-batch: the pre-pass statistics come from this forward
             self.regularizers.observe(detached(inp), totals)
         loss_tok, metrics = self.surrogate(inp)
