@@ -6,7 +6,7 @@ search.py). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (t
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
 
-from covey.envs.base import ENVS, Action, Env, MissingExtra, StepResult, ToolCall, register_env
+from covey.envs.base import ENVS, Action, Env, MissingExtra, StepResult, ToolCall, fork_env, register_env
 from covey.envs.calculator import CalculatorEnv
 from covey.envs.gym_adapter import GymnasiumEnv
 from covey.envs.maze import MazeEnv, MazeTask
@@ -29,6 +29,7 @@ __all__ = [
     "TextArenaEnv",
     "ToolCall",
     "calculate",
+    "fork_env",
     "parse_tool_calls",
     "register_env",
 ]
