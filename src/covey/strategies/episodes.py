@@ -23,7 +23,9 @@ per_step (one row per turn; `auto` picks it when the template rewrites earlier t
 
 Every row carries `Rollouts.episode` (rows of one episode share it), `turn` (each agent token's
 turn, -1 on env tokens and padding) and its episode's `step_rewards` / `step_anchors` (one entry
-per turn: the env reward, and the anchor of the state the turn acted in). `rewards` is one column,
+per turn: the env reward, and the anchor of the state the turn acted in) and `step_agents` (the
+agent, or role, that acted each turn: the env's ``info["agent"]`` from the step before, 0 by
+default; multi-agent envs such as `solver_verifier`). `rewards` is one column,
 `env_return` (the episode's sum of step rewards, on each of its rows); reward functions and
 shaping are not applied. With per_step, an episode of k turns is k rows (no per-episode
 aggregation yet).
@@ -140,6 +142,8 @@ class _Episode:
     max_new_tokens: int | None = None  # the sampler's cap on each turn (Draw.max_new_tokens)
     messages: list[dict] = field(default_factory=list)  # the conversation (per_step prompts are rendered from it)
     anchor: Any = None
+    agent: int = 0  # the agent (role) that acts next (the env's info["agent"], 0 by default)
+    agents: list[int] = field(default_factory=list)  # the agent of each turn
     turns: list[_Turn] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     anchors: list[Any] = field(default_factory=list)
@@ -171,6 +175,9 @@ def _check_result(out: Any) -> StepResult:
         raise TypeError(f"environment reward must be a finite number, got {out.reward!r}")
     if not isinstance(out.info, dict) or not isinstance(out.info.get("tool_errors", 0), int):
         raise TypeError(f"environment info must be a dict (with an int 'tool_errors' if any), got {out.info!r}")
+    agent = out.info.get("agent", 0)
+    if not isinstance(agent, int) or isinstance(agent, bool) or agent < 0:
+        raise TypeError(f"environment info['agent'] must be an int >= 0 (the role that acts next), got {agent!r}")
     return out
 
 
@@ -325,7 +332,7 @@ class Episodes:
             if isinstance(res, _EnvFailure):
                 self._fail(ep, res, counts)
                 continue
-            ep.anchor, ep.messages = res.anchor, list(res.messages)
+            ep.anchor, ep.messages, ep.agent = res.anchor, list(res.messages), res.info.get("agent", 0)
             ep.transcript = [dict(m) for m in res.messages]
             self._template(tok, ep.env)
             ep.prompt = render(tok, res.messages, generation_prompt=True, tools=self._tools)
@@ -370,12 +377,14 @@ class Episodes:
             ver = gen.policy_version[i, :k].tolist() if gen.policy_version is not None else [ctx.policy_version] * k
             ep.turns.append(_Turn(prompts[i], ids, gen.logprobs[i, :k].tolist(), ent, ver, gen.finish_reason[i]))
             ep.anchors.append(ep.anchor)
+            ep.agents.append(ep.agent)
             text = ctx.tokenizer.decode(ids, skip_special_tokens=True)
             calls = parse_tool_calls(text)
             counts["tool_calls"] += len(calls)
             counts["tool_malformed"] += sum(c.error is not None for c in calls)
             actions.append(Action(text, ids, calls, gen.finish_reason[i]))
-            ep.transcript.append({"role": "assistant", "content": text, "turn": turn, "finish_reason": gen.finish_reason[i]})
+            ep.transcript.append({"role": "assistant", "content": text, "turn": turn, "agent": ep.agent,
+                                  "finish_reason": gen.finish_reason[i]})  # fmt: skip
         return actions
 
     def _record(self, ep: _Episode, action: Action, res: StepResult | _EnvFailure, turn: int, counts: Counter) -> None:
@@ -386,7 +395,7 @@ class Episodes:
             self._fail(ep, res, counts)
             return
         ep.rewards.append(float(res.reward))
-        ep.anchor = res.anchor
+        ep.anchor, ep.agent = res.anchor, res.info.get("agent", 0)
         ep.transcript[-1]["reward"] = float(res.reward)
         ep.transcript += [{**m, "turn": turn} for m in res.messages]
         counts["tool_errors"] += int(res.info.get("tool_errors", 0))
@@ -493,6 +502,7 @@ class Episodes:
             reward_names=("env_return",), entropies=ent, policy_version=ver,
             episode=torch.tensor([e for e, _, _, _ in rows], dtype=torch.long), turn=turn,
             step_rewards=[ep.rewards for ep in of], step_anchors=[ep.anchors for ep in of],
+            step_agents=[ep.agents for ep in of],
             items=[views[e] for e, _, _, _ in rows],
         ).validate()  # fmt: skip
 
