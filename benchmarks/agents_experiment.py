@@ -8,10 +8,13 @@ rate, invalid-action rate and mean length, and every `--eval-every` steps the he
 (one greedy episode per held-out maze, `covey.eval.episodes`).
 
     covey sft --model tiny-llama --task maze --task-param size=3 --task-param wall_density=0.2 --out runs/sft-maze
-    python benchmarks/agents_experiment.py --model runs/sft-maze --out runs/agents-exp --seeds 0,1
+    python benchmarks/agents_experiment.py --model runs/sft-maze --out runs/agents-exp --seeds 0,1 --steps 12 --eval-every 4
+    python benchmarks/agents_experiment.py --model runs/sft-maze --out runs/agents-exp --seeds 0,1 --steps 12 --eval-every 4 --methods empg
     python benchmarks/agents_experiment.py --plot-only --out runs/agents-exp --plot docs/img/agents_maze.png
 
-Writes OUT/seed<k>/<method>.jsonl (one row per step), OUT/summary.json, OUT/table.md and the plot.
+Writes OUT/seed<k>/<method>.jsonl (one row per step), OUT/summary.json, OUT/table.md and the plot
+(the table in docs/agents.md: 12 steps, held-out every 4; a run of one method adds its rows to an
+OUT that holds the others', and --plot-only redraws the table and plot over all of them).
 """
 
 from __future__ import annotations

@@ -50,7 +50,9 @@ class Rollouts:
                              it in layout per_step, one row per turn); turn [N, T] long (the agent
                              turn of each token, -1 on environment tokens and padding); step_rewards
                              / step_anchors: N lists, one entry per turn of the row's episode (env
-                             reward; hashable state or None).
+                             reward; hashable state or None); step_agents: N lists, the agent
+                             (role id, int >= 0) that acted each turn of the row's episode (multi-
+                             agent envs, `info["agent"]`; None = agent 0 on every turn).
         items:               list of N dataset items (dicts, shared not copied): the item each row
                              answers; rewards read their columns from it (set by the rollout strategy).
         baseline:            [N] float32, a per-row value baseline from outside the batch (the `spo`
@@ -98,6 +100,7 @@ class Rollouts:
     turn: Tensor | None = None
     step_rewards: list[list[float]] | None = None
     step_anchors: list[list] | None = None
+    step_agents: list[list[int]] | None = None
     items: list[dict] | None = None
     baseline: Tensor | None = None
     token_advantages: Tensor | None = None
@@ -293,6 +296,8 @@ def _check_episodes(b: Rollouts, n: int, t: int) -> None:
     if b.episode is not None:
         _check(b.episode, "episode", (n,), (torch.long,))
     if b.turn is None:
+        if b.step_agents is not None:
+            raise RolloutsError("step_agents must be set together with turn")
         return
     _check(b.turn, "turn", (n, t), (torch.long,))
     if bool(((b.completion_mask > 0) & (b.turn < 0)).any()):
@@ -304,6 +309,9 @@ def _check_episodes(b: Rollouts, n: int, t: int) -> None:
             raise RolloutsError(f"{name} must be set together with turn")
         if len(val) != n or any(len(v) < k for v, k in zip(val, turns)):
             raise RolloutsError(f"{name} must hold N={n} lists with one entry per turn of the row's episode")
+    a = b.step_agents
+    if a is not None and (len(a) != n or any(len(v) < k or any(not isinstance(x, int) or x < 0 for x in v) for v, k in zip(a, turns))):
+        raise RolloutsError(f"step_agents must hold N={n} lists with one agent id (int >= 0) per turn of the row's episode")
 
 
 def _desc(x) -> str:

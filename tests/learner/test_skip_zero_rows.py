@@ -122,6 +122,7 @@ def test_an_all_zero_batch_still_steps_the_optimizer_like_the_full_pass(tiny):
     {"surrogate": {"name": "ppo_clip"}, "kl": None, "entropy_coef": 0.01},
     {"surrogate": {"name": "ppo_clip"}, "kl": None, "regularizers": [{"name": "llds", "coef": 1.0}]},
     {"surrogate": {"name": "hapo"}, "kl": None},
+    {"surrogate": {"name": "ppo_clip"}, "kl": None, "high_kl_threshold": 20.0},  # LOOP's KL mean over all rows
     {"surrogate": {"name": "reg_grpo_provisional"}, "kl": None},
 ])  # fmt: skip
 def test_no_skip_where_a_zero_advantage_row_still_counts(tiny, algo):

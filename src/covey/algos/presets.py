@@ -129,6 +129,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "advantage": {"name": "rloo"},
         "surrogate": {"name": "ppo_clip", "eps_low": 1 - 1 / 1.1, "eps_high": 0.1},
         "aggregation": {"name": "seq-mean-token-mean"},
+        "abs_adv_threshold": 0.01,  # _filter_rollouts: drop rollouts with |A| < 0.01 (keep >= 1)
+        "high_kl_threshold": 20.0,  # _gradient_step: |KL estimate| > 20 skips the step and stops the update
     },
     # masked-diffusion LMs (model.family: masked_diffusion; docs/diffusion.md): each names a likelihood
     "diffu_grpo": {  # d1 train.yaml: one-step estimate (p_mask_prompt 0.15), mean-centred A, eps 0.5, k3 0.04, TRL token mean
@@ -411,6 +413,12 @@ class AlgoConfig(_Strict):
     regularizers: list[Spec] = Field(default_factory=list)
     """Extra loss terms (`covey.algos.regularizers`), each `{name, ...params}`, in order; a list in
     the user's config replaces the preset's."""
+    abs_adv_threshold: float | None = Field(None, ge=0)
+    """LOOP's rollout filter: rows whose |advantage| is below it are dropped before the update (at
+    least one row is kept); None = off (`covey.algos.loop`)."""
+    high_kl_threshold: float | None = Field(None, gt=0)
+    """LOOP's early stop: a mini-batch whose |KL estimate| (-mean over rows of sum_t log pi/pi_old)
+    exceeds it skips its optimizer step and ends the update's epochs; None = off (`covey.algos.loop`)."""
     likelihood: Spec | None = None
     """Sequence-likelihood estimator of a masked-diffusion model (`covey.likelihood.LIKELIHOODS`:
     d1_one_step, elbo_mc, elbo_antithetic, elbo_sdmc, elbo_double_mc); None: autoregressive log-probs (docs/diffusion.md)."""

@@ -39,6 +39,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("advantage", "disco"): ("code", "Optimization-AI/DisCO bd2b07812934 (advantage part)"),
     ("advantage", "dr_grpo"): ("code", "sail-sg/understand-r1-zero"),
     ("advantage", "drpo"): ("code", "Optimization-AI/DRPO"),
+    ("advantage", "dr_mas"): ("code", "langfengQ/DrMAS 19c632b (group_by_agent_id)"),
     ("advantage", "empg"): ("partial", "official pseudocode; combination reconstructed"),
     ("advantage", "gdpo"): ("code", "NVlabs/GDPO"),
     ("advantage", "gigpo"): ("code", "verl-agent gigpo/core_gigpo.py (fork xlan156/verl-agent 8ca3a46)"),

@@ -2,15 +2,16 @@
 
 Built in: maze (a seeded text grid maze; also the `maze` task), calculator (arithmetic with a
 calculator tool over any task with answers), search_qa (a search tool over a local corpus,
-search.py). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py). Tool-call parsing and the calculator live in tools.py.
+search.py), solver_verifier (two agents, a solver and a verifier, for per-agent credit). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py). Tool-call parsing and the calculator live in tools.py.
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
 
-from covey.envs.base import ENVS, Action, Env, MissingExtra, StepResult, ToolCall, register_env
+from covey.envs.base import ENVS, Action, Env, MissingExtra, StepResult, ToolCall, fork_env, register_env
 from covey.envs.calculator import CalculatorEnv
 from covey.envs.gym_adapter import GymnasiumEnv
 from covey.envs.maze import MazeEnv, MazeTask
 from covey.envs.search import SearchQAEnv, SearchQATask
+from covey.envs.solver_verifier import SolverVerifierEnv
 from covey.envs.textarena_adapter import TextArenaEnv
 from covey.envs.tools import calculate, parse_tool_calls
 
@@ -25,10 +26,12 @@ __all__ = [
     "MissingExtra",
     "SearchQAEnv",
     "SearchQATask",
+    "SolverVerifierEnv",
     "StepResult",
     "TextArenaEnv",
     "ToolCall",
     "calculate",
+    "fork_env",
     "parse_tool_calls",
     "register_env",
 ]

@@ -15,6 +15,15 @@ and the strategy tokenizes them against the chat template (covey owns the token 
 episodes of a group get the same `seed`, so their initial states coincide and step-level credit
 (GiGPO, HGPO) finds repeated states through `StepResult.anchor`.
 
+Optional methods (looked up with getattr; an env without them still works):
+
+    env.fork() -> Env                       # a deep copy of the live env: one state, several continuations
+    await env.astep(action) -> StepResult   # an async step: the strategy steps live episodes concurrently
+
+`fork` is for turn-level trees (branching an episode at a turn); `fork_env(env)` calls it and raises
+a one-line NotImplementedError for an env without it. The built-in envs (maze, calculator,
+search_qa) fork; the adapters fork when the library's environment can be deep-copied.
+
 Conventions follow Gymnasium: `terminated` = the task ended (goal reached, answer given, failed for
 good), `truncated` = cut by a limit. `info["valid"] = False` marks an invalid action (counted; a
 streak of them ends the episode, `episodes.max_invalid`).
@@ -28,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from covey.registry import Registry
 
-__all__ = ["ENVS", "Action", "Env", "MissingExtra", "StepResult", "ToolCall", "register_env"]
+__all__ = ["ENVS", "Action", "Env", "MissingExtra", "StepResult", "ToolCall", "fork_env", "register_env"]
 
 
 class MissingExtra(ImportError, ValueError):
@@ -94,6 +103,16 @@ class Env(Protocol):
     def step(self, action: Action) -> StepResult: ...
 
     def close(self) -> None: ...
+
+
+def fork_env(env: Env) -> Env:
+    """`env.fork()`: an independent deep copy of a live environment (stepping one never changes the
+    other). NotImplementedError when the environment has no `fork`."""
+    fork = getattr(env, "fork", None)
+    if not callable(fork):
+        raise NotImplementedError(f"environment {type(env).__name__} has no fork(): it cannot branch one state into several "
+                                  "continuations (add a fork() that returns a deep copy)")  # fmt: skip
+    return fork()
 
 
 ENVS = Registry("environment", protocol=Env, signature="Env(**params) with reset(item, *, seed), step(action), close(), tools")

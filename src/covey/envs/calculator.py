@@ -11,6 +11,8 @@ error message (counted in ``info["tool_errors"]``); a turn whose calls are all m
 
 from __future__ import annotations
 
+import copy
+
 from covey.envs.base import Action, StepResult, register_env
 from covey.envs.tools import CALCULATOR_SCHEMA, calculate, tool_message
 from covey.rewards.math import extract_answer, math_equal
@@ -62,6 +64,10 @@ class CalculatorEnv:
         valid = any(c.error is None for c in action.tool_calls)
         info = {"valid": valid, "tool_calls": len(action.tool_calls), "tool_errors": errors, "success": False}
         return StepResult(out, 0.0, truncated=self.calls >= self.max_calls, anchor=self.calls, info=info)
+
+    def fork(self) -> CalculatorEnv:
+        """A copy of the live episode (its answer and calls so far; every field is immutable)."""
+        return copy.copy(self)
 
     def close(self) -> None:
         pass

@@ -29,6 +29,7 @@ else "terminated with a positive reward" (FrozenLake's goal, Taxi's drop-off). `
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any, Literal
 
@@ -139,6 +140,17 @@ class GymnasiumEnv:
         return StepResult([] if terminated or truncated else [{"role": "user", "content": text}], float(reward),
                           terminated=bool(terminated), truncated=bool(truncated), anchor=self._anchor(self.obs, text),
                           info={"valid": True, "success": bool(success)})  # fmt: skip
+
+    def fork(self) -> GymnasiumEnv:
+        """A deep copy of the live environment (Gymnasium's toy-text envs and most pure-Python ones
+        copy; one holding a process, a file or a native handle does not: NotImplementedError)."""
+        new = copy.copy(self)
+        try:
+            new.env, new.obs = copy.deepcopy(self.env), copy.deepcopy(self.obs)
+        except Exception as e:  # noqa: BLE001 - whatever deepcopy raises, the answer is "cannot fork"
+            raise NotImplementedError(f"gymnasium: {self.env.spec.id if self.env.spec else self.env} cannot be forked: "
+                                      f"copy.deepcopy of the environment failed ({type(e).__name__}: {e})") from None  # fmt: skip
+        return new
 
     def close(self) -> None:
         self.env.close()

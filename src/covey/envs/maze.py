@@ -10,6 +10,8 @@ move (marked ``info["valid"] = False``). The anchor is the rendered grid (the st
 
 from __future__ import annotations
 
+import copy
+
 import random
 import re
 from collections import deque
@@ -132,6 +134,12 @@ class MazeEnv:
         content = f"{msg}\n{render(self.rows, self.pos)}"
         return StepResult([{"role": "user", "content": content}], reward, truncated=truncated,
                           anchor=render(self.rows, self.pos), info={"valid": valid, "success": False})  # fmt: skip
+
+    def fork(self) -> MazeEnv:
+        """A copy of the live maze (position, steps taken): the two go on independently."""
+        new = copy.copy(self)
+        new.rows = list(self.rows)
+        return new
 
     def close(self) -> None:
         pass

@@ -22,6 +22,7 @@ then truncated. The anchor is the number of tool calls made (the state without h
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import re
@@ -189,6 +190,10 @@ class SearchQAEnv:
         valid = any(c.error is None for c in action.tool_calls)
         info = {"valid": valid, "tool_calls": len(action.tool_calls), "tool_errors": errors, "success": False}
         return StepResult(out, 0.0, truncated=self.calls >= self.max_calls, anchor=self.calls, info=info)
+
+    def fork(self) -> SearchQAEnv:
+        """A copy of the live episode; the (read-only) index stays shared."""
+        return copy.copy(self)
 
     def close(self) -> None:
         pass

@@ -25,6 +25,7 @@ episodes neither disturb each other nor the trainer's global `random`.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import random
 import threading
@@ -124,6 +125,17 @@ class TextArenaEnv:
         invalid = "attempted an invalid move" in text
         return StepResult([{"role": "user", "content": text}], 0.0, anchor=self._anchor(),
                           info={"valid": not invalid, "success": False})  # fmt: skip
+
+    def fork(self) -> TextArenaEnv:
+        """A deep copy of the live game (its state and its `random` state); NotImplementedError when
+        the game cannot be deep-copied."""
+        new = copy.copy(self)
+        try:
+            new.env = copy.deepcopy(self.env)
+        except Exception as e:  # noqa: BLE001 - whatever deepcopy raises, the answer is "cannot fork"
+            raise NotImplementedError(f"textarena: {self.game} cannot be forked: copy.deepcopy of the game failed "
+                                      f"({type(e).__name__}: {e})") from None  # fmt: skip
+        return new
 
     def close(self) -> None:
         pass

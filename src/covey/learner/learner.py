@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 from covey.algos import SURROGATES, BatchTotals, CorrectionInputs, LossInputs
+from covey.algos.loop import keep_large_advantages, trajectory_kl
 from covey.algos.presets import AlgoConfig
 from covey.algos.surrogates import offpolicy_shaped_loss
 from covey.algos.regularizers import RegularizerSet
@@ -102,6 +103,8 @@ class Learner:
         self.stats = tuple(n for n in STATS if f"stat:{n}" in needs)  # logit statistics for LossInputs
         self.need_group = "group" in needs  # whole groups per micro- and mini-batch
         self.need_rows = self.need_group or "row" in needs  # per-row values (reward, group mean / std)
+        self.abs_adv_threshold, self.high_kl_threshold = algo.abs_adv_threshold, algo.high_kl_threshold  # LOOP (algos/loop.py)
+        self._kl_rows: list[Tensor] = []
         self.likelihood, self.per_mc = None, 0
         if algo.likelihood is not None:  # a masked-diffusion model: log-probs from a likelihood estimator
             from covey.likelihood import LIKELIHOODS, mc_samples
@@ -116,7 +119,7 @@ class Learner:
         self.skip_zero_rows = (
             skip_zero_advantage and getattr(SURROGATES[algo.surrogate.name].fn, "zero_at_zero_advantage", False)
             and self.kl is None and not self.entropy_coef and not len(self.regularizers) and not self.need_group
-            and not self.stats and self.likelihood is None
+            and not self.stats and self.likelihood is None and self.high_kl_threshold is None  # LOOP: a KL mean over all rows
         )  # fmt: skip
         updates = epochs * mini_batches
         if recompute_old_logprobs == "auto":
@@ -206,6 +209,12 @@ class Learner:
         """Run `epochs` x `mini_batches` optimizer steps on a batch with advantages; return metrics."""
         if batch.advantages is None:
             raise ValueError("learner.update needs batch.advantages: run an advantage estimator first")
+        loop_metrics: dict[str, float] = {}
+        if self.abs_adv_threshold is not None:  # LOOP: drop rows with |A| < threshold before the epochs
+            keep = keep_large_advantages(batch.advantages, batch.loss_mask(), self.abs_adv_threshold)
+            loop_metrics["learn/adv_filtered_frac"] = 1.0 - len(keep) / max(len(batch), 1)
+            if len(keep) < len(batch):
+                batch = batch.select(keep)
         extra: dict[str, Tensor] = {}  # per-row inputs carried through mini/micro-batch selection
         # a strategy may ask for it (APRIL: pi_old of the current weights over carried tokens too)
         if (self.recompute_old or batch.recompute_old_logprobs) and batch.old_logprobs is None:
@@ -222,14 +231,23 @@ class Learner:
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
+        stopped = False
         for _ in range(self.epochs):
             for mb in self._mini_batches(batch, generator):
                 stats = self._step(batch.select(mb), {k: v[mb.to(v.device)] for k, v in extra.items()})
+                stopped = stats.pop("learn/high_kl_stop", None) is not None
                 for k, (v, w) in stats.items():
                     sums[k] += v * w
                     weights[k] += w
+                if stopped:
+                    break
+            if stopped:
+                break
         self.model.eval()
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out.update(loop_metrics)
+        if self.high_kl_threshold is not None:
+            out["learn/high_kl_stop"] = float(stopped)
         out.update(self.regularizers.after_update())
         out["memory/peak_gb"] = peak_memory_gb(self.device)
         out.update(gap)
@@ -261,6 +279,7 @@ class Learner:
             max_new_tokens=self.max_new_tokens,
         )
         self.optimizer.zero_grad(set_to_none=True)
+        self._kl_rows = []
         stats: dict[str, tuple[float, float]] = {}
         rows = len(mb)
         if self.skip_zero_rows:  # after the totals: they still count the skipped rows
@@ -298,6 +317,15 @@ class Learner:
             for p in self.model.parameters():  # every row skipped: the zero gradient the full pass would give
                 if p.requires_grad:
                     p.grad = torch.zeros_like(p)
+        if self.high_kl_threshold is not None and self._kl_rows:  # LOOP: a high KL skips this step, ends the update
+            kl = float(torch.cat(self._kl_rows).mean())
+            self._kl_rows = []
+            stats["learn/kl_estimate"] = (kl, 1.0)
+            if abs(kl) > self.high_kl_threshold:
+                self.optimizer.zero_grad(set_to_none=True)
+                stats["learn/loss"] = (loss_total, 1.0)
+                stats["learn/high_kl_stop"] = (1.0, 1.0)
+                return stats
         grad_norm = self._clip()
         self.optimizer.step()
         if self.scheduler is not None:
@@ -365,6 +393,8 @@ class Learner:
         inp, entropy = self._inputs(micro, mask, extra or {}, logp, old)
         logp = inp.logp
         old = inp.old_logp
+        if self.high_kl_threshold is not None:
+            self._kl_rows.append(trajectory_kl(logp, old, mask).cpu())
         if observe:  # one micro-batch: the pre-pass statistics come from this forward
             self.regularizers.observe(detached(inp), totals)
         loss_tok, metrics = self.surrogate(inp)

@@ -23,7 +23,9 @@ per_step (one row per turn; `auto` picks it when the template rewrites earlier t
 
 Every row carries `Rollouts.episode` (rows of one episode share it), `turn` (each agent token's
 turn, -1 on env tokens and padding) and its episode's `step_rewards` / `step_anchors` (one entry
-per turn: the env reward, and the anchor of the state the turn acted in). `rewards` is one column,
+per turn: the env reward, and the anchor of the state the turn acted in) and `step_agents` (the
+agent, or role, that acted each turn: the env's ``info["agent"]`` from the step before, 0 by
+default; multi-agent envs such as `solver_verifier`). `rewards` is one column,
 `env_return` (the episode's sum of step rewards, on each of its rows); reward functions and
 shaping are not applied. With per_step, an episode of k turns is k rows (no per-episode
 aggregation yet).
@@ -32,13 +34,17 @@ Limits (each ends an episode with a counted reason, `episodes/end/<reason>`): th
 terminated / truncated; `max_turns`; the context (`max_context_tokens`; each turn's budget is
 `min(sampling.max_new_tokens, the draw's max_new_tokens, max_context_tokens - tokens so far)`); `max_invalid` invalid actions in
 a row (``info["valid"] = False`` or only malformed tool calls); an env call that raises
-(`env_error`) or takes longer than `step_timeout_s` (`env_timeout`, its thread is abandoned). Failed
+(`env_error`) or takes longer than `step_timeout_s` (`env_timeout`, its thread is abandoned). The
+live episodes' env calls run concurrently: an env's `astep` (async) on one event loop, a plain
+`step` in a thread each; `env_workers` caps how many run at a time. Failed
 episodes, and episodes whose first prompt leaves no room to generate, are dropped from the batch
 (counted); the run goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import threading
@@ -136,6 +142,8 @@ class _Episode:
     max_new_tokens: int | None = None  # the sampler's cap on each turn (Draw.max_new_tokens)
     messages: list[dict] = field(default_factory=list)  # the conversation (per_step prompts are rendered from it)
     anchor: Any = None
+    agent: int = 0  # the agent (role) that acts next (the env's info["agent"], 0 by default)
+    agents: list[int] = field(default_factory=list)  # the agent of each turn
     turns: list[_Turn] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     anchors: list[Any] = field(default_factory=list)
@@ -167,30 +175,79 @@ def _check_result(out: Any) -> StepResult:
         raise TypeError(f"environment reward must be a finite number, got {out.reward!r}")
     if not isinstance(out.info, dict) or not isinstance(out.info.get("tool_errors", 0), int):
         raise TypeError(f"environment info must be a dict (with an int 'tool_errors' if any), got {out.info!r}")
+    agent = out.info.get("agent", 0)
+    if not isinstance(agent, int) or isinstance(agent, bool) or agent < 0:
+        raise TypeError(f"environment info['agent'] must be an int >= 0 (the role that acts next), got {agent!r}")
     return out
 
 
-def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float) -> list[tuple[Any, float]]:
-    """Run `calls` concurrently in daemon threads; per call (result or `_EnvFailure`, seconds). A call
-    still running after `timeout_s` (counted from the start) is abandoned as ``env_timeout``."""
-    boxes: list[dict] = [{} for _ in calls]
+def _timed(fn: Callable[[], Any], box: dict) -> None:
+    t0 = time.perf_counter()
+    try:
+        box["out"] = _check_result(fn())
+    except Exception as e:  # noqa: BLE001 - any env bug fails its episode, not the run
+        box["err"] = _EnvFailure("env_error", f"{type(e).__name__}: {e}")
+    box["s"] = time.perf_counter() - t0
 
-    def run(fn, box):
+
+async def _atimed(fn: Callable[[], Any], box: dict, timeout_s: float, slots: asyncio.Semaphore | None) -> None:
+    async with slots if slots is not None else contextlib.nullcontext():
         t0 = time.perf_counter()
         try:
-            box["out"] = _check_result(fn())
+            box["out"] = _check_result(await asyncio.wait_for(fn(), timeout_s))
+        except asyncio.TimeoutError:
+            return  # no "s": an env_timeout
         except Exception as e:  # noqa: BLE001 - any env bug fails its episode, not the run
             box["err"] = _EnvFailure("env_error", f"{type(e).__name__}: {e}")
         box["s"] = time.perf_counter() - t0
 
-    threads = [threading.Thread(target=run, args=(fn, box), daemon=True) for fn, box in zip(calls, boxes)]
-    start = time.perf_counter()
-    for th in threads:
-        th.start()
+
+def _run_async(calls: list[Callable[[], Any]], boxes: list[dict], timeout_s: float, workers: int | None) -> None:
+    async def main():
+        slots = asyncio.Semaphore(workers) if workers else None
+        await asyncio.gather(*(_atimed(fn, box, timeout_s, slots) for fn, box in zip(calls, boxes)))
+
+    asyncio.run(main())
+
+
+def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float, *, workers: int | None = None,
+                     async_calls: list[bool] | None = None) -> list[tuple[Any, float]]:  # fmt: skip
+    """Run env `calls` concurrently; per call (its checked `StepResult` or an `_EnvFailure`, seconds).
+
+    A call flagged in `async_calls` returns a coroutine (an env's `astep`): those run together on one
+    event loop (in a daemon thread, so an `astep` that blocks the loop cannot hang the run), each
+    under `asyncio.wait_for(timeout_s)`. The others run in daemon threads (the fallback for a sync
+    `step`). `workers` (None = all at once) caps how many calls run at a time: sync calls go in
+    waves of `workers` threads, async ones share a semaphore of `workers` slots. A call that has not
+    returned `timeout_s` after it started is abandoned as ``env_timeout`` (its thread keeps running
+    detached)."""
+    flags = async_calls or [False] * len(calls)
+    boxes: list[dict] = [{} for _ in calls]
+    aidx = [i for i, f in enumerate(flags) if f]
+    loop_thread = None
+    if aidx:
+        waves = math.ceil(len(aidx) / workers) if workers else 1
+        loop_thread = threading.Thread(target=_run_async, args=([calls[i] for i in aidx], [boxes[i] for i in aidx], timeout_s, workers),
+                                       daemon=True)  # fmt: skip
+        loop_deadline = time.perf_counter() + waves * timeout_s + 1.0  # the loop itself blocked: all its calls time out
+        loop_thread.start()
+    sidx = [i for i, f in enumerate(flags) if not f]
+    size = workers or max(len(sidx), 1)
+    for w in range(0, len(sidx), size):
+        wave = sidx[w : w + size]
+        threads = [threading.Thread(target=_timed, args=(calls[i], boxes[i]), daemon=True) for i in wave]
+        start = time.perf_counter()
+        for th in threads:
+            th.start()
+        for i, th in zip(wave, threads):
+            th.join(max(0.0, start + timeout_s - time.perf_counter()))
+            if th.is_alive():
+                boxes[i] = {}  # abandoned: a late answer is not read
+    if loop_thread is not None:  # a call without an answer by then (even one that blocked the loop) timed out
+        loop_thread.join(max(0.0, loop_deadline - time.perf_counter()))
     out = []
-    for th, box in zip(threads, boxes):
-        th.join(max(0.0, start + timeout_s - time.perf_counter()))
-        if th.is_alive() or "s" not in box:
+    for box in boxes:
+        if "s" not in box:
             out.append((_EnvFailure("env_timeout", f"no answer within step_timeout_s={timeout_s}"), timeout_s))
         else:
             out.append((box.get("out", box.get("err")), box["s"]))
@@ -204,12 +261,16 @@ class Episodes:
     engine_protocols = (Engine,)
 
     def __init__(self, *, env: dict, max_turns: int = 8, max_context_tokens: int = 1024, max_invalid: int = 3,
-                 step_timeout_s: float = 30.0, layout: Literal["auto", "concat", "per_step"] = "auto"):  # fmt: skip
+                 step_timeout_s: float = 30.0, layout: Literal["auto", "concat", "per_step"] = "auto",
+                 env_workers: int | None = None):  # fmt: skip
         if not isinstance(env, dict) or not isinstance(env.get("name"), str):
             raise ValueError(f"episodes: env must be a mapping with a 'name', got {env!r}")
         if max_turns < 1 or max_context_tokens < 2 or max_invalid < 1 or not step_timeout_s > 0:
             raise ValueError("episodes: need max_turns >= 1, max_context_tokens >= 2, max_invalid >= 1, step_timeout_s > 0 "
                              f"(got {max_turns}, {max_context_tokens}, {max_invalid}, {step_timeout_s})")  # fmt: skip
+        if env_workers is not None and env_workers < 1:
+            raise ValueError(f"episodes: env_workers must be >= 1 (or null: every live episode at once), got {env_workers}")
+        self.env_workers = env_workers
         if layout not in ("auto", "concat", "per_step"):
             raise ValueError(f"episodes: layout must be auto, concat or per_step, got {layout!r}")
         self.layout = layout
@@ -241,7 +302,7 @@ class Episodes:
             if not live:
                 break
             actions = self._generate(live, prompts, ctx, turn, counts)
-            results = run_with_timeout([lambda ep=ep, a=a: ep.env.step(a) for ep, a in zip(live, actions)], self.timeout)
+            results = self._step_envs(live, actions)
             for ep, action, (res, secs) in zip(live, actions, results):
                 env_times.append(secs)
                 self._record(ep, action, res, turn, counts)
@@ -266,17 +327,25 @@ class Episodes:
             except Exception as e:  # noqa: BLE001 - a factory that fails fails its episode
                 self._fail(ep, _EnvFailure("env_error", f"{type(e).__name__}: {e}"), counts)
         calls = [lambda ep=ep: ep.env.reset(ep.item, seed=base_seed + ep.group) for ep in built]
-        for ep, (res, secs) in zip(built, run_with_timeout(calls, self.timeout)):
+        for ep, (res, secs) in zip(built, run_with_timeout(calls, self.timeout, workers=self.env_workers)):
             env_times.append(secs)
             if isinstance(res, _EnvFailure):
                 self._fail(ep, res, counts)
                 continue
-            ep.anchor, ep.messages = res.anchor, list(res.messages)
+            ep.anchor, ep.messages, ep.agent = res.anchor, list(res.messages), res.info.get("agent", 0)
             ep.transcript = [dict(m) for m in res.messages]
             self._template(tok, ep.env)
             ep.prompt = render(tok, res.messages, generation_prompt=True, tools=self._tools)
             if res.done:
                 self._fail(ep, _EnvFailure("env_error", "reset() returned a finished episode"), counts)
+
+    def _step_envs(self, live: list[_Episode], actions: list[Action]) -> list[tuple[Any, float]]:
+        """Step every live episode's env at once: `astep` (a coroutine) when the env has one, else
+        `step` in a thread; at most `env_workers` calls at a time, each within `step_timeout_s`."""
+        asyncs = [callable(getattr(ep.env, "astep", None)) for ep in live]
+        calls = [(lambda ep=ep, a=a: ep.env.astep(a)) if is_async else (lambda ep=ep, a=a: ep.env.step(a))
+                 for ep, a, is_async in zip(live, actions, asyncs)]  # fmt: skip
+        return run_with_timeout(calls, self.timeout, workers=self.env_workers, async_calls=asyncs)
 
     def _live(self, episodes: list[_Episode], tok) -> tuple[list[_Episode], list[list[int]]]:
         """The episodes that go on, with this turn's prompt (ending those with no room left)."""
@@ -308,12 +377,14 @@ class Episodes:
             ver = gen.policy_version[i, :k].tolist() if gen.policy_version is not None else [ctx.policy_version] * k
             ep.turns.append(_Turn(prompts[i], ids, gen.logprobs[i, :k].tolist(), ent, ver, gen.finish_reason[i]))
             ep.anchors.append(ep.anchor)
+            ep.agents.append(ep.agent)
             text = ctx.tokenizer.decode(ids, skip_special_tokens=True)
             calls = parse_tool_calls(text)
             counts["tool_calls"] += len(calls)
             counts["tool_malformed"] += sum(c.error is not None for c in calls)
             actions.append(Action(text, ids, calls, gen.finish_reason[i]))
-            ep.transcript.append({"role": "assistant", "content": text, "turn": turn, "finish_reason": gen.finish_reason[i]})
+            ep.transcript.append({"role": "assistant", "content": text, "turn": turn, "agent": ep.agent,
+                                  "finish_reason": gen.finish_reason[i]})  # fmt: skip
         return actions
 
     def _record(self, ep: _Episode, action: Action, res: StepResult | _EnvFailure, turn: int, counts: Counter) -> None:
@@ -324,7 +395,7 @@ class Episodes:
             self._fail(ep, res, counts)
             return
         ep.rewards.append(float(res.reward))
-        ep.anchor = res.anchor
+        ep.anchor, ep.agent = res.anchor, res.info.get("agent", 0)
         ep.transcript[-1]["reward"] = float(res.reward)
         ep.transcript += [{**m, "turn": turn} for m in res.messages]
         counts["tool_errors"] += int(res.info.get("tool_errors", 0))
@@ -431,6 +502,7 @@ class Episodes:
             reward_names=("env_return",), entropies=ent, policy_version=ver,
             episode=torch.tensor([e for e, _, _, _ in rows], dtype=torch.long), turn=turn,
             step_rewards=[ep.rewards for ep in of], step_anchors=[ep.anchors for ep in of],
+            step_agents=[ep.agents for ep in of],
             items=[views[e] for e, _, _, _ in rows],
         ).validate()  # fmt: skip
 

@@ -30,6 +30,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
     salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
     empg.py          empg                                        (multi-turn: entropy-modulated step advantages, [N, T])
+    dr_mas.py        dr_mas                                      (multi-agent: per-agent GRPO over turns, [N, T])
     _steps.py        the step table of multi-turn episodes (Rollouts.turn / step_rewards / step_anchors)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
@@ -43,6 +44,7 @@ from covey.algos.advantages.difficulty import a_grae, dgpo, ngrpo
 from covey.algos.advantages.disco import disco
 from covey.algos.advantages.drpo import drpo
 from covey.algos.advantages.egae import tppo
+from covey.algos.advantages.dr_mas import dr_mas
 from covey.algos.advantages.empg import empg
 from covey.algos.advantages.entropy_control import aepo_entropy, dcpo
 from covey.algos.advantages.gigpo import gigpo
@@ -76,6 +78,7 @@ __all__ = [
     "dgpo",
     "disco",
     "dr_grpo",
+    "dr_mas",
     "empg",
     "drpo",
     "gdpo",
