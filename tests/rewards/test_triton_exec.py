@@ -218,3 +218,13 @@ def test_bad_params_are_config_errors():
         get_reward("triton_exec", language="cuda")
     with pytest.raises(ValueError, match="trials must be"):
         get_reward("triton_exec", language="torch", trials=0)
+
+
+def test_docstring_examples_pass():
+    import doctest
+
+    from covey.rewards.sandbox import profile, tensors
+
+    for mod in (profile, tensors):
+        result = doctest.testmod(mod)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__

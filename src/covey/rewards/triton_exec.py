@@ -26,13 +26,13 @@ that ask for a faster or restructured PyTorch module.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from covey.rewards._scoring import RewardOutput
 from covey.rewards.code import extract_code
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
-from covey.rewards.sandbox import SandboxLimits
 from covey.rewards.sandbox.tensors import compare, decode, run_module
 from covey.rewards.sandbox.torch_profile import TORCH_LIMITS, triton_available
 from covey.rewards.triton_gate import DEFAULT_DENY, triton_structure
@@ -72,7 +72,7 @@ class TritonExec:
             raise ValueError(f"triton_exec: atol and rtol must be >= 0, got {atol!r}, {rtol!r}")
         if not timeout_s > 0:
             raise ValueError(f"triton_exec: timeout_s must be > 0, got {timeout_s!r}")
-        self.limits = SandboxLimits(**{**TORCH_LIMITS.__dict__, "timeout_s": float(timeout_s), "memory_mb": memory_mb})
+        self.limits = dataclasses.replace(TORCH_LIMITS, timeout_s=float(timeout_s), memory_mb=memory_mb)  # validates
         self.column, self.language, self.atol, self.rtol = column, language, float(atol), float(rtol)
         self.seeds = [seed + k for k in range(trials)]
         self.deny = tuple(deny if deny is not None else DEFAULT_DENY) + tuple(extra_deny or ())
