@@ -228,3 +228,22 @@ def test_docstring_examples_pass():
     for mod in (profile, tensors):
         result = doctest.testmod(mod)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+def test_a_failed_reference_is_cached_but_a_timed_out_one_is_retried(monkeypatch):
+    from covey.rewards import triton_exec
+    from covey.rewards.sandbox import RunResult
+    from covey.rewards.sandbox.tensors import ModuleRun
+
+    calls = []
+
+    def fake(source, mode, seeds, **_):
+        calls.append(source)
+        timed_out = source == "slow"
+        return ModuleRun(error="timed out" if timed_out else "get_inputs: ValueError: x",
+                         run=RunResult(exit_code=-9 if timed_out else 0, stdout="", stderr="", timed_out=timed_out))
+
+    monkeypatch.setattr(triton_exec, "run_module", fake)
+    reward = get_reward("triton_exec", language="torch")
+    assert [reward.reference(s) for s in ("slow", "slow", "bad", "bad")] == ["timed out"] * 2 + ["get_inputs: ValueError: x"] * 2
+    assert calls == ["slow", "slow", "bad"]

@@ -81,7 +81,8 @@ class TritonExec:
         self.__name__ = "triton_exec"
 
     def reference(self, source: str) -> tuple | str:
-        """(init, inputs per trial, decoded outputs per trial) of a reference program, or why it failed."""
+        """(init, inputs per trial, decoded outputs per trial) of a reference program, or why it failed (cached,
+        except a timeout)."""
         if source not in self._references:
             run = run_module(source, "reference", self.seeds, limits=self.limits, allow_unsandboxed=self.allow_unsandboxed)
             if run.error is None and run.init is not None:
@@ -90,6 +91,8 @@ class TritonExec:
                     self._references[source] = (run.init, [r["inputs"] for r in run.records], outs)
                 except ValueError as e:
                     self._references[source] = f"reference output: {e}"
+            elif run.timed_out:  # not cached: a slow moment is not a broken reference
+                return run.error or "the reference timed out"
             else:
                 self._references[source] = run.error or "the reference reported no init inputs"
         return self._references[source]
