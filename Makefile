@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.covey-installed
 
-.PHONY: test demo install clean test-vllm
+.PHONY: test demo install clean test-vllm test-triton
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,5 +45,19 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -m "not slow" tests/engine/test_vllm_engine.py tests/engine/test_vllm_lora.py tests/learner tests/models
 
+# AutoTriton's execution reward with real kernels (triton_exec under Triton's CPU interpreter), in its own
+# venv: triton is ~1 GB, so `make test` does not install it (its triton tests skip there with the reason).
+# The kernel tests, the example's one training step, and the triton_exec / triton_gate tests.
+TRITON_VENV  := .venv-triton
+TRITON_STAMP := $(TRITON_VENV)/.covey-installed
+
+$(TRITON_STAMP): pyproject.toml
+	test -x $(TRITON_VENV)/bin/python || $(PYTHON) -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/python -m pip install -q -e '.[dev,triton]'
+	touch $(TRITON_STAMP)
+
+test-triton: $(TRITON_STAMP)
+	$(TRITON_VENV)/bin/python -m pytest tests/rewards/test_triton_exec_kernels.py tests/rewards/test_triton_exec.py tests/rewards/test_triton_gate.py
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(VLLM_VENV) $(TRITON_VENV)

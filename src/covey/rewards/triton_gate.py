@@ -13,7 +13,7 @@ design. The program is read, never run (`ast`):
 
 Metrics: ``no_kernel_frac``, ``no_launch_frac``, ``denied_op_frac`` (among programs that parse), and
 ``parse_error_frac``. The execution half (the kernel's outputs against the reference PyTorch module under
-``TRITON_INTERPRET=1``) is not built: covey's sandbox runs stdlib-only Python (docs/rewards.md).
+``TRITON_INTERPRET=1``, times this gate) is `triton_exec`.
 """
 
 from __future__ import annotations

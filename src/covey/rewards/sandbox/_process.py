@@ -28,6 +28,7 @@ import threading
 
 from .collect import collect
 from .limits import RunResult, SandboxLimits, SandboxUnavailable
+from .profile import STDLIB, Profile
 
 __all__ = ["RunResult", "SandboxLimits", "SandboxUnavailable", "execute", "sandbox_status"]
 
@@ -73,15 +74,17 @@ def execute(
     limits: SandboxLimits,
     channel: bool = False,
     allow_unsandboxed: bool | None = None,
+    profile: Profile = STDLIB,
 ) -> RunResult:
     """Run ``python -I -B -S *args`` (stdlib only: no site-packages) with `files` (name -> bytes) in a fresh working directory.
 
     With `channel`, a pipe's write end is passed in and its number appended to `args`; what the
     program writes there comes back in `RunResult.channel` (read while it runs, so it never blocks).
+    `profile` adds read-only directories, environment variables and interpreter arguments (`profile.py`).
     """
     ok, reason = sandbox_status()
     if ok:
-        return _run_bwrap(args, files, stdin, limits, channel)
+        return _run_bwrap(args, files, stdin, limits, channel, profile)
     if not unsandboxed_allowed(allow_unsandboxed):
         raise SandboxUnavailable(
             f"cannot sandbox code here: {reason}. Install bubblewrap (apt-get install bubblewrap), or accept "
@@ -89,7 +92,7 @@ def execute(
             "with allow_unsandboxed=True or COVEY_ALLOW_UNSANDBOXED=1."
         )
     _warn_unsandboxed(reason)
-    return _run_rlimit_only(args, files, stdin, limits, channel)
+    return _run_rlimit_only(args, files, stdin, limits, channel, profile)
 
 
 @functools.lru_cache(maxsize=1)
@@ -138,7 +141,7 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def _run_bwrap(args, files, stdin, limits, channel) -> RunResult:
+def _run_bwrap(args, files, stdin, limits, channel, profile=STDLIB) -> RunResult:
     exe, prefix = interpreter()
     cmd = ["bwrap", "--ro-bind", "/usr", "/usr"]
     for link in ("bin", "lib", "lib64", "sbin"):
@@ -153,6 +156,7 @@ def _run_bwrap(args, files, stdin, limits, channel) -> RunResult:
         for i in range(1, len(parts)):
             cmd += ["--perms", "0755", "--dir", "/" + "/".join(parts[:i])]
         cmd += ["--ro-bind", prefix, prefix]
+    cmd += profile.bwrap_binds(visible=("/usr", prefix))
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     fds = []
@@ -165,6 +169,8 @@ def _run_bwrap(args, files, stdin, limits, channel) -> RunResult:
             cmd += ["--perms", "0644", "--file", str(fd), f"/tmp/{name}"]
         cmd += ["--chdir", "/tmp", "--remount-ro", "/", "--clearenv"]
         cmd += ["--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8"]
+        for key, value in profile.env:
+            cmd += ["--setenv", key, value]
         cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         cmd += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
         with _Slot() as uid:
@@ -175,7 +181,7 @@ def _run_bwrap(args, files, stdin, limits, channel) -> RunResult:
             else:  # unprivileged host: a user namespace, the caller's uid, no way back into namespaces
                 cmd[1:1] = ["--unshare-user", "--disable-userns"]
                 cmd += ["--"] + _prlimit_args(limits)
-            cmd += [exe, "-I", "-B", "-S", *args]
+            cmd += [exe, *profile.python_args(), *args]
             file_fds = tuple(fds)
             info_r, info_w = os.pipe()  # bwrap reports the host pid of the namespace's init here
             fds.append(info_r)
@@ -186,7 +192,7 @@ def _run_bwrap(args, files, stdin, limits, channel) -> RunResult:
             os.close(fd)
 
 
-def _run_rlimit_only(args, files, stdin, limits, channel) -> RunResult:
+def _run_rlimit_only(args, files, stdin, limits, channel, profile=STDLIB) -> RunResult:
     exe, _ = interpreter()
     with tempfile.TemporaryDirectory(prefix="covey-unsandboxed-") as tmp, _Slot() as uid:
         for name, data in files.items():
@@ -196,6 +202,6 @@ def _run_rlimit_only(args, files, stdin, limits, channel) -> RunResult:
         if os.geteuid() == 0 and shutil.which("setpriv"):
             os.chown(tmp, uid, uid)
             cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"]
-        cmd += [exe, "-I", "-B", "-S", *args]
-        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8"}
+        cmd += [exe, *profile.python_args(), *args]
+        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8", **dict(profile.env)}
         return collect(cmd, stdin, limits, (), channel, (tmp, env), False, None, None)
