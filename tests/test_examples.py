@@ -25,6 +25,8 @@ def test_example_config_resolves(path):
         pytest.importorskip("ray")
     if "name: vllm" in path.read_text():  # the vllm extra, in its own environment (make test-vllm)
         pytest.importorskip("vllm")
+    if "name: verifiers" in path.read_text():  # the verifiers extra (installed by make test)
+        pytest.importorskip("verifiers")
     cfg = load_config(path)
     task = get_task(cfg.task.name, **cfg.task.params)
     assert len(task.examples(cfg.task.split)) > 0
