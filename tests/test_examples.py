@@ -27,6 +27,8 @@ def test_example_config_resolves(path):
         pytest.importorskip("vllm")
     if "name: triton_exec" in path.read_text():  # the triton extra, in its own environment (make test-triton)
         pytest.importorskip("triton")
+    if "name: verifiers" in path.read_text():  # the verifiers extra (installed by make test)
+        pytest.importorskip("verifiers")
     cfg = load_config(path)
     task = get_task(cfg.task.name, **cfg.task.params)
     assert len(task.examples(cfg.task.split)) > 0

@@ -2,7 +2,8 @@
 
 Built in: maze (a seeded text grid maze; also the `maze` task), calculator (arithmetic with a
 calculator tool over any task with answers), search_qa (a search tool over a local corpus,
-search.py), solver_verifier (two agents, a solver and a verifier, for per-agent credit). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py). Tool-call parsing and the calculator live in tools.py.
+search.py), solver_verifier (two agents, a solver and a verifier, for per-agent credit). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py); prime-intellect
+verifiers environments own their loop, so they are a task + the `verifiers` rollout strategy (verifiers_adapter.py). Tool-call parsing and the calculator live in tools.py.
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
 
@@ -14,6 +15,7 @@ from covey.envs.search import SearchQAEnv, SearchQATask
 from covey.envs.solver_verifier import SolverVerifierEnv
 from covey.envs.textarena_adapter import TextArenaEnv
 from covey.envs.tools import calculate, parse_tool_calls
+from covey.envs.verifiers_adapter import VerifiersTask
 
 __all__ = [
     "ENVS",
@@ -30,6 +32,7 @@ __all__ = [
     "StepResult",
     "TextArenaEnv",
     "ToolCall",
+    "VerifiersTask",
     "calculate",
     "fork_env",
     "parse_tool_calls",

@@ -342,6 +342,11 @@ class RunConfig(_Strict):
             except RegistryError as e:
                 raise ValueError(f"env: {e}") from None
             _check_episode_rewards(self)
+        if (self.rollout.strategy.name == "verifiers") != (self.task.name == "verifiers"):
+            raise ValueError("task verifiers and rollout.strategy verifiers go together (a verifiers environment runs its "
+                             "own episodes): set both, e.g. task: {name: verifiers, env: ...}, rollout.strategy: verifiers")  # fmt: skip
+        if self.task.name == "verifiers":
+            _check_episode_rewards(self)  # the reward is the environment rubric's
         return self
 
     @model_validator(mode="after")
