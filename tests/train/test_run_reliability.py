@@ -2,6 +2,7 @@
 rewrites, safe resume overrides only, a full disk named in one line."""
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -59,6 +60,8 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     assert read_metrics(run / "metrics.jsonl")[-1]["step"] == int(step.name.split("-")[1]) + 1
     # the override is now the run's config: a later plain --resume does not fall back to steps=500
     assert yaml.safe_load((run / "config.yaml").read_text())["steps"] == int(step.name.split("-")[1]) + 1
+    prov = json.loads((run / "provenance.json").read_text())  # the first start's record, the resume appended
+    assert prov["command"][-2:] == ["--run-dir", str(run)] and prov["resumes"][0]["command"][-1].startswith("steps=")
 
 
 def test_a_second_process_on_the_same_run_folder_is_refused(tmp_path):

@@ -417,6 +417,20 @@ def _provenance() -> dict:
             "packages_sha256": hashlib.sha256("\n".join(freeze).encode()).hexdigest()}  # fmt: skip
 
 
+def _run_provenance(run: Path, exporting: dict) -> dict:
+    """The run's own RUN/provenance.json (written when training started) with the exporting
+    environment under ``export``; a run without one (or with an unreadable one): the exporting environment."""
+    from covey.train.provenance import FILE
+
+    try:
+        recorded = json.loads((run / FILE).read_text())
+    except (OSError, ValueError):
+        return exporting
+    if not isinstance(recorded, dict):
+        return exporting
+    return {"recorded": "at train time (the run's provenance.json)", **recorded, "export": exporting}
+
+
 def export_cmd(
     runs: Annotated[list[str], typer.Argument(help="Run folders to export.")],
     format: Annotated[str, typer.Option("--format", help="orb: the Open RL Benchmark cache layout.")] = "orb",
@@ -454,7 +468,7 @@ def export_cmd(
         digests = {n: hashlib.sha256((p / n).read_bytes()).hexdigest() for n in ("config.yaml", "metrics.jsonl")}
         run = {"id": rid, "name": rid, "state": state, "url": None, "project": project, "entity": entity, "config": cfg,
                "tags": [f"covey-{prov['covey']}"], "path": [entity, project, rid], "user": None,
-               "provenance": {**prov, "source": str(p.resolve()), "sha256": digests}}  # fmt: skip
+               "provenance": {**_run_provenance(p, prov), "source": str(p.resolve()), "sha256": digests}}  # fmt: skip
         (dest / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
         done.append({"run": str(p), "id": rid, "rows": len(rows), "columns": len(cols), "state": state, "dir": str(dest)})
     result = {"format": "orb", "runs": done}

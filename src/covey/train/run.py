@@ -20,6 +20,7 @@ from covey.train.config import RunConfig
 from covey.train.export import export_model
 from covey.train.metrics import clock
 from covey.train.plots import plot_run
+from covey.train.provenance import write_provenance
 from covey.train.trainer import Trainer
 
 __all__ = ["default_run_dir", "start_lines", "step_line", "train"]
@@ -55,6 +56,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Train
     trainer = trainer or Trainer(cfg, run_dir, resume=resume)  # holds the folder's lock from here on
     try:
         _write_config(run_dir, cfg)  # on resume too: the safe overrides given (steps=...) hold for later resumes
+        write_provenance(run_dir, cfg.model_dump(mode="json"), resume=resume)
     except BaseException:
         trainer.close()
         raise
