@@ -83,7 +83,7 @@ def test_a_row_cut_at_its_budget_finishes_as_length_without_a_continuation():
     from covey.engine.base import SamplingParams
 
     engine = ScriptedEngine([(4, 1), (9, None)])
-    ex, view = _executor(engine)
+    _, view = _executor(engine)
     gen = view.generate([[5], [6]], 1, SamplingParams(max_new_tokens=4, prompt_max_new_tokens=(4, 2)))
     # row 0 has its 4 tokens: "length", not continued; row 1 was capped at 2 by the engine: not cut
     assert len(engine.calls) == 1 and gen.finish_reason == ["length", "length"] and engine.version == 1
