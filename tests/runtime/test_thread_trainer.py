@@ -59,7 +59,9 @@ def test_thread_with_zero_staleness_reproduces_inline_bit_exactly(tmp_path, extr
 
 
 def test_staleness_one_lags_by_at_most_one_and_trains(tmp_path):
-    cfg = _cfg(tmp_path, "runtime.executor=thread", "runtime.max_staleness=1", "steps=4")
+    """interrupt_on_update off: every token of a batch has its admission version (the on case:
+    test_thread_interrupt.py)."""
+    cfg = _cfg(tmp_path, "runtime.executor=thread", "runtime.max_staleness=1", "steps=4", "runtime.interrupt_on_update=false")
     trainer = Trainer(cfg, tmp_path / "run")
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     try:
@@ -70,6 +72,7 @@ def test_staleness_one_lags_by_at_most_one_and_trains(tmp_path):
     assert rows[0]["async/staleness"] == 0.0 and max(lags) == 1.0 and min(lags) >= 0.0, lags
     # every token of a batch comes from the version it was admitted at (no weight change under a generate)
     assert all(m["async/token_lag_max"] == m["async/staleness"] == m["async/token_lag_mean"] for m in rows)
+    assert "async/interrupts" not in rows[0]
     assert all(m["loss"] == m["loss"] for m in rows if "loss" in m)
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
     assert read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]["step"] == cfg.steps
@@ -132,6 +135,7 @@ def test_a_failing_engine_is_a_one_line_error_not_a_hang(tmp_path):
         (["runtime.executor=thread", "rollout.strategy=april"], "carries unfinished rollouts"),
         (["runtime.executor=thread", "rollout.strategy={name: dynamic, inner: april}"],
          "carries unfinished rollouts"),
+        (["runtime.executor=ray", "rollout.strategy=tppo", "algo.advantage=tppo"], "needs ForkingEngine|optional extra"),
         (["runtime.executor=thread", "model.lora={r: 4}", "algo.kl={name: k1, coef: 0.1, mode: reward}"],
          "KL reward with LoRA"),
         (["runtime.executor=dask"], "'inline', 'thread' or 'ray'"),

@@ -6,10 +6,24 @@ while k - v > max_staleness: pacing, nothing is discarded), then loads the newes
 into the engine and calls `produce(k, version)` (the trainer's collect: sampler -> strategy ->
 rewards). The finished batch goes to a FIFO the trainer takes from (`next_batch`).
 
-Weight sync never happens under a running generation: the learner `publish`es a copy of its weights
-(it keeps training on its own tensors) and the generator thread alone loads them into the engine,
-between two batches. The engine is built on its own copy of the model, so the learner's in-place
-updates never touch weights the engine is reading.
+The learner `publish`es a copy of its weights (it keeps training on its own tensors) and the
+generator thread alone loads them into the engine; the engine is built on its own copy of the
+model, so the learner's in-place updates never touch weights the engine is reading. When they are
+loaded:
+
+- without interruption (`interrupt_on_update` False): between two batches, never under a running
+  generation; every token of a batch has the batch's admission version.
+- with interruption (AReaL's default; `rollout_engine` wraps the engine the strategy calls): a
+  publish while a `generate` is in flight calls the engine's `interrupt()`; the call returns its
+  rows cut where they stand (finish reason "abort"), the generator thread loads the new weights
+  and continues them as prompt + partial output (`covey.engine.carry.continue_generation`, APRIL's
+  carry-over) under the new version, repeating if another publish comes. Each token keeps the
+  version and log-prob of the weights that sampled it, so a batch mixes versions. Pending weights
+  are also loaded before every later `generate` call of the batch (a strategy with several calls).
+  Versions only grow within a batch, so every token's lag is <= the batch's admission staleness
+  <= eta. Tree sessions (`tree_session`) are not interrupted: they run on the weights they started
+  with. A publish in the instant between the check and the start of a `generate` (the engine says
+  no call is in flight) is applied at the next call or batch: a missed refresh, never a broken bound.
 
 Nothing waits forever: every wait has `timeout_s`. An exception in the generator thread is kept
 and re-raised in the trainer's thread as a `GenerationFailed` whose one-line message names the
@@ -20,11 +34,13 @@ checkpoint, an evaluation): the finished-but-untrained batches are then part of 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
 from typing import Any, Callable
 
+from covey.engine.carry import ABORT, continue_generation
 from covey.runtime.staleness import StalenessGate
 
 __all__ = ["GenerationFailed", "ThreadExecutor"]
@@ -36,12 +52,18 @@ class GenerationFailed(RuntimeError):
 
 class ThreadExecutor:
     """produce(k, version) -> (batch, metrics) makes batch k with the engine at `version`;
-    load(weights, version) loads published weights into the engine (called on the generator thread)."""
+    load(weights, version) loads published weights into the engine (called on the generator thread).
+    interrupt_on_update: a publish interrupts the engine's `generate` in flight (the engine the
+    strategy calls must come from `rollout_engine`, and provide `InterruptibleEngine`)."""
 
     def __init__(self, produce: Callable[[int, int], tuple[Any, dict]], load: Callable[[Any, int], None], *,
-                 max_staleness: int, timeout_s: float, limit: int | None = None):  # fmt: skip
+                 max_staleness: int, timeout_s: float, limit: int | None = None, interrupt_on_update: bool = False):  # fmt: skip
         self._produce, self._load = produce, load
         self.max_staleness, self.timeout_s = max_staleness, float(timeout_s)
+        self.interrupt_on_update = bool(interrupt_on_update)
+        self._engine: Any = None  # the engine `rollout_engine` wrapped (interrupt_on_update)
+        self._generating = False  # a wrapped generate call is in flight (publish may interrupt it)
+        self._counts = _zero_counts()  # interruption counts of the batch being made
         self.gate = StalenessGate(max_staleness)
         self._cv = threading.Condition()
         self._ready: deque = deque()  # (k, batch, metrics, behaviour version), k ascending
@@ -93,12 +115,24 @@ class ThreadExecutor:
 
     def publish(self, weights: Any | None, version: int) -> None:
         """The learner finished step `version - 1`: `weights` (a copy the learner will not touch
-        again; None: unchanged since the last publish) become the engine's at the next batch boundary."""
+        again; None: unchanged since the last publish) become the engine's at the next batch boundary,
+        or at once by interrupting the generate call in flight (`interrupt_on_update`)."""
         with self._cv:
             if weights is not None:
                 self._pending = (weights, version)
+                if self._generating and self._engine.interrupt():
+                    self._counts["requested"] += 1
             self._published = version
             self._cv.notify_all()
+
+    def rollout_engine(self, engine: Any) -> Any:
+        """The engine the rollout strategy should call: `engine` itself, or with `interrupt_on_update`
+        a view whose `generate` is interrupted by a publish and continues the cut rows under the new
+        weights (everything else is the engine's own)."""
+        if not self.interrupt_on_update:
+            return engine
+        self._engine = engine
+        return _UpdatingEngine(engine, self)
 
     def pause(self) -> None:
         """Wait (at most `timeout_s`) until the generator is between batches and keep it there;
@@ -176,9 +210,12 @@ class ThreadExecutor:
                     self._where = f"loading weights version {self._published} before batch {k}"
                     self._apply_pending()
                     version = self._applied
+                    self._counts = _zero_counts()
                     self._where = f"generating batch {k} (step {k + 1}) at policy version {version}"
                 batch, metrics = self._produce(k, version)
                 with self._cv:
+                    if self.interrupt_on_update:
+                        metrics = {**metrics, **{f"async/{key}": float(v) for key, v in self._counts.items()}}
                     self.gate.finish()
                     self._ready.append((k, batch, metrics, version))
                     self._next = k + 1
@@ -189,3 +226,50 @@ class ThreadExecutor:
                 self._error = e
                 self._busy = False
                 self._cv.notify_all()
+
+    def _generate(self, prompts, n: int, sampling) -> Any:
+        """`generate` on the generator thread with interruption: newest weights first; after a cut,
+        load the weights that caused it and continue the "abort" rows (fresh seed per round)."""
+        gen, rounds = None, 0
+        while gen is None or ABORT in gen.finish_reason:
+            with self._cv:
+                if gen is not None:
+                    rounds += 1
+                    cut = [i for i, r in enumerate(gen.finish_reason) if r == ABORT]
+                    self._counts["interrupts"] += 1
+                    self._counts["interrupted_rows"] += len(cut)
+                    self._counts["carried_tokens"] += int(gen.lengths[cut].sum())
+                self._apply_pending()
+                self._generating = True
+            try:
+                if gen is None:
+                    gen = self._engine.generate(prompts, n, sampling)
+                else:
+                    seed = None if sampling.seed is None else (sampling.seed * 1_000_003 + rounds) % 2**62
+                    gen = continue_generation(self._engine, gen, dataclasses.replace(sampling, seed=seed))
+            finally:
+                with self._cv:
+                    self._generating = False
+        return gen
+
+
+def _zero_counts() -> dict[str, int]:
+    """Per batch: publishes that interrupted a generate call (`requested`), generate calls cut short
+    (`interrupts`), rows cut and continued, and the tokens they carried over the update (kept, not
+    regenerated)."""
+    return {"requested": 0, "interrupts": 0, "interrupted_rows": 0, "carried_tokens": 0}
+
+
+class _UpdatingEngine:
+    """The engine as a rollout strategy sees it under `interrupt_on_update`: `generate` goes through
+    the executor (interrupted by a publish, continued under the new weights); every other member is
+    the engine's."""
+
+    def __init__(self, engine: Any, executor: ThreadExecutor):
+        self._engine, self._executor = engine, executor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def generate(self, prompts, n: int, sampling) -> Any:
+        return self._executor._generate(prompts, n, sampling)

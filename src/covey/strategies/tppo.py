@@ -51,6 +51,7 @@ class TPPO:
 
     engine_protocols = (ForkingEngine, HiddenStatesEngine)
     carries_rollouts = True  # unfinished responses go to the next step (covey.runtime.config)
+    trains_carried_tokens = False  # earlier windows are masked out: the async executor's bound holds
     provides = ("tppo_advantages", "single_rows")  # covey.compat: each row is its own group
 
     def __init__(self, *, window_tokens: int = 16, gamma: float = 1.0, lam: float = 0.95, ridge: float = 1.0,

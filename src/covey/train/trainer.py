@@ -30,6 +30,7 @@ from covey.engine.support import engine_takes_dtype
 from covey.rewards.scoring import Scorer, shaping_terms
 from covey.strategies import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
+from covey.runtime.config import interrupts_on_update
 from covey.runtime.staleness import staleness_metrics
 from covey.runtime.thread import ThreadExecutor
 from covey.tasks import get_task
@@ -140,7 +141,9 @@ class Trainer:
         if cfg.runtime.executor != "inline":
             self.executor = ThreadExecutor(self.collect, lambda weights, v: self.engine.load_weights(weights, version=v),
                                            max_staleness=cfg.runtime.max_staleness, timeout_s=cfg.runtime.timeout_s,
-                                           limit=cfg.steps)  # fmt: skip
+                                           limit=cfg.steps, interrupt_on_update=interrupts_on_update(cfg))  # fmt: skip
+        # what the rollout strategy calls: under interrupt_on_update a weight update cuts its generate short
+        self.rollout_engine = self.engine if self.executor is None else self.executor.rollout_engine(self.engine)
         self.step_num = 0
         self.last_reference_reset = 0  # the step after which the reference was last reset (0: never)
         self.last_metrics: dict[str, Any] = {}
@@ -224,7 +227,7 @@ class Trainer:
         t = time.perf_counter()
         draws = draw(cfg.rollout.prompts_per_step)  # the sampler hooks, in order: covey.samplers.base
         sampling = functools.partial(self._sampling, step=step)
-        ctx = RolloutContext(engine=self.engine, tokenizer=self.tokenizer, draws=draws, sampling=sampling,
+        ctx = RolloutContext(engine=self.rollout_engine, tokenizer=self.tokenizer, draws=draws, sampling=sampling,
                              score=score, draw=draw, step=step, policy_version=version,
                              reference_engine=self.reference_engine)  # fmt: skip
         with self._sampler_lock:
