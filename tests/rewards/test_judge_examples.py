@@ -13,6 +13,7 @@ FOLDER = Path(__file__).resolve().parents[2] / "examples" / "judge"
 EXAMPLES = [FOLDER / n for n in ("arenarl.yaml", "local_judge.yaml", "pairwise_genrm.yaml", "step_correction.yaml")]
 TESTED_ELSEWHERE = {  # real models or an optional toolchain: trained by their own (slow or skipping) tests
     "step_correction_smollm2.yaml": "tests/strategies/test_step_correction_e2e.py",
+    "table2latex.yaml": "tests/rewards/test_table_latex.py",
 }
 
 

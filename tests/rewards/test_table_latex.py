@@ -126,3 +126,25 @@ def test_table_render_scores_gate_and_threshold():
     assert s[0] == 1.0 and 0.0 <= s[1] < 1.0 and 0.0 <= s[2] <= 1.0  # an undefined macro still gives a page
     broken = dense(prompts=["p"], completions=[r"\begin{tabular}{c} a \end{tabular}\end{document}\begin{x}"], answer=[REF])
     assert broken.metrics.get("compile_fail_frac", [0.0]) in ([0.0], [1.0])
+
+
+def test_the_example_config_trains_one_step(tmp_path):
+    """examples/judge/table2latex.yaml from the command line; without TeX it is refused with a one-line error."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from covey.rewards.latex_render import tex_status
+
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "covey.cli", "train", str(root / "examples/judge/table2latex.yaml"), "steps=1",
+           "log.progress=false", "log.tensorboard=false", "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=root)
+    if not tex_status()[0]:
+        assert out.returncode == 2 and "error:" in out.stderr and "table_render" in out.stderr, out.stderr[-2000:]
+        return
+    assert out.returncode == 0, out.stderr[-3000:]
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert row["reward/table_teds/failures"] == 0.0 and row["reward/table_render/failures"] == 0.0
+    assert "reward/table_teds/no_table_frac" in row  # a random tiny model writes no tabular
