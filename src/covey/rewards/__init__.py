@@ -35,7 +35,7 @@ register_reward("boxed_format")(boxed_format_reward)
 
 # rewards built on judges and groups (docs/rewards.md): the judge package registers judge, arenarl,
 # writing_zero, fapo, fapo_genrm, medix and mpo; these register the set, entity, combinator and kernel rewards
-from covey.rewards import combinators, entity, sets, triton_exec, triton_gate  # noqa: E402, F401
+from covey.rewards import combinators, entity, sets, table_latex, triton_exec, triton_gate  # noqa: E402, F401
 
 __all__ = [
     "FAILURE_KINDS",
