@@ -26,13 +26,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     from covey.registry import RegistryError
     from covey.rewards.runner import RewardFailure
+    from covey.runtime.ray_actors import RayActorFailed
     from covey.runtime.thread import GenerationFailed
     from covey.train.checkpoint import WriteError
     from covey.train.config import ConfigError
     from covey.train.runlock import RunLocked
 
     return (ConfigError, RegistryError, ValidationError, FileNotFoundError, FileExistsError,
-            NotADirectoryError, PermissionError, WriteError, RunLocked, RewardFailure, GenerationFailed)  # fmt: skip
+            NotADirectoryError, PermissionError, WriteError, RunLocked, RewardFailure, GenerationFailed,
+            RayActorFailed)  # fmt: skip
 
 
 _COVEY_SRC = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -40,7 +40,7 @@ from multiprocessing.connection import wait
 from covey.rewards._deadline import capped_prints
 from covey.rewards._scoring import ChunkOutcome, score_chunk
 
-__all__ = ["Job", "WORKER_NAME", "WorkerPool"]
+__all__ = ["Job", "WORKER_NAME", "WorkerPool", "run_job"]
 
 WORKER_NAME = "covey-reward-worker"
 
@@ -88,24 +88,29 @@ def _worker_main(conn) -> None:
         if msg is None:
             _end_group()
         key, payload, args = msg
-        if payload is not None:
-            payloads[key] = payload
-            built.pop(key, None)
+        outcome = run_job(payloads, built, key, payload, args)
         try:
-            if key not in built:
-                built[key] = _build(payloads[key])
-        except Exception:  # noqa: BLE001 - building the reward failed: every sample fails
-            import traceback
-
-            n = args[1]
-            conn.send(ChunkOutcome([None] * n, ["exception"] * n, {"exception": traceback.format_exc()}))
-            continue
-        try:
-            with capped_prints(getattr(built[key], "__name__", type(built[key]).__name__)):
-                outcome = score_chunk(built[key], *args, isolated=True)
             conn.send(outcome)
         except (BrokenPipeError, OSError):
             _end_group()
+
+
+def run_job(payloads: dict, built: dict, key: int, payload: bytes | None, args: tuple) -> ChunkOutcome:
+    """Score one job in a worker (a pool process or a Ray reward actor): build reward `key` from its
+    payload once (cached in `built`; a new payload replaces it), then `score_chunk` in isolation."""
+    if payload is not None:
+        payloads[key] = payload
+        built.pop(key, None)
+    try:
+        if key not in built:
+            built[key] = _build(payloads[key])
+    except Exception:  # noqa: BLE001 - building the reward failed: every sample fails
+        import traceback
+
+        n = args[1]
+        return ChunkOutcome([None] * n, ["exception"] * n, {"exception": traceback.format_exc()})
+    with capped_prints(getattr(built[key], "__name__", type(built[key]).__name__)):
+        return score_chunk(built[key], *args, isolated=True)
 
 
 # ------------------------------------------------------------ starting workers without the user's __main__

@@ -223,6 +223,7 @@ class RewardRunner:
         self.workers, self.max_failed_steps, self.chunk_size = workers, max_failed_steps, chunk_size
         self._mp_context = mp_context
         self._pool: WorkerPool | None = None
+        self.pool_factory = WorkerPool  # (workers, mp_context) -> pool; executor ray: covey.runtime.ray_rewards
         self._finalizer = None
         self._bad_steps = [0] * len(self.entries)
         self._logged: set[tuple[str, str]] = set()
@@ -230,8 +231,8 @@ class RewardRunner:
 
     def _get_pool(self) -> WorkerPool:
         if self._pool is None:
-            self._pool = WorkerPool(self.workers, self._mp_context)
-            self._finalizer = weakref.finalize(self, WorkerPool.close, self._pool)
+            self._pool = self.pool_factory(self.workers, self._mp_context)
+            self._finalizer = weakref.finalize(self, type(self._pool).close, self._pool)
         return self._pool
 
     def close(self) -> None:

@@ -38,11 +38,15 @@ from covey.learner.learner import Learner
 __all__ = ["DataParallelLearner", "all_reduce_grads", "init_group"]
 
 
-def init_group(rank: int, world: int, init_method: str, backend: str | None = None):
-    """Join the process group (backend: nccl when CUDA is available, else gloo)."""
+def init_group(rank: int, world: int, init_method: str, backend: str | None = None, timeout_s: float | None = None):
+    """Join the process group (backend: nccl when CUDA is available, else gloo). `timeout_s` bounds
+    the rendezvous and every collective (a dead peer is an error after it, not a hang)."""
+    from datetime import timedelta
+
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if not dist.is_initialized():
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world)
+        timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
     return dist.group.WORLD
 
 

@@ -34,11 +34,12 @@ from typing import Any
 import torch
 
 from covey.engine.base import concat_generations
+from covey.runtime.ray_actors import RayActorFailed, actor_bundle, gather
 
 __all__ = ["RayEngine", "RayEngineError", "split_prompts"]
 
 
-class RayEngineError(RuntimeError):
+class RayEngineError(RayActorFailed):
     """A call to an engine actor failed, timed out, or found the actor dead (one line)."""
 
 
@@ -86,7 +87,8 @@ class RayEngine:
     version: int
 
     def __init__(self, name: str, params: dict[str, Any], model, tokenizer, *, timeout_s: float, workers: int = 1,
-                 sync=None, address: str | None = None, num_cpus: int | None = None):  # fmt: skip
+                 sync=None, address: str | None = None, num_cpus: int | None = None, actor_cpus: float = 1.0,
+                 extra_bundles: list[dict] | None = None):  # fmt: skip
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -104,18 +106,20 @@ class RayEngine:
         self.actor_names = [f"covey-engine-{name.rsplit(':', 1)[-1]}-{run}-{i}" for i in range(workers)]
         self.actor_name = self.actor_names[0]
         gpu = str(params.get("device", "cpu")).startswith("cuda")
-        bundle = {"GPU": 1} if gpu else {"CPU": 1}
-        self._pg = placement_group([dict(bundle) for _ in range(workers)], strategy="PACK", name=f"covey-{run}")
+        bundle = actor_bundle(gpu, actor_cpus)
+        self.run_id, self.extra_bundles = run, [dict(b) for b in extra_bundles or []]
+        bundles = [dict(bundle) for _ in range(workers)] + self.extra_bundles
+        self._pg = placement_group(bundles, strategy="PACK", name=f"covey-{run}")
         self._actors: list | None = []
         if not self._wait(self._pg.ready(), "the placement group"):
             self.close()
-            raise RayEngineError(f"placement group covey-{run}: {workers} x {bundle} not available within runtime.timeout_s="
+            raise RayEngineError(f"placement group covey-{run}: bundles {bundles} not available within runtime.timeout_s="
                                  f"{self.timeout_s:g} s (cluster resources: {ray.cluster_resources()})")  # fmt: skip
         try:
             cls, model_ref = _worker_class(), ray.put(model)
             for i, actor in enumerate(self.actor_names):
                 strategy = PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=i)
-                self._actors.append(cls.options(name=actor, num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0,
+                self._actors.append(cls.options(name=actor, num_cpus=0 if gpu else actor_cpus, num_gpus=1 if gpu else 0,
                                                 scheduling_strategy=strategy).remote(name, dict(params), model_ref, tokenizer, self.sync))  # fmt: skip
             infos = self._gather([a.info.remote() for a in self._actors], "start")
         except BaseException:
@@ -123,38 +127,20 @@ class RayEngine:
             raise
         self.pad_token_id, self.version, self.dtype = infos[0]
 
+    def placement(self, i: int):
+        """The scheduling strategy for extra bundle i (the learner group's and reward pool's actors share the group)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=len(self.actor_names) + i)
+
     def _wait(self, ref, what: str) -> bool:
         ready, _ = self._ray.wait([ref], timeout=self.timeout_s)
         return bool(ready)
 
     def _gather(self, refs: list, what: str, workers: list[int] | None = None) -> list:
-        """ray.get of one ref per worker, all within `timeout_s`; the first failure names its actor."""
-        from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayError, RayTaskError
-
-        deadline = time.monotonic() + self.timeout_s
-        out = []
-        for i, ref in zip(workers or range(len(refs)), refs):
-            actor = self.actor_names[i]
-            try:
-                out.append(self._ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
-            except GetTimeoutError:
-                raise RayEngineError(f"engine actor {actor!r}: {what} took longer than runtime.timeout_s="
-                                     f"{self.timeout_s:g} s") from None  # fmt: skip
-            except RayActorError as e:
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise RayEngineError(f"engine actor {actor!r} died during {what}: {first}") from None
-            except OutOfMemoryError as e:
-                first = " ".join(str(e).split())[:200]
-                raise RayEngineError(f"engine actor {actor!r} was killed by Ray's memory monitor during {what} (the node ran "
-                                     f"low on memory): {first}") from None  # fmt: skip
-            except RayTaskError as e:
-                cause = e.cause if getattr(e, "cause", None) is not None else e
-                msg = " ".join(str(cause).split())[:300]
-                raise RayEngineError(f"engine actor {actor!r}: {what} failed: {type(cause).__name__}: {msg}") from None
-            except RayError as e:  # any other Ray failure: still one line naming the actor
-                msg = " ".join(str(e).split())[:300]
-                raise RayEngineError(f"engine actor {actor!r}: {what} failed: {type(e).__name__}: {msg}") from None
-        return out
+        """ray.get of one ref per worker, all within `timeout_s`; a failure names its actor (`ray_actors.gather`)."""
+        names = [self.actor_names[i] for i in (workers or range(len(refs)))]
+        return gather(refs, names, what, self.timeout_s, role="engine", error_cls=RayEngineError)
 
     def generate(self, prompts, n: int, sampling):
         prompts = list(prompts)

@@ -169,7 +169,9 @@ def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, worker
     if not rewards:
         raise ValueError(f"task {cfg.task.name!r} has no verifier and no rewards are configured: add `rewards:` to the config "
                          "(e.g. rewards: [{name: my_module:my_reward}])")  # fmt: skip
-    return RewardRunner(rewards, workers=cfg.reward_workers if workers is None else workers)
+    if workers is None:  # executor ray with runtime.reward_workers: that many reward actors (covey.runtime.ray_rewards)
+        workers = cfg.runtime.reward_workers or cfg.reward_workers
+    return RewardRunner(rewards, workers=workers)
 
 
 def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):

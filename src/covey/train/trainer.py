@@ -124,12 +124,20 @@ class Trainer:
             source = own_copy(source, self.model)
         if cfg.runtime.executor == "ray":  # the engine in a Ray actor, built there from a copy of the model
             from covey.runtime.ray_engine import RayEngine
+            from covey.runtime.ray_learner import learner_bundles
+            from covey.runtime.ray_rewards import RayRewardPool
             from covey.runtime.weight_sync import DiskSync, ObjectStoreSync
 
             rt = cfg.runtime
             sync = DiskSync(self.run_dir / "weight_sync", timeout_s=rt.timeout_s) if rt.weight_sync == "disk" else ObjectStoreSync(rt.timeout_s)
+            learners = learner_bundles(rt.learner_workers, cfg.resolved_device(), rt.actor_cpus)  # one placement group for all
             self.engine = RayEngine(cfg.engine.name, engine_params, source, self.tokenizer, timeout_s=rt.timeout_s,
-                                    workers=rt.engine_workers, sync=sync, address=rt.ray_address)  # fmt: skip
+                                    workers=rt.engine_workers, sync=sync, address=rt.ray_address, actor_cpus=rt.actor_cpus,
+                                    extra_bundles=learners + [{"CPU": rt.actor_cpus}] * rt.reward_workers)  # fmt: skip
+            if rt.reward_workers:  # the reward runner's pool as Ray actors (covey.runtime.ray_rewards)
+                self.rewards.pool_factory = lambda n, _context: RayRewardPool(
+                    n, placement=lambda i: self.engine.placement(len(learners) + i), run_id=self.engine.run_id,
+                    cpus=rt.actor_cpus, timeout_s=rt.timeout_s)  # fmt: skip
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
         self.reference_engine = None  # XPO's reference samples: an engine over the frozen reference
@@ -149,6 +157,11 @@ class Trainer:
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
+        self.learner_group = None  # runtime.learner_workers >= 2: data-parallel learner actors (covey.runtime.ray_learner)
+        if cfg.runtime.learner_workers > 1:
+            from covey.runtime.ray_learner import LearnerGroup
+
+            self.learner_group = LearnerGroup(self.learner, self.model, self.optimizer, self.scheduler, cfg, self.engine)
         lc = cfg.log
         self.logger = MetricsLogger(self.run_dir, report_to=lc.report_to, resume_step=self.step_num if resume else None,
                                     wandb_project=lc.wandb_project, wandb_mode=lc.wandb_mode, config=cfg.model_dump(mode="json"))  # fmt: skip
@@ -177,7 +190,7 @@ class Trainer:
                 metrics.update(adv.metrics)
             gen = torch.Generator().manual_seed(self._seed("learn"))
             with self._logprob_source(self.step_num + 1, batch) as source:
-                metrics.update(self.learner.update(batch, gen))  # surrogate + corrections + KL, aggregated
+                metrics.update((self.learner_group or self.learner).update(batch, gen))  # surrogate + corrections + KL, aggregated
             metrics.update(source)
             if self.executor is None:
                 self.engine.load_weights(self._engine_weights(), version=self.step_num + 1)  # weight sync
@@ -359,6 +372,8 @@ class Trainer:
 
     def save(self) -> Path:
         with self.paused():  # thread executor: finished, untrained batches are saved with the state that made them
+            if self.learner_group is not None:  # the optimizer state lives in the learner actors
+                self.learner_group.pull_state(self.optimizer, self.scheduler)
             payload = {
                 "model": trainable_state(self.model),
                 "optimizer": self.optimizer.state_dict(),
@@ -404,6 +419,8 @@ class Trainer:
         """Free the reward workers, the engine, the metrics files and the run folder's lock (idempotent)."""
         if self.executor is not None:
             self.executor.close()
+        if getattr(self, "learner_group", None) is not None:
+            self.learner_group.close()
         self.rewards.close()
         self.engine.close()
         if self.reference_engine is not None:
