@@ -143,7 +143,8 @@ class LearnerGroup:
         with torch.no_grad():
             self.model.load_state_dict(out[0][1], strict=False)
         rows = [m for m, _ in out]
-        metrics = {k: sum(m[k] for m in rows) / len(rows) for k in rows[0]}
+        keys = dict.fromkeys(k for m in rows for k in m)  # a rank whose rows were all skipped has no surrogate metrics
+        metrics = {k: sum(m[k] for m in rows if k in m) / sum(k in m for m in rows) for k in keys}
         metrics["learn/loss"] = rows[0]["learn/loss"]
         if "memory/peak_gb" in metrics:
             metrics["memory/peak_gb"] = max(m["memory/peak_gb"] for m in rows)
