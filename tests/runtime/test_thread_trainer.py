@@ -7,28 +7,14 @@ import pytest
 import torch
 
 from covey.runtime.thread import GenerationFailed
-from covey.train.config import ConfigError, load_config
+from covey.train.config import ConfigError
 from covey.train.metrics import read_metrics
 from covey.train.trainer import Trainer
+from tests._configs import tiny_config
 
 
 def _cfg(tmp_path, *overrides):
-    base = [
-        "model.name=tiny-llama",
-        "task.name=arithmetic",
-        "task.params={digits: 1, n_train: 64, n_test: 16}",
-        "rollout.prompts_per_step=4",
-        "rollout.group_size=4",
-        "sampling.max_new_tokens=8",
-        "reward_workers=0",
-        "log.progress=false",
-        "log.report_to=[jsonl]",
-        "algo.kl=null",
-        "optim.lr=3e-3",
-        "steps=3",
-        f"log.dir={tmp_path}",
-    ]
-    return load_config(None, base + list(overrides))
+    return tiny_config(tmp_path, "steps=3", *overrides)
 
 
 def _comparable(m: dict) -> dict:

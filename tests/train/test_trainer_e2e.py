@@ -5,31 +5,13 @@ import pytest
 import torch
 
 from covey.algos import PRESETS
-from covey.train.config import load_config
 from covey.train.metrics import read_metrics
 from covey.train.trainer import Trainer
+from tests._configs import tiny_config
 from tests._kill_resume import kill_and_resume
 
-def _cfg(tmp_path, *overrides):
-    base = [
-        "model.name=tiny-llama",
-        "task.name=arithmetic",
-        "task.params={digits: 1, n_train: 64, n_test: 16}",
-        "rollout.prompts_per_step=4",
-        "rollout.group_size=4",
-        "sampling.max_new_tokens=8",
-        "reward_workers=0",
-        "log.progress=false",
-        "log.tensorboard=false",
-        "algo.kl=null",
-        "optim.lr=3e-3",
-        f"log.dir={tmp_path}",
-    ]
-    return load_config(None, base + list(overrides))
-
-
 def test_grpo_raises_reward_on_a_trivial_task(tmp_path, toy_reward_module):
-    cfg = _cfg(tmp_path, f"rewards=[{{name: '{toy_reward_module}'}}]", "task_reward_weight=0.0",
+    cfg = tiny_config(tmp_path, f"rewards=[{{name: '{toy_reward_module}'}}]", "task_reward_weight=0.0",
                "rollout.group_size=8", "steps=12")  # fmt: skip
     trainer = Trainer(cfg, tmp_path / "run")
     rewards = [trainer.step()["reward/mean"] for _ in range(cfg.steps)]
@@ -41,7 +23,7 @@ def test_grpo_raises_reward_on_a_trivial_task(tmp_path, toy_reward_module):
 def test_every_preset_runs_one_step(tmp_path, preset):
     # the base config has no KL: a preset's reference reset has no reference to reset then
     no_reset = ["algo.reference_reset=null"] if PRESETS[preset].get("reference_reset") else []
-    cfg = _cfg(tmp_path, f"algo.preset={preset}", "steps=1", "optim.lr=1e-4", *no_reset)
+    cfg = tiny_config(tmp_path, f"algo.preset={preset}", "steps=1", "optim.lr=1e-4", *no_reset)
     trainer = Trainer(cfg, tmp_path / preset)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     m = trainer.step()
@@ -75,7 +57,7 @@ def test_resume_keeps_the_dtypes_that_auto_chose(tmp_path, monkeypatch):
 
     from covey import dtypes
 
-    cfg = _cfg(tmp_path, "model.dtype=auto", "engine.dtype=auto", "steps=2")
+    cfg = tiny_config(tmp_path, "model.dtype=auto", "engine.dtype=auto", "steps=2")
     first = Trainer(cfg, tmp_path / "run")
     first.step()
     chosen = first.dtypes()
@@ -91,6 +73,6 @@ def test_resume_keeps_the_dtypes_that_auto_chose(tmp_path, monkeypatch):
     fresh = Trainer(cfg, tmp_path / "fresh")  # a new run follows this process's measurement
     assert fresh.dtypes() == {"learner": flip, "engine": flip}
     fresh.close()
-    pinned = Trainer(_cfg(tmp_path, "model.dtype=fp32", "engine.dtype=fp32", "steps=2"), tmp_path / "run", resume=True)
+    pinned = Trainer(tiny_config(tmp_path, "model.dtype=fp32", "engine.dtype=fp32", "steps=2"), tmp_path / "run", resume=True)
     assert pinned.dtypes() == {"learner": "fp32", "engine": "fp32"}  # an explicit dtype is never replaced
     pinned.close()

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from covey.algos.registry import BatchTotals, register_aggregation
 
-__all__ = ["batch_totals", "masked_summary"]
+__all__ = ["batch_totals", "masked_row_mean", "masked_summary"]
 
 Positive = Annotated[float, Field(gt=0.0)]
 
@@ -40,6 +40,11 @@ def batch_totals(mask: Tensor, max_new_tokens: int) -> BatchTotals:
         raise ValueError(f"batch_totals: max_new_tokens must be > 0; got {max_new_tokens}")
     num_tokens, num_seqs = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum().to(mask.dtype)]).tolist()
     return BatchTotals(num_tokens=num_tokens, num_seqs=num_seqs, max_new_tokens=int(max_new_tokens))
+
+
+def masked_row_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of each row of `x` [N, T] over its tokens where `mask` is 1: [N]; 0 for an empty row."""
+    return (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
 
 
 def masked_summary(

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from covey.algos.aggregation import masked_summary
 from covey.algos.registry import LossInputs, register_surrogate
-from covey.algos.surrogates import _check, _seq_advantage
+from covey.algos.surrogates import _check, _fracs, _seq_advantage, _seq_log_ratio
 
 __all__ = ["reg_grpo_provisional", "rover"]
 
@@ -68,7 +68,7 @@ def reg_grpo_provisional(inp: LossInputs, *, eps: Positive = 1e-6) -> tuple[Tens
     if inp.group is None:
         raise ValueError("surrogate 'reg_grpo_provisional' needs LossInputs.group (the learner fills it when 'group' is required)")
     keep = inp.mask.sum(-1) > 0
-    seq = ((inp.logp - inp.old_logp) * inp.mask).sum(-1) / inp.mask.sum(-1).clamp(min=1.0)  # l_i
+    seq = _seq_log_ratio(inp, None)  # l_i
     ahat = _group_zscore(seq, inp.group.to(seq.device), keep, eps)
     loss = (ahat - _seq_advantage(inp)) ** 2
     metrics = masked_summary(ahat.detach().abs()[:, None].expand_as(inp.mask), inp.mask, "surrogate/ahat_abs", stats=("mean",))
@@ -132,5 +132,5 @@ def rover(
     metrics = masked_summary(nxt, m, "surrogate/next", stats=("mean",))
     metrics.update(masked_summary(q.detach(), m, "surrogate/q", stats=("mean",)))
     metrics.update(masked_summary(torch.exp((inp.logp - inp.old_logp).detach().clamp(-20, 20)), m, "surrogate/ratio"))
-    metrics["surrogate/clip_frac"] = float((clipped.float() * m).sum() / m.sum().clamp(min=1.0))
+    metrics.update(_fracs(m, clip_frac=clipped))
     return (q - target) ** 2, metrics

@@ -28,7 +28,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from covey.algos.aggregation import masked_summary
+from covey.algos.aggregation import masked_row_mean, masked_summary
 from covey.algos.registry import LossInputs, register_surrogate
 
 NonNeg = Annotated[float, Field(ge=0.0)]
@@ -53,14 +53,13 @@ def _log_ratio(inp: LossInputs, clamp: float | None) -> Tensor:
 
 def _seq_log_ratio(inp: LossInputs, max_log: float | None) -> Tensor:
     """Length-normalised sequence log-ratio [N] with gradient; L_i = 0 gives 0 (s_i = 1)."""
-    lengths = inp.mask.sum(-1).clamp(min=1.0)  # [N]
-    lr = ((inp.logp - inp.old_logp) * inp.mask).sum(-1) / lengths
+    lr = masked_row_mean(inp.logp - inp.old_logp, inp.mask)
     return lr if max_log is None else lr.clamp(max=max_log)
 
 
 def _seq_advantage(inp: LossInputs) -> Tensor:
     """Masked row mean of the token advantages [N] (= A_i for outcome advantages; 0 for empty rows)."""
-    return (inp.advantages * inp.mask).sum(-1) / inp.mask.sum(-1).clamp(min=1.0)
+    return masked_row_mean(inp.advantages, inp.mask)
 
 
 def _fracs(mask: Tensor, **flags: Tensor) -> dict[str, float]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 
 from covey.envs.base import Action, StepResult, register_env
-from covey.envs.tools import CALCULATOR_SCHEMA, calculate, tool_message
+from covey.envs.tools import CALCULATOR_SCHEMA, answer_tool_calls, calculate
 from covey.rewards.math import extract_answer, math_equal
 
 __all__ = ["CalculatorEnv", "SYSTEM"]
@@ -49,20 +49,7 @@ class CalculatorEnv:
             ok = math_equal(extract_answer(action.text, order=["last_number"]), self.answer)
             return StepResult([], 1.0 if ok else 0.0, terminated=True, anchor=self.calls, info={"success": ok})
         self.calls += 1
-        out, errors = [], 0
-        for call in action.tool_calls:
-            if call.error is not None:
-                result = f"error: {call.error}"
-            elif call.name != "calculator":
-                result = f"error: unknown tool {call.name!r}; the only tool is 'calculator'"
-            elif not isinstance(call.arguments.get("expression"), str):
-                result = 'error: the calculator needs {"expression": "<arithmetic>"}'
-            else:
-                result = calculate(call.arguments["expression"])
-            errors += result.startswith("error:")
-            out.append(tool_message(result))
-        valid = any(c.error is None for c in action.tool_calls)
-        info = {"valid": valid, "tool_calls": len(action.tool_calls), "tool_errors": errors, "success": False}
+        out, info = answer_tool_calls(action.tool_calls, "calculator", _calculate, 'the calculator needs {"expression": "<arithmetic>"}')
         return StepResult(out, 0.0, truncated=self.calls >= self.max_calls, anchor=self.calls, info=info)
 
     def fork(self) -> CalculatorEnv:
@@ -71,3 +58,8 @@ class CalculatorEnv:
 
     def close(self) -> None:
         pass
+
+
+def _calculate(arguments: dict) -> str | None:
+    expression = arguments.get("expression")
+    return calculate(expression) if isinstance(expression, str) else None

@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from covey.envs.base import Action, MissingExtra, StepResult, register_env
-from covey.envs.tools import tool_message
+from covey.envs.tools import answer_tool_calls
 from covey.tasks._common import check_split
 from covey.tasks.registry import register_task
 
@@ -174,26 +174,19 @@ class SearchQAEnv:
             ok = contains_answer(action.text, self.answer)
             return StepResult([], 1.0 if ok else 0.0, terminated=True, anchor=self.calls, info={"success": ok})
         self.calls += 1
-        out, errors = [], 0
-        for call in action.tool_calls:
-            if call.error is not None:
-                result = f"error: {call.error}"
-            elif call.name != "search":
-                result = f"error: unknown tool {call.name!r}; the only tool is 'search'"
-            elif not isinstance(call.arguments.get("query"), str) or not call.arguments["query"].strip():
-                result = 'error: search needs {"query": "<keywords>"}'
-            else:
-                hits = self.index.search(call.arguments["query"], self.k)
-                result = "\n".join(f"[{i + 1}] {t}" for i, t in enumerate(hits)) if hits else "no results"
-            errors += result.startswith("error:")
-            out.append(tool_message(result))
-        valid = any(c.error is None for c in action.tool_calls)
-        info = {"valid": valid, "tool_calls": len(action.tool_calls), "tool_errors": errors, "success": False}
+        out, info = answer_tool_calls(action.tool_calls, "search", self._search, 'search needs {"query": "<keywords>"}')
         return StepResult(out, 0.0, truncated=self.calls >= self.max_calls, anchor=self.calls, info=info)
 
     def fork(self) -> SearchQAEnv:
         """A copy of the live episode; the (read-only) index stays shared."""
         return copy.copy(self)
+
+    def _search(self, arguments: dict) -> str | None:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return None
+        hits = self.index.search(query, self.k)
+        return "\n".join(f"[{i + 1}] {t}" for i, t in enumerate(hits)) if hits else "no results"
 
     def close(self) -> None:
         pass

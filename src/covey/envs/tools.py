@@ -12,9 +12,11 @@ import math
 import operator
 import re
 
+from collections.abc import Callable
+
 from covey.envs.base import ToolCall
 
-__all__ = ["CALCULATOR_SCHEMA", "calculate", "parse_tool_calls", "tool_message"]
+__all__ = ["CALCULATOR_SCHEMA", "answer_tool_calls", "calculate", "parse_tool_calls", "tool_message"]
 
 _CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
 
@@ -53,6 +55,28 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
 def tool_message(content: str) -> dict:
     """A chat message with role "tool" (the result of a call, or its error)."""
     return {"role": "tool", "content": content}
+
+
+def answer_tool_calls(calls: list[ToolCall], tool: str, run: Callable[[dict], str | None], usage: str) -> tuple[list[dict], dict]:
+    """One tool message per call of a turn, for an environment whose only tool is `tool`, and the
+    step's info. A call that did not parse gets its parse error, a call to another tool an "unknown
+    tool" error, and a call whose arguments `run` rejects (returns None) ``"error: " + usage``;
+    otherwise the message is ``run(arguments)``. Every message starting with "error:" is counted in
+    ``info["tool_errors"]``; the turn is valid when at least one call parsed."""
+    out, errors = [], 0
+    for call in calls:
+        if call.error is not None:
+            result = f"error: {call.error}"
+        elif call.name != tool:
+            result = f"error: unknown tool {call.name!r}; the only tool is {tool!r}"
+        else:
+            result = run(call.arguments)
+            if result is None:
+                result = f"error: {usage}"
+        errors += result.startswith("error:")
+        out.append(tool_message(result))
+    valid = any(c.error is None for c in calls)
+    return out, {"valid": valid, "tool_calls": len(calls), "tool_errors": errors, "success": False}
 
 
 # ------------------------------------------------------------------------------------ calculator

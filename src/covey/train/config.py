@@ -18,7 +18,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from covey.compat import check_column_params, check_combination
-from covey.algos.presets import AlgoConfig, resolve_algo
 from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
 from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec

@@ -17,6 +17,7 @@ import pydantic
 import torch
 from torch import Tensor
 
+from covey.algos.aggregation import masked_row_mean
 from covey.algos.registry import AdvantageResult
 from covey.rollouts import Rollouts, RolloutsError
 
@@ -145,8 +146,7 @@ def seq_mean_logprob(batch: Rollouts, method: str) -> tuple[Tensor, Tensor]:
     """
     lp = token_field(batch, "behaviour_logprobs", method)
     m = batch.completion_mask.to(F64)
-    n_tok = m.sum(-1)
-    return (lp * m).sum(-1) / n_tok.clamp(min=1), n_tok
+    return masked_row_mean(lp, m), m.sum(-1)
 
 
 # ---------------------------------------------------------------------------- shared math

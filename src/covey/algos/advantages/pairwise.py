@@ -24,6 +24,7 @@ from covey.algos.advantages._groups import (
     seq_mean_logprob,
     token_field,
 )
+from covey.algos.aggregation import masked_row_mean
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts, RolloutsError
 
@@ -124,7 +125,7 @@ def trpa(
     score, n_tok = seq_mean_logprob(batch, "trpa")
     ref = token_field(batch, "ref_logprobs", "trpa")
     mask = batch.completion_mask.to(F64)
-    ratio = score - (ref * mask).sum(-1) / n_tok.clamp(min=1)  # l_i
+    ratio = score - masked_row_mean(ref, mask)  # l_i
     nonempty = n_tok > 0
     n_seq = float(nonempty.sum())
     win = _same_group(g) & (level[:, None] < level[None, :]) & nonempty[:, None] & nonempty[None, :]

@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from covey.rewards._scoring import RewardOutput
-from covey.rewards.judge.core import Judge, JudgeHolder
+from covey.rewards.judge.core import JudgeHolder, pairwise_judge
 from covey.rewards.judge.reward import judge_metrics, prompt_text
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
@@ -159,32 +159,24 @@ class ArenaReward(JudgeHolder):
             raise ValueError(f"arenarl: topology must be one of {', '.join(TOPOLOGIES)}, got {topology!r}")
         if on_fail not in ("tie", "none"):
             raise ValueError(f"arenarl: on_fail must be tie or none, got {on_fail!r}")
-        self.judge = Judge(backend, template, parser, max_new_tokens=max_new_tokens, temperature=temperature,
-                           top_p=top_p, stop=tuple(stop or ()), seed=seed, parse_retries=parse_retries,
-                           retry_temperature=retry_temperature, cache_size=cache_size, cache_file=cache_file,
-                           template_system=template_system)
-        if not self.judge.template.pairwise:
-            raise ValueError("arenarl: the template must have both {a} and {b} fields (the two completions compared)")
-        if self.judge.parser_name != "json_pair":
-            raise ValueError("arenarl: the parser must be json_pair (a score for each of the two completions)")
+        self.judge = pairwise_judge("arenarl", backend, template, parser, max_new_tokens=max_new_tokens,
+                                    temperature=temperature, top_p=top_p, stop=tuple(stop or ()), seed=seed,
+                                    parse_retries=parse_retries, retry_temperature=retry_temperature,
+                                    cache_size=cache_size, cache_file=cache_file, template_system=template_system)
         self.topology, self.on_fail, self.tie_score = topology, on_fail, float(tie_score)
         self.__name__ = "arenarl"
         self._warned = False
 
     def _pair_judge(self, query: str, texts: list[str], stats: dict, why: list, ties: list) -> PairJudge:
         def judge_pairs(pairs):
-            fields = []
-            for p, q in pairs:  # both orders: (p as A, q as B), then (q as A, p as B)
-                fields.append({"prompt": query, "a": texts[p], "b": texts[q], "completion": "", "answer": ""})
-                fields.append({"prompt": query, "a": texts[q], "b": texts[p], "completion": "", "answer": ""})
-            values, w, s = self.judge.ask(fields)
+            orders, w, s = self.judge.ask_both_orders([(query, texts[p], texts[q]) for p, q in pairs])
             for k, v in s.items():
                 stats[k] = stats.get(k, 0.0) + v
             why.extend(w)
             tie = (self.tie_score, self.tie_score)
             out = []
-            for m in range(len(pairs)):
-                ab, ba = values[2 * m] or tie, values[2 * m + 1] or tie
+            for ab, ba in orders:  # p's score: as A in order 1, as B in order 2
+                ab, ba = ab or tie, ba or tie
                 out.append((ab[0] + ba[1], ab[1] + ba[0]))
                 ties.append(float(out[-1][0] == out[-1][1]))
             return out

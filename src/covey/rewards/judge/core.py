@@ -2,6 +2,7 @@
 every judge-based reward (`JudgeReward`, `ArenaReward`).
 
     ask(list of template field dicts) -> (parsed values, None = failed), why, stats
+    ask_both_orders(list of (prompt, x, y)) -> the pairwise rewards' (x as A, y as B) and (y as A, x as B)
 
 Identical requests within one call are sent once. A reply that does not parse is asked again
 `parse_retries` times at `retry_temperature` with a new seed (default: once, at 0.7); a request the
@@ -20,7 +21,7 @@ from covey.rewards.judge.cache import JudgeCache, cache_key
 from covey.rewards.judge.parsers import PARSERS
 from covey.rewards.judge.templates import get_template
 
-__all__ = ["Judge", "JudgeHolder", "parse_parser_spec"]
+__all__ = ["Judge", "JudgeHolder", "pairwise_judge", "parse_parser_spec"]
 
 
 def parse_parser_spec(spec) -> tuple[str, dict]:
@@ -139,3 +140,25 @@ class Judge:
             if not pending:
                 break
         return results, why, stats
+
+    def ask_both_orders(self, pairs: list[tuple[str, str, str]]) -> tuple[list[tuple[Any, Any]], list[str | None], dict[str, float]]:
+        """Each ``(prompt, x, y)`` judged in both orders, (a = x, b = y) then (a = y, b = x), against
+        position bias: per pair (order 1 value, order 2 value) (None = failed), and `ask`'s why (two
+        entries a pair, in that order) and stats; no request for no pairs."""
+        fields = []
+        for query, x, y in pairs:
+            fields.append({"prompt": query, "a": x, "b": y, "completion": "", "answer": ""})
+            fields.append({"prompt": query, "a": y, "b": x, "completion": "", "answer": ""})
+        values, why, stats = self.ask(fields) if fields else ([], [], {})
+        return list(zip(values[0::2], values[1::2])), why, stats
+
+
+def pairwise_judge(name: str, backend, template: str, parser: Any, **options) -> Judge:
+    """A `Judge` for reward `name` that compares two completions: the template has {a} and {b}, the parser
+    (json_pair) reads a score for each. `options` as for `Judge`."""
+    judge = Judge(backend, template, parser, **options)
+    if not judge.template.pairwise:
+        raise ValueError(f"{name}: the template must have both {{a}} and {{b}} fields (the two completions compared)")
+    if judge.parser_name != "json_pair":
+        raise ValueError(f"{name}: the parser must be json_pair (a score for each of the two completions)")
+    return judge

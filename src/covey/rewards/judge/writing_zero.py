@@ -31,7 +31,7 @@ from typing import Any
 from covey.algos.advantages.brpo import reference_rows
 from covey.rewards._scoring import RewardOutput
 from covey.rewards.group import iter_units
-from covey.rewards.judge.core import Judge, JudgeHolder
+from covey.rewards.judge.core import JudgeHolder, pairwise_judge
 from covey.rewards.judge.reward import judge_metrics, prompt_text
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
@@ -71,14 +71,10 @@ class WritingZeroReward(JudgeHolder):
             raise ValueError(f"writing_zero: score must be margin or sign, got {score!r}")
         if on_fail not in ("tie", "none"):
             raise ValueError(f"writing_zero: on_fail must be tie or none, got {on_fail!r}")
-        self.judge = Judge(backend, template, parser, max_new_tokens=max_new_tokens, temperature=temperature,
-                           top_p=top_p, stop=tuple(stop or ()), seed=seed, parse_retries=parse_retries,
-                           retry_temperature=retry_temperature, cache_size=cache_size, cache_file=cache_file,
-                           template_system=template_system)
-        if not self.judge.template.pairwise:
-            raise ValueError("writing_zero: the template must have both {a} and {b} fields (the two completions compared)")
-        if self.judge.parser_name != "json_pair":
-            raise ValueError("writing_zero: the parser must be json_pair (a score for each of the two completions)")
+        self.judge = pairwise_judge("writing_zero", backend, template, parser, max_new_tokens=max_new_tokens,
+                                    temperature=temperature, top_p=top_p, stop=tuple(stop or ()), seed=seed,
+                                    parse_retries=parse_retries, retry_temperature=retry_temperature,
+                                    cache_size=cache_size, cache_file=cache_file, template_system=template_system)
         self.reference_seed, self.score, self.on_fail, self.tie_score = int(reference_seed), score, on_fail, float(tie_score)
         self.__name__ = "writing_zero"
 
@@ -103,17 +99,11 @@ class WritingZeroReward(JudgeHolder):
         for idx in iter_units(group).values():
             ref = next(i for i in idx if is_ref[i])
             pairs.extend((i, ref) for i in idx if i != ref)
-        fields = []
-        for i, ref in pairs:
-            query = prompt_text(prompts[i])
-            fields.append({"prompt": query, "a": texts[i], "b": texts[ref], "completion": "", "answer": ""})
-            fields.append({"prompt": query, "a": texts[ref], "b": texts[i], "completion": "", "answer": ""})
-        values, why, stats = self.judge.ask(fields) if fields else ([], [], {})
+        orders, why, stats = self.judge.ask_both_orders([(prompt_text(prompts[i]), texts[i], texts[ref]) for i, ref in pairs])
         scores: list[float] = [0.0] * n
         tie = (self.tie_score, self.tie_score)
         verdicts, flips = [], []
-        for m, (i, _) in enumerate(pairs):
-            o1, o2 = values[2 * m], values[2 * m + 1]
+        for (i, _), (o1, o2) in zip(pairs, orders):
             if (o1 is None or o2 is None) and self.on_fail == "none":
                 scores[i] = math.nan
                 continue
@@ -124,7 +114,7 @@ class WritingZeroReward(JudgeHolder):
             verdicts.append(verdict)
             d1, d2 = o1[0] - o1[1], o2[1] - o2[0]
             flips.append(float(d1 * d2 < 0))
-        metrics = judge_metrics(stats, why, n) if fields else {}
+        metrics = judge_metrics(stats, why, n) if pairs else {}
         if verdicts:
             metrics["win_frac"] = [float(v > 0) for v in verdicts]
             metrics["tie_frac"] = [float(v == 0) for v in verdicts]
