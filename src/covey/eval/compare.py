@@ -13,7 +13,6 @@ import csv
 import hashlib
 import json
 import math
-import platform
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -403,17 +402,10 @@ def matrix_cmd(
 def _provenance() -> dict:
     import importlib.metadata as md
 
-    import covey
+    from covey.train.provenance import environment
 
-    versions = {}
-    for pkg in ("torch", "transformers", "numpy"):
-        try:
-            versions[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            versions[pkg] = None
     freeze = sorted(f"{d.metadata['Name']}=={d.version}" for d in md.distributions() if d.metadata["Name"])
-    return {"recorded": "at export (the exporting environment, not necessarily the training one)", "covey": covey.__version__,
-            "python": sys.version.split()[0], "platform": platform.platform(), **versions,
+    return {"recorded": "at export (the exporting environment, not necessarily the training one)", **environment(),
             "packages_sha256": hashlib.sha256("\n".join(freeze).encode()).hexdigest()}  # fmt: skip
 
 
