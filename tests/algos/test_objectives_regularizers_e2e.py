@@ -20,7 +20,8 @@ METHODS = {
     "r2vpo_provisional": ["algo.surrogate={name: r2vpo_provisional}", "algo.aggregation={name: token-mean}",
                           "algo.regularizers=[{name: r2vpo_provisional, lambda0: 0.5}]", "optim.micro_batch_size=1", *TWO_UPDATES],
     "epo": ["algo.regularizers=[{name: epo, coef: 0.01}]"],
-    "etr_provisional": ["algo.surrogate={name: etr_provisional}", "algo.aggregation={name: token-mean}"],
+    "etr_provisional": ["algo.surrogate={name: etr_provisional}", "algo.aggregation={name: token-mean}",
+                        "optim.skip_zero_advantage=false"],  # the random tiny model may score no signal
     "reg_grpo_provisional": ["algo.surrogate={name: reg_grpo_provisional}", "algo.aggregation={name: seq-mean-token-mean}",
                              "optim.micro_batch_size=2", *TWO_UPDATES],
     "rover": ["algo.advantage={name: rover}", "algo.surrogate={name: rover}", "algo.aggregation={name: token-mean}", *TWO_UPDATES],

@@ -108,7 +108,8 @@ def test_sol_rl_example_trains_two_steps(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     out = subprocess.run([sys.executable, "-m", "covey.cli", "train", "examples/sol_rl/int8_rollouts.yaml", "model.name=tiny-llama", "steps=2",
                           "eval.size=0", "rollout.prompts_per_step=2", "rollout.group_size=2", "sampling.max_new_tokens=8",
-                          "optim.micro_batch_size=2", f"log.dir={tmp_path}", "log.progress=false"],
+                          "optim.micro_batch_size=2", "optim.skip_zero_advantage=false",  # the correction runs on every row
+                          f"log.dir={tmp_path}", "log.progress=false"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     run = next(p for p in tmp_path.iterdir() if (p / "metrics.jsonl").is_file())

@@ -18,7 +18,7 @@ def test_brorl_configs_ask_for_large_groups_and_micro_batches():
 def test_one_large_group_step_never_runs_more_than_a_micro_batch(tmp_path):
     cfg = load_config(EXAMPLES / "tiny" / "brorl.yaml",
                       ["steps=1", "reward_workers=0", "log.progress=false", "log.report_to=[jsonl]",
-                       "sampling.max_new_tokens=4", "algo.dynamic_sampling=false"])  # fmt: skip (every row trains)
+                       "sampling.max_new_tokens=4", "algo.dynamic_sampling=false", "optim.skip_zero_advantage=false"])  # fmt: skip (every row trains)
     trainer = Trainer(cfg, tmp_path / "run")
     seen = []
     inner = trainer.learner.logprobs

@@ -66,6 +66,7 @@ def _config():
             "name": "step_correction", "judge": {"kind": "local", "model": "tiny-llama"}, "corrector_max_new_tokens": 6}},
         "sampling": {"max_new_tokens": 40},
         "algo": {"preset": "grpo", "kl": None},
+        "optim": {"skip_zero_advantage": False},  # learn/offpolicy_frac below is compared with the whole batch's share
         "reward_workers": 0,
         "log": {"progress": False, "report_to": ["jsonl"]},
         "steps": 2,
