@@ -156,9 +156,11 @@ def _run_bwrap(args, files, stdin, limits, channel, profile=STDLIB) -> RunResult
         for i in range(1, len(parts)):
             cmd += ["--perms", "0755", "--dir", "/" + "/".join(parts[:i])]
         cmd += ["--ro-bind", prefix, prefix]
-    cmd += profile.bwrap_binds(visible=("/usr", prefix))
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    # after the private /tmp: a profile's directory under the host's /tmp (a venv in a `mktemp -d`
+    # checkout) is bound read-only on top of it instead of being hidden by it
+    cmd += profile.bwrap_binds(visible=("/usr", prefix))
     fds = []
     try:
         for name, data in files.items():
