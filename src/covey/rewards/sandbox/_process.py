@@ -143,12 +143,7 @@ def _memfd(name: str, data: bytes) -> int:
 
 def _run_bwrap(args, files, stdin, limits, channel, profile=STDLIB) -> RunResult:
     exe, prefix = interpreter()
-    cmd = ["bwrap", "--ro-bind", "/usr", "/usr"]
-    for link in ("bin", "lib", "lib64", "sbin"):
-        if os.path.islink("/" + link):
-            cmd += ["--symlink", os.readlink("/" + link), "/" + link]
-        elif os.path.isdir("/" + link):
-            cmd += ["--ro-bind", "/" + link, "/" + link]
+    cmd = _system_mounts()
     if not prefix.startswith("/usr/"):
         # The interpreter may live in a private home (pyenv under /root, mode 0700): create the path's
         # directories empty and traversable in the sandbox, then bind only the interpreter's prefix.
@@ -161,17 +156,35 @@ def _run_bwrap(args, files, stdin, limits, channel, profile=STDLIB) -> RunResult
     # after the private /tmp: a profile's directory under the host's /tmp (a venv in a `mktemp -d`
     # checkout) is bound read-only on top of it instead of being hidden by it
     cmd += profile.bwrap_binds(visible=("/usr", prefix))
+    return _bwrap_run(cmd, files, dict(profile.env), [exe, *profile.python_args(), *args], stdin, limits, channel)
+
+
+def _system_mounts() -> list[str]:
+    """The start of every bwrap command: read-only /usr and the root's bin/lib links or directories."""
+    cmd = ["bwrap", "--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        if os.path.islink("/" + link):
+            cmd += ["--symlink", os.readlink("/" + link), "/" + link]
+        elif os.path.isdir("/" + link):
+            cmd += ["--ro-bind", "/" + link, "/" + link]
+    return cmd
+
+
+def _bwrap_run(cmd: list[str], files: dict[str, bytes], env: dict[str, str], argv: list[str], stdin, limits,
+               channel) -> RunResult:  # fmt: skip
+    """The common end of every bwrap command (mounts already in `cmd`, the private /tmp among them):
+    `files` as memfd-backed files in /tmp, a read-only root, a clean environment (HOME, PATH, LANG, then
+    `env`), new pid/net/ipc/uts namespaces, a fresh uid without capabilities (root host) or a user
+    namespace (unprivileged host), resource limits; then runs `argv` and collects its output."""
     fds = []
     try:
         for name, data in files.items():
             if "/" in name or name.startswith("."):
                 raise ValueError(f"sandbox file names must be plain names, got {name!r}")
-            fd = _memfd(name, data)
-            fds.append(fd)
-            cmd += ["--perms", "0644", "--file", str(fd), f"/tmp/{name}"]
+            fds.append(_memfd(name, data))
+            cmd += ["--perms", "0644", "--file", str(fds[-1]), f"/tmp/{name}"]
         cmd += ["--chdir", "/tmp", "--remount-ro", "/", "--clearenv"]
-        cmd += ["--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8"]
-        for key, value in profile.env:
+        for key, value in {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **env}.items():
             cmd += ["--setenv", key, value]
         cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         cmd += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
@@ -183,7 +196,7 @@ def _run_bwrap(args, files, stdin, limits, channel, profile=STDLIB) -> RunResult
             else:  # unprivileged host: a user namespace, the caller's uid, no way back into namespaces
                 cmd[1:1] = ["--unshare-user", "--disable-userns"]
                 cmd += ["--"] + _prlimit_args(limits)
-            cmd += [exe, *profile.python_args(), *args]
+            cmd += argv
             file_fds = tuple(fds)
             info_r, info_w = os.pipe()  # bwrap reports the host pid of the namespace's init here
             fds.append(info_r)

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import os
 
-from ._process import _memfd, _prlimit_args, _Slot, sandbox_status
-from .collect import collect
+from ._process import _bwrap_run, _system_mounts, sandbox_status
 from .limits import RunResult, SandboxLimits, SandboxUnavailable
 
 __all__ = ["run_script"]
@@ -36,12 +35,7 @@ def run_script(script: str, files: dict[str, bytes], limits: SandboxLimits, *, b
     ok, reason = sandbox_status()
     if not ok:
         raise SandboxUnavailable(f"cannot sandbox a program here: {reason}")
-    cmd = ["bwrap", "--ro-bind", "/usr", "/usr"]
-    for link in ("bin", "lib", "lib64", "sbin"):
-        if os.path.islink("/" + link):
-            cmd += ["--symlink", os.readlink("/" + link), "/" + link]
-        elif os.path.isdir("/" + link):
-            cmd += ["--ro-bind", "/" + link, "/" + link]
+    cmd = _system_mounts()
     for path in binds:
         if not os.path.isabs(path) or ".." in path.split("/"):
             raise ValueError(f"binds must be absolute host paths, got {path!r}")
@@ -52,32 +46,5 @@ def run_script(script: str, files: dict[str, bytes], limits: SandboxLimits, *, b
             cmd += ["--ro-bind", path, path]
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-    fds = []
-    try:
-        for name, data in files.items():
-            if "/" in name or name.startswith("."):
-                raise ValueError(f"sandbox file names must be plain names, got {name!r}")
-            fds.append(_memfd(name, data))
-            cmd += ["--perms", "0644", "--file", str(fds[-1]), f"/tmp/{name}"]
-        cmd += ["--chdir", "/tmp", "--remount-ro", "/", "--clearenv"]
-        for key, value in {"HOME": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **(env or {})}.items():
-            cmd += ["--setenv", key, value]
-        cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        cmd += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        with _Slot() as uid:
-            if os.geteuid() == 0:
-                cmd += ["--"] + _prlimit_args(limits)
-                cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
-                cmd += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
-            else:
-                cmd[1:1] = ["--unshare-user", "--disable-userns"]
-                cmd += ["--"] + _prlimit_args(limits)
-            cmd += ["/bin/bash", "-c", script, "bash"]  # collect() appends the channel's descriptor: $1
-            file_fds = tuple(fds)
-            info_r, info_w = os.pipe()
-            fds.append(info_r)
-            cmd[1:1] = ["--info-fd", str(info_w)]
-            return collect(cmd, b"", limits, (*file_fds, info_w), True, None, True, info_w, info_r)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    # collect() appends the channel's descriptor to argv: $1
+    return _bwrap_run(cmd, files, env or {}, ["/bin/bash", "-c", script, "bash"], b"", limits, True)
