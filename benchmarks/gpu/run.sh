@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 11, for a session lent a GPU machine (the `device` tool). First, here:
+# The GPU checks (issue 33), one prepared script for a lent GPU machine (the `device` tool): at most
+# 7 minutes in all, each part under its own time limit, each result written to $OUT the moment it exists
+# (so a timeout still brings back what was done). First, on the CPU dev machine:
 #     benchmarks/gpu/prepare.sh
-# then one device `run` per part (each ends well inside the 10-minute limit), carry [".whl", ".gpu"]:
-#     benchmarks/gpu/run.sh tests      # pytest tests/gpu; the quickstart on CUDA and on CPU (tiny-llama), compared
-#     benchmarks/gpu/run.sh generate   # covey vs HF generate (dynamic and static cache), SmolLM2 batch 64 x 256 new
-#     benchmarks/gpu/run.sh steps      # step-vs-trl 8 x 8 x 256 (SmolLM2), then 32 x 8 x 256 (TRL may run out of memory)
-# Results (JSON lines, logs) go to $OUT (the device tool brings them back), else ./gpu-out.
-# SMOKE=1 runs every part at toy sizes on any machine (device cpu), to check this script.
+# then one device `run`, carry [".whl", ".gpu"], timeout_s 480:
+#     benchmarks/gpu/run.sh                 # every part, in this order:
+#   tests      pytest tests/gpu
+#   quick      the quickstart (SFT-warmed tiny Llama) for 4 steps on CUDA and on the CPU, fp32, metrics side by side
+#   generate   covey's engine vs HF generate (dynamic and static cache), SmolLM2's architecture, 64 x 256 new, bf16
+#   steps      one covey step vs one TRL step, 8 prompts x 8 x 256 new (SmolLM2's architecture)
+#   fsdp2      the quickstart for 2 steps with the fsdp2 learner, 1 rank on CUDA (bf16 mixed precision)
+#     benchmarks/gpu/run.sh generate steps  # only those parts (a rerun of what timed out)
+# $OUT (else ./gpu-out) receives at most 8 files (the device tool's limit): machine.txt, results.jsonl
+# (one JSON line per measured figure, and one {"part", "rc", "seconds"} line per part), log.txt (every
+# part's output), pytest_gpu.txt, quickstart_compare.txt.
+# SMOKE=1 runs every part at toy sizes on the CPU (tests/test_gpu_script.py, in CI), to check this script.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
@@ -20,17 +28,33 @@ else
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 fi
 covey() { $PY -c "import sys; from covey.cli import app; sys.argv[0] = 'covey'; app()" "$@"; }
-if [ -n "${SMOKE:-}" ]; then DEV=cpu; MODEL=tiny-llama; NEW=8; BIG=4; REP=1; THREADS=1
-else DEV=cuda; MODEL=/tmp/smollm2; NEW=256; BIG=32; REP=3; THREADS=4; fi
+if [ -n "${SMOKE:-}" ]; then DEV=cpu; MODEL=tiny-llama; NEW=8; REP=1; THREADS=1; T=1
+else DEV=cuda; MODEL=/tmp/smollm2; NEW=256; REP=3; THREADS=4; T=0; fi
 QUICK=$( [ -d .gpu/sft-tiny ] && echo "$PWD/.gpu/sft-tiny" || echo tiny-llama )  # SFT-warmed tiny model (prepare.sh)
-rm -rf /tmp/covey-gpu-runs
+RUNS=/tmp/covey-gpu-runs
+rm -rf "$RUNS"
+PARTS=${*:-tests quick generate steps fsdp2}
+RESULTS="$OUT/results.jsonl"
+LOG="$OUT/log.txt"
+
+# part NAME LIMIT_S: run the function part_NAME under `timeout`, log its output, record rc and seconds.
+part() {
+  local name=$1 limit=$2 t0=$SECONDS rc
+  echo "=== $name (limit ${limit}s) $(date -u +%T)" >> "$LOG"
+  if [ "$T" = 1 ]; then limit=$((limit * 4)); fi  # the CPU smoke run is slower per part than the GPU
+  timeout -k 5 "$limit" bash -c "part_$name" >> "$LOG" 2>&1; rc=$?
+  echo "{\"part\": \"$name\", \"rc\": $rc, \"seconds\": $((SECONDS - t0))}" | tee -a "$RESULTS"
+}
+export -f covey
+export PY DEV MODEL NEW REP THREADS QUICK RUNS OUT RESULTS SMOKE T
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
   $PY -c "import torch, transformers, covey; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
+  lscpu 2>/dev/null | grep -m1 'Model name'
 } | tee "$OUT/machine.txt"
 
 if [ -z "${SMOKE:-}" ] && [ ! -f /tmp/smollm2/model.safetensors ]; then  # SmolLM2's architecture, random weights
-  $PY - <<'EOF' || exit 1
+  $PY - <<'EOF' >> "$LOG" 2>&1 || exit 1
 import shutil, torch
 from transformers import AutoConfig, AutoModelForCausalLM
 torch.manual_seed(0)
@@ -42,41 +66,54 @@ print("built /tmp/smollm2:", sum(p.numel() for p in model.parameters()), "parame
 EOF
 fi
 
-case "${1:-}" in
-tests)
-  if [ -z "${SMOKE:-}" ]; then $PY -m pytest tests/gpu -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/pytest_gpu.txt"; fi
-  for run in "gpu $DEV" "cpu cpu"; do  # the same run on both devices (fp32 pinned: the quickstart's auto would
-    set -- $run                        # give bf16 on the GPU, maybe fp32 on the CPU): metrics agree up to rounding
+part_tests() {
+  if [ -n "${SMOKE:-}" ]; then echo "SMOKE: tests/gpu skip without CUDA"; return 0; fi
+  $PY -m pytest tests/gpu -q -p no:cacheprovider -o addopts="" -x --timeout 60 2>&1 | tee "$OUT/pytest_gpu.txt"
+}
+
+part_quick() {  # the same run on both devices, fp32 pinned (the quickstart's auto would give bf16 on the GPU)
+  for run in "gpu $DEV" "cpu cpu"; do
+    set -- $run
     covey train examples/quickstart.yaml model.name=$QUICK steps=4 eval.size=20 device=$2 threads=$THREADS \
-      model.dtype=fp32 engine.dtype=fp32 \
-      --run-dir "/tmp/covey-gpu-runs/quick-$1" > "$OUT/quickstart_$1.log" 2>&1 || echo "quickstart on $2 failed (see quickstart_$1.log)"
+      model.dtype=fp32 engine.dtype=fp32 --run-dir "$RUNS/quick-$1" || echo "quickstart on $2 failed"
   done
   $PY - <<'EOF' | tee "$OUT/quickstart_compare.txt"
-import json
-rows = {d: [json.loads(l) for l in open(f"/tmp/covey-gpu-runs/quick-{d}/metrics.jsonl")] for d in ("gpu", "cpu")}
+import json, os
+runs = os.environ["RUNS"]
+rows = {d: [json.loads(l) for l in open(f"{runs}/quick-{d}/metrics.jsonl")] for d in ("gpu", "cpu")}
 for key in ("reward/mean", "learn/loss", "learn/grad_norm", "eval/accuracy", "memory/peak_gb", "time/step"):
     print(key, {d: [round(r[key], 5) for r in rs if key in r] for d, rs in rows.items()})
+with open(os.environ["RESULTS"], "a") as f:
+    for d, rs in rows.items():
+        steps = [r for r in rs if "time/step" in r]
+        f.write(json.dumps({"quickstart": d, "steps": len(steps), "time_step": [round(r["time/step"], 3) for r in steps],
+                            "peak_gb": max((r.get("memory/peak_gb", 0) for r in rs), default=None)}) + "\n")
 EOF
-  if [ -z "${SMOKE:-}" ]; then  # SmolLM2's architecture trains on the GPU (random weights: speed, not accuracy)
-    covey train examples/quickstart.yaml model.name=/tmp/smollm2 steps=3 eval.size=0 device=cuda \
-      --run-dir /tmp/covey-gpu-runs/quick-smollm2 > "$OUT/quickstart_smollm2.log" 2>&1
-    cp /tmp/covey-gpu-runs/quick-smollm2/metrics.jsonl "$OUT/quickstart_smollm2_metrics.jsonl" 2>/dev/null
-  fi
-  ;;
-generate)
-  for b in 64 256; do
-    covey bench generate --model "$MODEL" --batch $b --prompt-tokens 32 --new-tokens $NEW --dtype bf16 \
-      --repeats $REP --device $DEV --hf-static yes 2>>"$OUT/generate.log" | tee -a "$OUT/generate.jsonl"
-  done
-  ;;
-steps)
-  for p in 8 $BIG; do
-    covey bench step-vs-trl --model "$MODEL" --prompts $p --group-size 8 --new-tokens $NEW --steps 3 --device $DEV \
-      2>>"$OUT/steps.log" | tee -a "$OUT/steps.jsonl" || echo "step-vs-trl $p x 8 x $NEW failed (see steps.log)"
-  done
-  ;;
-*)
-  echo "usage: benchmarks/gpu/run.sh tests|generate|steps" >&2
-  exit 2
-  ;;
-esac
+}
+
+part_generate() {  # HF static cache compiles its decode step on CUDA (in the untimed warm-up)
+  covey bench generate --model "$MODEL" --batch 64 --prompt-tokens 32 --new-tokens $NEW --dtype bf16 \
+    --repeats $REP --device $DEV --hf-static yes | tee -a "$RESULTS"
+}
+
+part_steps() {
+  covey bench step-vs-trl --model "$MODEL" --prompts 8 --group-size 8 --new-tokens $NEW --steps 3 --device $DEV --dtypes bf16 \
+    | tee -a "$RESULTS"
+}
+
+part_fsdp2() {  # the sharded learner's CUDA path: fully_shard with bf16 parameters, fp32 reduction, 1 rank
+  covey train examples/quickstart.yaml model.name=$QUICK steps=2 eval.size=0 device=$DEV threads=$THREADS \
+    runtime.executor=ray runtime.learner_workers=1 runtime.sharding=fsdp2 --run-dir "$RUNS/fsdp2" || return 1
+  $PY -c "
+import json, os
+rows = [json.loads(l) for l in open('$RUNS/fsdp2/metrics.jsonl')]
+print(json.dumps({'fsdp2': '$DEV', 'steps': len(rows), 'loss': [r.get('learn/loss') for r in rows],
+                  'peak_gb': max(r.get('memory/peak_gb', 0) for r in rows)}))" | tee -a "$RESULTS"
+}
+export -f part_tests part_quick part_generate part_steps part_fsdp2
+
+declare -A LIMIT=([tests]=75 [quick]=100 [generate]=110 [steps]=100 [fsdp2]=50)
+for p in $PARTS; do
+  [ -n "${LIMIT[$p]:-}" ] || { echo "usage: benchmarks/gpu/run.sh [tests quick generate steps fsdp2]" >&2; exit 2; }
+  part "$p" "${LIMIT[$p]}"
+done

@@ -15,9 +15,10 @@ needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        (["runtime.executor=thread", "runtime.learner_workers=2"], "need runtime.executor: ray"),
-        (["runtime.reward_workers=2"], "need runtime.executor: ray"),
-        (["runtime.executor=thread", "runtime.actor_cpus=0.5"], "need runtime.executor: ray"),
+        (["runtime.executor=thread", "runtime.learner_workers=2"], "needs runtime.executor: ray"),
+        (["runtime.sharding=fsdp2", "runtime.colocate=true"], "need runtime.executor: ray"),
+        (["runtime.reward_workers=2"], "needs runtime.executor: ray"),
+        (["runtime.executor=thread", "runtime.actor_cpus=0.5"], "needs runtime.executor: ray"),
         (["runtime.executor=ray", "runtime.learner_workers=0"], "greater than or equal to 1"),
         (["runtime.executor=ray", "runtime.actor_cpus=0"], "greater than 0"),
         (["runtime.executor=ray", "runtime.reward_workers=-1"], "greater than or equal to 0"),

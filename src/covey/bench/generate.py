@@ -35,6 +35,7 @@ from covey.devices import resolve_device
 from covey.engine.base import SamplingParams
 from covey.dtypes import PAIR_DTYPES, check_pair_dtypes, resolve_dtype_name
 from covey.engine.torch_engine import TorchEngine
+from covey.learner.learner import peak_memory_gb, reset_peak_memory
 
 __all__ = ["bench_generate", "bench_generate_dtypes", "generate_cmd"]
 
@@ -130,11 +131,19 @@ def bench_generate(
     if static:
         run_hf(cache_implementation="static")
     covey_t, hf_t, static_t = [], [], []
+    peaks: dict[str, float] = {}
+
+    def timed(name: str, fn, **extra) -> float:  # each engine's CUDA allocator peak over its timed runs
+        reset_peak_memory(dev)
+        dt = fn(**extra)
+        peaks[name] = max(peaks.get(name, 0.0), peak_memory_gb(dev))
+        return dt
+
     for _ in range(repeats):
-        covey_t.append(run_covey())
-        hf_t.append(run_hf())
+        covey_t.append(timed("covey", run_covey))
+        hf_t.append(timed("hf", run_hf))
         if static:
-            static_t.append(run_hf(cache_implementation="static"))
+            static_t.append(timed("hf_static", run_hf, cache_implementation="static"))
     c_med, h_med = statistics.median(covey_t), statistics.median(hf_t)
     gen_tokens = batch * new_tokens
     flops = _flops(hf_model, batch, prompt_tokens, new_tokens)
@@ -161,6 +170,8 @@ def bench_generate(
         s_med = statistics.median(static_t)
         result.update(hf_static_tok_s=round(gen_tokens / s_med, 1), ratio_vs_hf_static=round(s_med / c_med, 2),
                       hf_static_s=[float(f"{x:.4g}") for x in static_t])  # fmt: skip
+    if dev.type == "cuda":
+        result.update({f"{k}_peak_gb": round(v, 3) for k, v in peaks.items()})
     if dev.type == "cpu":
         result["ceiling_fraction"] = float(f"{flops / c_med / peak:.3g}")
     return result

@@ -122,22 +122,10 @@ class Trainer:
         source = self.model if self.adapter_sync else engine_model(self.model)
         if cfg.runtime.executor == "thread":  # the engine reads its own weights: the learner updates its in place meanwhile
             source = own_copy(source, self.model)
-        if cfg.runtime.executor == "ray":  # the engine in a Ray actor, built there from a copy of the model
-            from covey.runtime.ray_engine import RayEngine
-            from covey.runtime.ray_learner import learner_bundles
-            from covey.runtime.ray_rewards import RayRewardPool
-            from covey.runtime.weight_sync import DiskSync, ObjectStoreSync
+        if cfg.runtime.executor == "ray":  # the engine in Ray actors, built there from a copy of the model
+            from covey.runtime.ray_setup import build_engine
 
-            rt = cfg.runtime
-            sync = DiskSync(self.run_dir / "weight_sync", timeout_s=rt.timeout_s) if rt.weight_sync == "disk" else ObjectStoreSync(rt.timeout_s)
-            learners = learner_bundles(rt.learner_workers, cfg.resolved_device(), rt.actor_cpus)  # one placement group for all
-            self.engine = RayEngine(cfg.engine.name, engine_params, source, self.tokenizer, timeout_s=rt.timeout_s,
-                                    workers=rt.engine_workers, sync=sync, address=rt.ray_address, actor_cpus=rt.actor_cpus,
-                                    extra_bundles=learners + [{"CPU": rt.actor_cpus}] * rt.reward_workers)  # fmt: skip
-            if rt.reward_workers:  # the reward runner's pool as Ray actors (covey.runtime.ray_rewards)
-                self.rewards.pool_factory = lambda n, _context: RayRewardPool(
-                    n, placement=lambda i: self.engine.placement(len(learners) + i), run_id=self.engine.run_id,
-                    cpus=rt.actor_cpus, timeout_s=rt.timeout_s)  # fmt: skip
+            self.engine = build_engine(cfg, self.run_dir, engine_params, source, self.tokenizer, self.rewards)
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
         self.reference_engine = None  # XPO's reference samples: an engine over the frozen reference
@@ -157,11 +145,11 @@ class Trainer:
         self.last_metrics: dict[str, Any] = {}
         if resume:
             self._restore()
-        self.learner_group = None  # runtime.learner_workers >= 2: data-parallel learner actors (covey.runtime.ray_learner)
-        if cfg.runtime.learner_workers > 1:
-            from covey.runtime.ray_learner import LearnerGroup
+        self.learner_group = None  # runtime.learner_workers >= 2: learner actors (covey.runtime.ray_learner)
+        if cfg.runtime.executor == "ray":
+            from covey.runtime.ray_setup import build_learner_group
 
-            self.learner_group = LearnerGroup(self.learner, self.model, self.optimizer, self.scheduler, cfg, self.engine)
+            self.learner_group = build_learner_group(cfg, self.learner, self.model, self.optimizer, self.scheduler, self.engine)
         lc = cfg.log
         self.logger = MetricsLogger(self.run_dir, report_to=lc.report_to, resume_step=self.step_num if resume else None,
                                     wandb_project=lc.wandb_project, wandb_mode=lc.wandb_mode, config=cfg.model_dump(mode="json"))  # fmt: skip
