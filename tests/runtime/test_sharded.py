@@ -92,6 +92,12 @@ def _rank(rank, world, init, out):
         metrics = learner.update(batch, torch.Generator().manual_seed(0))
         full = {n: _full(p) for n, p in model.named_parameters()}
         results[name] = ((full, _moments(model, learner.optimizer)), metrics, local_bytes(model, learner.optimizer))
+    model = _model()  # no signal anywhere: every row is skipped, no rank runs a forward in the update
+    batch = _prepared_batch(model)
+    batch.advantages = torch.zeros_like(batch.advantages)
+    learner = ShardedLearner(shard_model(model, bf16=False), **_kw(model, {"preset": "dapo"}))  # no KL: rows skippable
+    learner.fill_logprobs(batch)  # a no-grad forward first (pi_old), as a multi-update run does
+    results["zero"] = learner.update(batch, torch.Generator().manual_seed(0))
     torch.save(results, f"{out}/rank{rank}.pt")
     torch.distributed.destroy_process_group()
 
@@ -134,3 +140,9 @@ def test_each_rank_holds_about_half_the_state(two_ranks):
         for part in ("params", "grads", "optimizer"):
             assert one[part] > 0
             assert held[part] <= 0.55 * one[part], (part, held[part], one[part])
+
+
+def test_a_step_where_every_row_is_skipped_runs_on_every_rank(two_ranks):
+    for r in two_ranks:
+        assert r["zero"]["learn/grad_norm"] == 0.0 and r["zero"]["learn/loss"] == 0.0
+        assert r["zero"]["learn/skipped_rows"] == 1.0

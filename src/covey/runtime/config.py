@@ -160,6 +160,13 @@ def _check_learner_group(cfg) -> None:
     if cfg.algo.logprob_source is not None:
         raise ValueError(f"runtime.learner_workers={n} cannot run algo.logprob_source (it swaps the driver learner's "
                          "model, which the learner actors do not see); use runtime.learner_workers: 1")  # fmt: skip
+    if cfg.algo.high_kl_threshold is not None:
+        raise ValueError(f"runtime.learner_workers={n} cannot run algo.high_kl_threshold (LOOP's early stop): each rank "
+                         "would judge the KL of its own shard and stop alone, leaving its peers in a collective; "
+                         "use runtime.learner_workers: 1")  # fmt: skip
+    if cfg.runtime.sharding == "fsdp2" and cfg.algo.likelihood is not None:
+        raise ValueError("runtime.sharding fsdp2 cannot run algo.likelihood (a masked-diffusion estimator calls the model "
+                         "outside the sharded forward); use runtime.sharding: ddp")  # fmt: skip
     reset = cfg.algo.reference_reset
     if reset is not None and reset.reset_optimizer:
         raise ValueError(f"runtime.learner_workers={n} cannot clear the optimizer at algo.reference_reset (the optimizer "
@@ -186,7 +193,10 @@ def check_runtime(cfg) -> None:
                          "learner in the driver holds the whole model); set runtime.learner_workers or sharding: ddp")  # fmt: skip
     if rt.fsdp_offload and rt.sharding != "fsdp2":
         raise ValueError("runtime.fsdp_offload: true needs runtime.sharding: fsdp2 (it offloads the sharded state)")
-    for key, value in (("sharding", "fsdp2"), ("weight_sync", "broadcast"), ("colocate", True)):  # issue 33, landing
+    if rt.fsdp_offload and not str(cfg.resolved_device()).startswith("cuda"):  # (after the fsdp2 checks)
+        raise ValueError("runtime.fsdp_offload: true offloads a GPU learner's sharded state to CPU memory; on device "
+                         f"{cfg.resolved_device()} it is there already: drop fsdp_offload")  # fmt: skip
+    for key, value in (("weight_sync", "broadcast"), ("colocate", True)):  # issue 33, landing
         if getattr(rt, key) == value:
             raise ValueError(f"runtime.{key}: {value} is not built yet in this version of covey")
     if rt.learner_workers > 1:

@@ -33,6 +33,7 @@ would wait on a collective that cannot finish). The run resumes from its last ch
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 
@@ -51,14 +52,13 @@ def _worker_class():
 
     @ray.remote
     class LearnerWorker:
-        def __init__(self, rank: int, world: int, model, algo, options: dict, optim, steps: int, cuda: bool, threads: int):
-            from covey.train.setup import build_optimizer
-
+        def __init__(self, rank: int, world: int, model, algo, options: dict, optim, steps: int, cuda: bool, threads: int,
+                     sharding: dict):  # fmt: skip
             if threads:
                 torch.set_num_threads(threads)
             self.rank, self.world, self.algo, self.options = rank, world, algo, options
+            self.optim, self.steps, self.sharding = optim, steps, sharding
             self.model = model.to("cuda" if cuda else "cpu")
-            self.optimizer, self.scheduler = build_optimizer(self.model, optim, steps)
             self.learner = None
 
         def address(self) -> str:
@@ -69,26 +69,63 @@ def _worker_class():
                 port = s.getsockname()[1]
             return f"tcp://{ray.util.get_node_ip_address()}:{port}"
 
-        def join(self, init_method: str, timeout_s: float, optimizer_state, scheduler_state) -> str:
+        def join(self, init_method: str, timeout_s: float, optimizer_state, scheduler_state, resume: str | None) -> str:
             from covey.runtime.data_parallel import DataParallelLearner, init_group
+            from covey.train.setup import build_optimizer
 
             init_group(self.rank, self.world, init_method, timeout_s=timeout_s)
-            self.learner = DataParallelLearner(self.model, self.optimizer, self.scheduler, self.algo, **self.options)
-            self.optimizer.load_state_dict(optimizer_state)
+            if self.sharding["name"] == "fsdp2":  # shard first: the optimizer is built on the shards
+                from covey.runtime.sharded import ShardedLearner, shard_model
+
+                bf16 = self.options["dtype"] == "bf16"
+                root = shard_model(self.model, bf16=bf16, offload=self.sharding["offload"])
+                self.optimizer, self.scheduler = build_optimizer(self.model, self.optim, self.steps)
+                self.learner = ShardedLearner(root, self.model, self.optimizer, self.scheduler, self.algo, **self.options)
+                if resume is not None:  # each rank reads its parts (resharded when the world size changed)
+                    from covey.runtime.dcp import load_shards
+
+                    load_shards(self.model, self.optimizer, resume)
+                elif optimizer_state:  # a plain checkpoint resumed sharded: the driver's state, by parameter name
+                    from covey.runtime.dcp import set_full_optimizer_state
+
+                    set_full_optimizer_state(self.model, self.optimizer, optimizer_state)
+            else:
+                self.optimizer, self.scheduler = build_optimizer(self.model, self.optim, self.steps)
+                self.learner = DataParallelLearner(self.model, self.optimizer, self.scheduler, self.algo, **self.options)
+                self.optimizer.load_state_dict(optimizer_state)
             self.scheduler.load_state_dict(scheduler_state)
             return self.learner.dtype
 
         def update(self, batch, generator_state):
-            from covey.train.setup import trainable_state
-
             gen = torch.Generator()
             gen.set_state(generator_state)
             metrics = self.learner.update(batch, gen)
-            weights = {k: v.cpu() for k, v in trainable_state(self.model).items()} if self.rank == 0 else None
-            return metrics, weights
+            return metrics, self.weights()
+
+        def weights(self) -> dict | None:
+            """Rank 0's trainable weights on the CPU (None elsewhere); fsdp2: gathered one parameter at a
+            time into buckets of runtime.sync_bucket_mb (every rank takes part), never a second full copy."""
+            from covey.train.setup import trainable_state
+
+            if self.sharding["name"] != "fsdp2":
+                return {k: v.cpu() for k, v in trainable_state(self.model).items()} if self.rank == 0 else None
+            from covey.runtime.sharded import full_state_buckets
+
+            named = ((n, p) for n, p in self.model.named_parameters() if p.requires_grad)
+            out: dict = {}
+            for bucket in full_state_buckets(named, self.sharding["bucket_bytes"], keep=self.rank == 0):
+                out.update(bucket)
+            return out if self.rank == 0 else None
 
         def state(self):
-            return self.optimizer.state_dict(), self.scheduler.state_dict()
+            """(optimizer state, scheduler state) of this rank; fsdp2: (None, scheduler state)."""
+            opt = None if self.sharding["name"] == "fsdp2" else self.optimizer.state_dict()
+            return opt, self.scheduler.state_dict()
+
+        def save_shards(self, path: str) -> None:
+            from covey.runtime.dcp import save_shards
+
+            save_shards(self.model, self.optimizer, path)
 
     return LearnerWorker
 
@@ -96,13 +133,19 @@ def _worker_class():
 class LearnerGroup:
     """N learner actors behind the driver learner's `update(batch, generator)` (module docstring)."""
 
-    def __init__(self, learner, model, optimizer, scheduler, cfg, engine, *, first_bundle: int = 0):
+    def __init__(self, learner, model, optimizer, scheduler, cfg, engine, *, first_bundle: int = 0, resume=None):
         import ray
 
         rt = cfg.runtime
         self.model, self.timeout_s, self.world = model, float(rt.timeout_s), int(rt.learner_workers)
         self.names = [f"covey-learner-{engine.run_id}-{r}" for r in range(self.world)]
         self.failure: str | None = None
+        self.sharded = rt.sharding == "fsdp2"
+        sharding = {"name": rt.sharding, "offload": rt.fsdp_offload, "bucket_bytes": int(rt.sync_bucket_mb * 2**20)}
+        if self.sharded and resume is not None:
+            from covey.runtime.dcp import FOLDER
+
+            resume = str(Path(resume) / FOLDER)
         options = dict(temperature=learner.temperature, max_new_tokens=learner.max_new_tokens, epochs=learner.epochs,
                        mini_batches=learner.mini_batches, micro_batch_size=learner.micro_batch_size,
                        grad_clip=learner.grad_clip, dtype=learner.dtype, share_prompts=learner.share_prompts,
@@ -116,10 +159,15 @@ class LearnerGroup:
                 self._actors.append(cls.options(name=name, num_cpus=0 if cuda else rt.actor_cpus, num_gpus=1 if cuda else 0,
                                                 scheduling_strategy=engine.placement(first_bundle + r))
                                     .remote(r, self.world, model_ref, cfg.algo, options, cfg.optim, cfg.steps, cuda,
-                                            cfg.threads))  # fmt: skip
+                                            cfg.threads, sharding))  # fmt: skip
             init = self._gather([self._actors[0].address.remote()], "start", [0])[0]
-            opt, sched = ray.put(optimizer.state_dict()), ray.put(scheduler.state_dict())
-            self._gather([a.join.remote(init, self.timeout_s, opt, sched) for a in self._actors], "join")
+            opt = optimizer.state_dict()
+            if self.sharded:  # fsdp2 ranks shard a name-keyed state (empty for a fresh run)
+                from covey.runtime.dcp import full_optimizer_state
+
+                opt = full_optimizer_state(model, optimizer) if optimizer.state else None
+            opt, sched = ray.put(opt), ray.put(scheduler.state_dict())
+            self._gather([a.join.remote(init, self.timeout_s, opt, sched, resume) for a in self._actors], "join")
         except BaseException:
             self.close()
             raise
@@ -151,11 +199,33 @@ class LearnerGroup:
         return metrics
 
     def pull_state(self, optimizer, scheduler) -> None:
-        """Copy rank 0's optimizer and scheduler state into the driver's (before a checkpoint)."""
+        """Copy rank 0's optimizer and scheduler state into the driver's (before a checkpoint); fsdp2:
+        the scheduler only (the optimizer state stays sharded, `checkpoint` writes it)."""
         self._check_open("checkpoint")
         opt, sched = self._gather([self._actors[0].state.remote()], "state", [0])[0]
-        optimizer.load_state_dict(opt)
+        if opt is not None:
+            optimizer.load_state_dict(opt)
         scheduler.load_state_dict(sched)
+
+    def checkpoint(self, payload: dict, optimizer, scheduler):
+        """Before a checkpoint: ddp puts rank 0's optimizer state into the driver's `payload`; fsdp2
+        takes the weights and the optimizer out of it and returns the writer of the sharded state
+        (every rank writes its shards into <checkpoint folder>/learner, `covey.runtime.dcp`)."""
+        self.pull_state(optimizer, scheduler)
+        payload["scheduler"] = scheduler.state_dict()
+        if not self.sharded:
+            payload["optimizer"] = optimizer.state_dict()
+            return None
+        from covey.runtime.dcp import FOLDER
+
+        payload.pop("model", None)
+        payload.pop("optimizer", None)
+
+        def write(folder: Path) -> None:
+            self._check_open("checkpoint")
+            self._gather([a.save_shards.remote(str(folder / FOLDER)) for a in self._actors], "checkpoint")
+
+        return write
 
     def _check_open(self, what: str) -> None:
         if self._actors is None:  # one line naming the actor that failed; no checkpoint from a half-updated group

@@ -42,10 +42,11 @@ def build_engine(cfg, run_dir: Path, engine_params: dict, source, tokenizer, rew
     return engine
 
 
-def build_learner_group(cfg, learner, model, optimizer, scheduler, engine):
-    """The learner actors of `runtime.learner_workers >= 2` (None for the driver's own learner)."""
+def build_learner_group(cfg, learner, model, optimizer, scheduler, engine, resume=None):
+    """The learner actors of `runtime.learner_workers >= 2` (None for the driver's own learner);
+    `resume`: the checkpoint folder the run resumed from (fsdp2's ranks read their shards there)."""
     if cfg.runtime.learner_workers < 2:
         return None
     from covey.runtime.ray_learner import LearnerGroup
 
-    return LearnerGroup(learner, model, optimizer, scheduler, cfg, engine)
+    return LearnerGroup(learner, model, optimizer, scheduler, cfg, engine, resume=resume)

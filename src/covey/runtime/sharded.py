@@ -19,11 +19,15 @@ Collectives pair up by order, so every rank must run the same sequence of forwar
 - prompt sharing is off (`share_prompts=False`: it runs the decoder twice for some micro-batches
   and once for others, which would pair different layers' all-gathers across ranks);
 - a rank with fewer micro-batches (its shard is shorter, or rows were skipped) runs zero-weight
-  forwards and backwards of one token until every rank has run as many (`_pad_forwards`).
+  forwards and backwards of one token until every rank has run as many (`_pad_forwards`); every
+  rank computes every rank's count from the mini-batch, which all hold, so no extra collective is
+  needed (one would pair with a busier peer's all-gather).
 
-Mixed precision: with the learner's dtype bf16, parameters are gathered in bf16 and gradients are
-reduced in fp32 (`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`); the sharded master
-weights and AdamW state stay fp32. fp32: no policy. `runtime.fsdp_offload`: FSDP2's
+Mixed precision: on CUDA with the learner's dtype bf16, parameters are gathered in bf16 and
+gradients are reduced in fp32 (`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`, verl's
+and torchtitan's default); the sharded master weights and AdamW state stay fp32. On the CPU, and in
+fp32, no policy: fp32 shards, and the learner's bf16 autocast when `model.dtype` says bf16, exactly
+as one process computes. `runtime.fsdp_offload`: FSDP2's
 `CPUOffloadPolicy` keeps the sharded parameters, gradients and optimizer state in (pinned) CPU memory
 and the optimizer steps on the CPU (for GPUs; refused on a CPU learner).
 
@@ -45,7 +49,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from covey.algos.registry import BatchTotals
-from covey.learner.learner import Learner
+from covey.learner.learner import Learner, rows_with_signal
 
 __all__ = ["ShardedLearner", "full_state_buckets", "local_bytes", "shard_model", "shard_units"]
 
@@ -90,7 +94,10 @@ def shard_model(model: nn.Module, *, bf16: bool, offload: bool = False, group=No
             dist.broadcast(p.data, src=src, group=group)
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     mesh = DeviceMesh.from_group(group or dist.group.WORLD, device.type, mesh=torch.tensor(ranks))
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    # GPU: gather bf16 parameters, reduce fp32 gradients. CPU: fp32 shards under the learner's autocast,
+    # as one process computes (bf16 parameters would round the norms' weights too: 1% off its loss)
+    cuda_bf16 = bf16 and device.type == "cuda"
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda_bf16 else MixedPrecisionPolicy()
     kw = dict(mesh=mesh, mp_policy=mp, offload_policy=CPUOffloadPolicy() if offload else OffloadPolicy())
     for unit in shard_units(model):
         fully_shard(unit, **kw)
@@ -150,20 +157,26 @@ class ShardedLearner(Learner):
         self.root, self.group = root, group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         self._totals: tuple[float, float] | None = None
-        self._forwards = 0  # grad-enabled forwards of the policy in this optimizer step
+        self._forwards = self._target = 0  # grad-enabled forwards of the policy in this optimizer step: run, planned
 
     def logprobs(self, model, batch, with_entropy: bool = False, stats: tuple[str, ...] = ()):
         if model is not self.model:
             return super().logprobs(model, batch, with_entropy, stats)
-        if torch.is_grad_enabled():
-            self._forwards += 1
-        return self.root(lambda policy: Learner.logprobs(self, policy, batch, with_entropy, stats))
+        grad = torch.is_grad_enabled()
+        self._forwards += grad
+        out = self.root(lambda policy: Learner.logprobs(self, policy, batch, with_entropy, stats))
+        if not grad:  # FSDP keeps the root unsharded after its forward for the backward; none comes: free it now
+            self.root.reshard()
+        return out
 
     def _step(self, mb, extra=None):
         mask = mb.loss_mask()
         self._totals = (float(mask.sum()), float((mask.sum(-1) > 0).sum()))
+        shards = torch.arange(len(mb)).tensor_split(self.world)
+        # every rank has the whole mini-batch, so each knows how many forwards every rank will run
+        self._target = max(self._forwards_of(mb.select(rows)) for rows in shards)
         self._forwards = 0
-        rows = torch.arange(len(mb)).tensor_split(self.world)[self.rank]
+        rows = shards[self.rank]
         shard = {k: v[rows.to(v.device)] for k, v in (extra or {}).items()}  # per-row inputs follow their rows
         stats = super()._step(mb.select(rows), shard)
         loss = torch.tensor([stats["learn/loss"][0]], device=self.device)
@@ -171,27 +184,36 @@ class ShardedLearner(Learner):
         stats["learn/loss"] = (float(loss), 1.0)
         return stats
 
+    def _forwards_of(self, shard) -> int:
+        """The grad-enabled forwards `Learner._step` runs on `shard`: its micro-batches with a loss token,
+        after the rows without signal are skipped (`skip_zero_rows`)."""
+        if self.skip_zero_rows:
+            shard = shard.select(rows_with_signal(shard, shard.loss_mask()))
+        return sum(float(shard.select(idx).loss_mask().sum()) > 0 for idx in self._chunks(shard))
+
     def _loss(self, micro, mask, totals, *args, **kwargs):
         tokens, seqs = self._totals
         return super()._loss(micro, mask, BatchTotals(num_tokens=tokens, num_seqs=seqs, max_new_tokens=totals.max_new_tokens),
                              *args, **kwargs)  # fmt: skip
 
     def _pad_forwards(self) -> None:
-        """Zero-weight one-token forwards and backwards until this rank has run as many as the busiest rank."""
-        count = torch.tensor([self._forwards], dtype=torch.long, device=self.device)
-        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=self.group)
-        if int(count) == self._forwards:
+        """Zero-weight one-token forwards and backwards until this rank has run as many as the busiest
+        rank will (`_target`, known to all without a collective: one here would pair with a peer's
+        all-gather)."""
+        if self._forwards > self._target:
+            raise RuntimeError(f"fsdp2 rank {self.rank} ran {self._forwards} forwards, more than the {self._target} "
+                               "every rank planned for: the ranks' collectives would no longer pair")  # fmt: skip
+        if self._forwards == self._target:
             return
+        from covey.learner.learner import to_device
         from covey.rollouts import Rollouts
 
         one = torch.zeros(1, 1)
         dummy = Rollouts(prompt_ids=[torch.zeros(1, dtype=torch.long)], completion_ids=one.long(), completion_mask=one + 1,
                          behaviour_logprobs=one, group=torch.zeros(1, dtype=torch.long),
                          prompt_id=torch.zeros(1, dtype=torch.long))  # fmt: skip
-        from covey.learner.learner import to_device
-
         dummy = to_device(dummy, self.device)
-        for _ in range(int(count) - self._forwards):
+        while self._forwards < self._target:
             logp = self.logprobs(self.model, dummy)[0]
             (logp.float().sum() * 0.0).backward()
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 __all__ = ["CheckpointDamaged", "WriteError", "latest_checkpoint", "load_checkpoint", "load_checkpoint_meta",
-           "load_latest_checkpoint", "rng_state", "save_checkpoint", "set_rng_state", "write_error"]
+           "load_latest_checkpoint", "load_weights", "rng_state", "save_checkpoint", "set_rng_state", "write_error"]
 
 _PREFIX = "step-"
 _ASIDE = ".aside-"
@@ -53,8 +53,12 @@ class WriteError(OSError):
         return self.strerror or super().__str__()
 
 
-def save_checkpoint(run_dir: str | Path, step: int, payload: dict[str, Any], meta: dict[str, Any], keep: int = 2) -> Path:
-    """Write `payload` (tensors/state dicts, saved with torch.save) and `meta` (JSON) atomically.
+def save_checkpoint(run_dir: str | Path, step: int, payload: dict[str, Any], meta: dict[str, Any], keep: int = 2,
+                    write_more=None) -> Path:  # fmt: skip
+    """Write `payload` (tensors/state dicts, saved with torch.save) and `meta` (JSON) atomically;
+    `write_more(folder)` writes more into the temporary folder first (the fsdp2 learner's shards,
+    `covey.runtime.dcp`; then meta records `"sharded": true`, and a checkpoint without its shards'
+    index counts as damaged).
 
     Order: write a temporary folder and fsync it; move an existing folder of the same step aside;
     rename the temporary folder into place; only then delete the aside copy and old checkpoints.
@@ -67,6 +71,9 @@ def save_checkpoint(run_dir: str | Path, step: int, payload: dict[str, Any], met
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
+        if write_more is not None:
+            write_more(tmp)
+            meta = {**meta, "sharded": True}
         _write(tmp / "state.pt", lambda f: torch.save(payload, f))
         _write(tmp / "meta.json", lambda f: f.write(json.dumps({"step": step, **meta}, indent=1, default=str).encode()))
     except BaseException:
@@ -161,6 +168,8 @@ def damage(path: Path) -> str | None:
         return f"{meta} is damaged ({type(e).__name__}: {e})"
     if not isinstance(data, dict) or type(data.get("step")) is not int:
         return f"{meta} is damaged (not a checkpoint's meta: no integer 'step')"
+    if data.get("sharded") and not (path / "learner" / ".metadata").is_file():
+        return f"{path / 'learner'} is damaged (the sharded learner state has no .metadata index)"
     state = path / "state.pt"
     try:
         with zipfile.ZipFile(state) as z:
@@ -214,6 +223,23 @@ def load_checkpoint(path: str | Path, map_location=None) -> tuple[dict[str, Any]
     if not isinstance(payload, dict):
         raise CheckpointDamaged(f"{path / 'state.pt'} is damaged (not a checkpoint's state: {type(payload).__name__})")
     return payload, meta
+
+
+def load_weights(model: torch.nn.Module, path: str | Path, payload: dict[str, Any]) -> None:
+    """The checkpoint's trainable weights into `model` (unsharded): from `payload["model"]`, or from the
+    fsdp2 learner's shards under <path>/learner (`covey.runtime.dcp`, read in this one process)."""
+    if "model" not in payload:
+        from covey.runtime.dcp import has_shards, load_weights as load_sharded
+
+        if not has_shards(path):
+            raise CheckpointDamaged(f"{path} holds no weights (no model entry in state.pt and no learner/ shards)")
+        load_sharded(model, path)
+        return
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    missing = trainable - set(payload["model"])
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks weights {sorted(missing)[:3]}...: was it written by another model?")
+    model.load_state_dict(payload["model"], strict=False)
 
 
 def load_checkpoint_meta(path: str | Path) -> dict[str, Any]:

@@ -242,7 +242,7 @@ def load_run_policy(run_dir, *, merge: bool = True):
     peft model with `merge=False` (for exporting the adapter)."""
     from pathlib import Path
 
-    from covey.train.checkpoint import load_latest_checkpoint
+    from covey.train.checkpoint import load_latest_checkpoint, load_weights
     from covey.train.config import load_config
 
     run_dir = Path(run_dir)
@@ -254,8 +254,5 @@ def load_run_policy(run_dir, *, merge: bool = True):
         raise FileNotFoundError(f"{run_dir} has no checkpoint yet")
     ckpt, payload, _ = found
     model, tok = load_policy(cfg.model)
-    missing = set(trainable_state(model)) - set(payload["model"])
-    if missing:
-        raise ValueError(f"checkpoint {ckpt} lacks weights {sorted(missing)[:3]}: it does not belong to {cfg.model.name!r}")
-    model.load_state_dict(payload["model"], strict=False)
+    load_weights(model, ckpt, payload)  # a plain checkpoint's weights, or the fsdp2 learner's shards (no process group)
     return (engine_model(model) if merge else model), tok

@@ -35,7 +35,7 @@ from covey.runtime.staleness import staleness_metrics
 from covey.runtime.thread import ThreadExecutor
 from covey.tasks import get_task
 from covey.train.checkpoint import (
-    latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state,
+    latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, load_weights, rng_state, save_checkpoint, set_rng_state,
 )  # fmt: skip
 from covey.train.config import RunConfig
 from covey.learner.learner import Learner, reset_peak_memory
@@ -143,13 +143,15 @@ class Trainer:
         self.step_num = 0
         self.last_reference_reset = 0  # the step after which the reference was last reset (0: never)
         self.last_metrics: dict[str, Any] = {}
+        self.resumed_from: Path | None = None
         if resume:
             self._restore()
         self.learner_group = None  # runtime.learner_workers >= 2: learner actors (covey.runtime.ray_learner)
         if cfg.runtime.executor == "ray":
             from covey.runtime.ray_setup import build_learner_group
 
-            self.learner_group = build_learner_group(cfg, self.learner, self.model, self.optimizer, self.scheduler, self.engine)
+            self.learner_group = build_learner_group(cfg, self.learner, self.model, self.optimizer, self.scheduler, self.engine,
+                                                     resume=self.resumed_from)  # fmt: skip
         lc = cfg.log
         self.logger = MetricsLogger(self.run_dir, report_to=lc.report_to, resume_step=self.step_num if resume else None,
                                     wandb_project=lc.wandb_project, wandb_mode=lc.wandb_mode, config=cfg.model_dump(mode="json"))  # fmt: skip
@@ -360,8 +362,6 @@ class Trainer:
 
     def save(self) -> Path:
         with self.paused():  # thread executor: finished, untrained batches are saved with the state that made them
-            if self.learner_group is not None:  # the optimizer state lives in the learner actors
-                self.learner_group.pull_state(self.optimizer, self.scheduler)
             payload = {
                 "model": trainable_state(self.model),
                 "optimizer": self.optimizer.state_dict(),
@@ -369,12 +369,15 @@ class Trainer:
                 "rng": rng_state(),
                 **{name: obj.state_dict() for name, obj in self._stateful().items()},
             }
+            write_more = None  # the optimizer state lives in the learner actors (fsdp2: sharded, written by them)
+            if self.learner_group is not None:
+                write_more = self.learner_group.checkpoint(payload, self.optimizer, self.scheduler)
             if self.last_reference_reset:  # the reference is no longer the initial model
                 payload["reference"] = {"step": self.last_reference_reset, "weights": self.reference.state_dict()}
             if self.executor is not None:
                 payload["runtime"] = self.executor.state_dict()
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
-        return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep)
+        return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep, write_more=write_more)
 
     def _engine_weights(self):
         """What a weight sync passes the engine: the PEFT model under vllm's adapter sync, else
@@ -386,11 +389,14 @@ class Trainer:
         if found is None:
             raise FileNotFoundError(f"{self.run_dir} has no checkpoint to resume from")
         path, payload, meta = found
-        missing = set(trainable_state(self.model)) - set(payload["model"])
-        if missing:
-            raise ValueError(f"checkpoint {path} lacks weights {sorted(missing)[:3]}...: was it written by another model?")
-        self.model.load_state_dict(payload["model"], strict=False)
-        self.optimizer.load_state_dict(payload["optimizer"])
+        load_weights(self.model, path, payload)
+        if "optimizer" in payload:
+            self.optimizer.load_state_dict(payload["optimizer"])
+        elif self.cfg.runtime.sharding != "fsdp2":  # an fsdp2 run's shards, resumed unsharded (fsdp2 ranks read their own)
+            from covey.runtime.dcp import load_optimizer
+
+            load_optimizer(self.model, self.optimizer, path)
+        self.resumed_from = path
         self.scheduler.load_state_dict(payload["scheduler"])
         set_rng_state(payload["rng"])
         for name, obj in self._stateful().items():
