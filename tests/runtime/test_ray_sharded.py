@@ -125,3 +125,17 @@ def test_final_folder_of_an_fsdp2_run_loads_with_from_pretrained(tmp_path):
     result = train(cfg, tmp_path / "run")
     model = AutoModelForCausalLM.from_pretrained(result["final"])
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_broadcast_weight_sync_trains_as_object_store(tmp_path, fsdp2_run):
+    """The fsdp2 run again with weight_sync broadcast (gloo, 2 engine workers): the engines get the same
+    bits, so the rollouts, metrics and weights equal the object_store run's exactly; each step
+    reports the transfer's bytes (the tiny model's fp32 weights) and seconds."""
+    cfg, straight, w_straight = fsdp2_run
+    rows, weights = _train(_cfg(tmp_path, *FSDP2, "runtime.weight_sync=broadcast", "runtime.sync_bucket_mb=0.01"), tmp_path / "b")
+    assert [_comparable(m) for m in rows] == [_comparable(m) for m in straight]
+    for n, p in w_straight.items():
+        assert torch.equal(p, weights[n]), n
+    params = sum(p.numel() * 4 for p in w_straight.values())
+    synced = [m for m in rows if "weight_sync/bytes" in m]
+    assert synced and all(m["weight_sync/bytes"] == params and m["time/weight_sync"] > 0 for m in synced)

@@ -92,3 +92,53 @@ def test_object_store_round_trip_through_an_actor(local_ray):
     sums, version = ray.get(reader.remote(handle), timeout=60)
     assert version == 7
     assert sums == {k: float(v.double().sum()) for k, v in model.state_dict().items()}
+
+
+def _mixed_state() -> dict[str, torch.Tensor]:
+    """fp32 and bf16 tensors, one larger than a bucket, odd shapes, a 0-d tensor."""
+    g = torch.Generator().manual_seed(0)
+    return {"a": torch.randn(3, 5, generator=g), "big": torch.randn(300, generator=g), "h": torch.randn(7, generator=g).bfloat16(),
+            "s": torch.tensor(2.5), "b": torch.randn(2, 2, 2, generator=g)}  # fmt: skip
+
+
+@pytest.mark.ray
+def test_broadcast_gives_the_engine_the_object_store_weights_bit_for_bit(local_ray):
+    """Sender (this process, rank 0) and two receiving actors in one gloo group; buckets of 512 bytes
+    (the 1200-byte tensor goes alone); every tensor arrives with its dtype, shape and bits, equal to
+    what object_store delivers; bytes and seconds recorded."""
+    from covey.runtime.weight_sync import BroadcastSync
+
+    ray = local_ray
+    state = _mixed_state()
+
+    @ray.remote(num_cpus=0)
+    class Receiver:
+        def __init__(self, sync):
+            self.sync = sync
+
+        def connect(self, rank, world, host, port):
+            self.sync.connect(rank, world, host, port)
+
+        def pull(self, handle):
+            return self.sync.pull(handle)
+
+    sync = BroadcastSync(timeout_s=60, bucket_bytes=512)
+    actors = [Receiver.remote(sync) for _ in range(2)]
+    host, port = sync.address()
+    refs = [a.connect.remote(i + 1, 3, host, port) for i, a in enumerate(actors)]
+    sync.connect(0, 3, host, port)
+    ray.get(refs, timeout=60)
+    handle = sync.push(state, 3)
+    assert len(handle["buckets"]) >= 3 and ["big"] in [[e[0] for e in b] for b in handle["buckets"]]
+    refs = [a.pull.remote(handle) for a in actors]
+    sync.send(handle)
+    want, _ = ObjectStoreSync(timeout_s=60).pull(ObjectStoreSync(timeout_s=60).push(state, 3))
+    for got, version in ray.get(refs, timeout=60):
+        assert version == 3 and got.keys() == want.keys()
+        for k, v in want.items():
+            assert got[k].dtype == v.dtype and got[k].shape == v.shape and torch.equal(got[k], v), k
+    assert sync.last["weight_sync/bytes"] == sum(t.numel() * t.element_size() for t in state.values())
+    assert sync.last["time/weight_sync"] > 0
+    for a in actors:
+        ray.kill(a)
+    sync.close()

@@ -15,8 +15,9 @@ worker i > 0 samples with seed + 1_000_003 * i (mod 2**31). With one worker this
 call, so eta = 0 reproduces `inline` bit for bit.
 
 Weight sync goes through a `covey.runtime.weight_sync` transport (`object_store`: one `ray.put` per
-version; `disk`: safetensors + READY marker): the driver pushes once and every actor pulls and loads
-between two batches (the thread executor's rule). Every `ray.get` waits at most `timeout_s`. A dead
+version; `disk`: safetensors + READY marker; `broadcast`: a process group of this process and the
+workers, bucket by bucket): the driver pushes once and every actor pulls and loads between two
+batches (the thread executor's rule); each transfer's bytes and seconds go into the metrics. Every `ray.get` waits at most `timeout_s`. A dead
 actor, or a call past the timeout, is a one-line `RayEngineError` naming the actor; the thread
 executor re-raises it as `GenerationFailed`, and the run resumes from its last checkpoint. Ray is
 started with `ray.init(address=runtime.ray_address or $RAY_ADDRESS)` when no cluster is connected;
@@ -74,6 +75,9 @@ def _worker_class():
             self.engine.load_weights(state, version=version)
             return int(self.engine.version)
 
+        def connect_sync(self, rank: int, world: int, host: str, port: int) -> None:
+            self.sync.connect(rank, world, host, port)  # broadcast: join the sender's group
+
         def close(self) -> None:
             self.engine.close()
 
@@ -122,6 +126,11 @@ class RayEngine:
                 self._actors.append(cls.options(name=actor, num_cpus=0 if gpu else actor_cpus, num_gpus=1 if gpu else 0,
                                                 scheduling_strategy=strategy).remote(name, dict(params), model_ref, tokenizer, self.sync))  # fmt: skip
             infos = self._gather([a.info.remote() for a in self._actors], "start")
+            if self.sync.name == "broadcast":  # the sender (this process, rank 0) and every worker join at once
+                host, port = self.sync.address()
+                refs = [a.connect_sync.remote(i + 1, workers + 1, host, port) for i, a in enumerate(self._actors)]
+                self.sync.connect(0, workers + 1, host, port)
+                self._gather(refs, "connect the broadcast weight sync")
         except BaseException:
             self.close()  # a failed start frees its actors and placement group
             raise
@@ -156,11 +165,20 @@ class RayEngine:
             return parts[0]
         return concat_generations(parts, self.pad_token_id, [a for a, _ in chunks])
 
-    def load_weights(self, source, version: int | None = None) -> None:
+    def load_weights(self, source, version: int | None = None) -> dict[str, float]:
+        """Push the weights to every worker through the sync transport; returns the transfer's
+        `weight_sync/bytes` and `time/weight_sync` (the thread executor adds them to the next batch's metrics)."""
         target = self.version + 1 if version is None else int(version)
         handle = self.sync.push(source, target)
-        versions = self._gather([a.load_weights.remote(handle) for a in self._actors], "load_weights")
+        refs = [a.load_weights.remote(handle) for a in self._actors]
+        try:
+            self.sync.send(handle)  # broadcast: the workers wait in pull; the other transports sent in push
+        except Exception as e:
+            self._gather(refs, "load_weights")  # a dead worker is what broke the collective: name it
+            raise RayEngineError(f"weight sync {self.sync.name}: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
+        versions = self._gather(refs, "load_weights")
         self.version = versions[0]
+        return dict(self.sync.last)
 
     def close(self) -> None:
         """Kill the actors, remove the placement group (and stop Ray when this engine started it); idempotent."""
@@ -171,6 +189,7 @@ class RayEngine:
                 self._ray.kill(actor)
             self._actors = None
             remove_placement_group(self._pg)
+            self.sync.close()
         if self._started and self._ray.is_initialized():
             self._ray.shutdown()
             self._started = False

@@ -15,11 +15,14 @@ __all__ = ["build_engine", "build_learner_group", "weight_sync"]
 
 def weight_sync(cfg, run_dir: Path):
     """The `runtime.weight_sync` transport the engine workers pull from."""
-    from covey.runtime.weight_sync import DiskSync, ObjectStoreSync
+    from covey.runtime.weight_sync import BroadcastSync, DiskSync, ObjectStoreSync
 
     rt = cfg.runtime
     if rt.weight_sync == "disk":
         return DiskSync(Path(run_dir) / "weight_sync", timeout_s=rt.timeout_s)
+    if rt.weight_sync == "broadcast":
+        backend = "nccl" if str(cfg.resolved_device()).startswith("cuda") else "gloo"
+        return BroadcastSync(rt.timeout_s, bucket_bytes=int(rt.sync_bucket_mb * 2**20), backend=backend)
     return ObjectStoreSync(rt.timeout_s)
 
 

@@ -72,6 +72,7 @@ class ThreadExecutor:
         self._published = 0  # newest version the learner published
         self._applied = 0  # version the engine's batches are generated at
         self._pending: tuple[Any, int] | None = None  # newest published weights not yet loaded
+        self._sync_metrics: dict[str, float] = {}  # what the last weight load reported
         self._error: BaseException | None = None
         self._where = ""  # what the generator is doing, for error messages
         self._busy = False  # inside produce/load
@@ -188,7 +189,9 @@ class ThreadExecutor:
         if self._pending is not None:
             weights, version = self._pending
             self._pending = None
-            self._load(weights, version)
+            out = self._load(weights, version)
+            if isinstance(out, dict):  # a Ray engine reports its transfer (weight_sync/bytes, time/weight_sync)
+                self._sync_metrics = out
         self._applied = self._published
 
     def _run(self) -> None:
@@ -213,6 +216,7 @@ class ThreadExecutor:
                     self._counts = _zero_counts()
                     self._where = f"generating batch {k} (step {k + 1}) at policy version {version}"
                 batch, metrics = self._produce(k, version)
+                metrics, self._sync_metrics = {**metrics, **self._sync_metrics}, {}  # the load before this batch
                 with self._cv:
                     if self.interrupt_on_update:
                         metrics = {**metrics, **{f"async/{key}": float(v) for key, v in self._counts.items()}}

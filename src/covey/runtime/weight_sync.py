@@ -14,14 +14,25 @@ Three transports (`WEIGHT_SYNCS`):
   removed. Works across processes and machines that share a file system.
 - `object_store`: one `ray.put` per version; the handle is the object ref (Ray actors and nodes).
 
-GPU engines on other devices would use NCCL broadcast (verl, slime, OpenRLHF: a process group of
-the learner's rank 0 and the engines) or CUDA IPC handles when they share a GPU (verl's colocated
-mode); not built here (docs/runtime.md).
+- `broadcast`: a torch.distributed process group of the learner's side (rank 0: the driver, which
+  holds the learner's weights; with fsdp2 learner actors it received them from learner rank 0, who
+  gathered them bucket by bucket) and the engine workers (ranks 1..E), NCCL when the run is on CUDA,
+  else gloo, as verl, OpenRLHF and slime sync. It is its own group (a TCPStore at the driver and a
+  ProcessGroupGloo/NCCL object), not the default one, so it never meets the learners' group or an
+  engine's own (vLLM's). `push` sends no tensor: it returns the plan (names, shapes, dtypes in
+  buckets of at most `bucket_bytes`); the engines call `pull(plan)` and wait in the broadcast, and
+  `send(plan)` then broadcasts bucket by bucket (one flat tensor per dtype per bucket), moving each
+  bucket from the model to the wire without a full second copy on the sender. Every collective
+  times out after `timeout_s`.
+
+Every transport records its last transfer in `last` (`weight_sync/bytes`, `time/weight_sync`: push + send).
+CUDA IPC handles for engines that share a GPU with the learner (verl's colocated mode) are not built.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -29,15 +40,35 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["DiskSync", "InProcessSync", "ObjectStoreSync", "WEIGHT_SYNCS", "lora_adapter", "merge_lora"]
+__all__ = ["BroadcastSync", "DiskSync", "InProcessSync", "ObjectStoreSync", "WEIGHT_SYNCS", "lora_adapter", "merge_lora"]
 
 
-def _full_state(source) -> dict[str, Tensor]:
+def _engine_tensors(source) -> dict[str, Tensor]:
+    """What an engine loads from `source` (a model: its weights, LoRA merged; or a state dict), not copied."""
     from covey.train.setup import engine_state
 
     state = engine_state(source) if isinstance(source, torch.nn.Module) else source
-    state = state.state_dict() if hasattr(state, "state_dict") else dict(state)
-    return {k: v.detach().cpu().clone().contiguous() for k, v in state.items()}
+    return state.state_dict() if hasattr(state, "state_dict") else dict(state)
+
+
+def _full_state(source) -> dict[str, Tensor]:
+    return {k: v.detach().cpu().clone().contiguous() for k, v in _engine_tensors(source).items()}
+
+
+def _nbytes(state: dict[str, Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+class _Timed:
+    """`last`: the bytes and seconds of the newest transfer (push, plus send for broadcast)."""
+
+    last: dict[str, float] = {}
+
+    def send(self, handle) -> None:
+        """Transports that move the tensors in `push` have nothing left to send."""
+
+    def close(self) -> None:
+        """Transports that hold no connection have nothing to close."""
 
 
 def lora_adapter(model) -> tuple[dict[str, Tensor], dict[str, float]]:
@@ -78,19 +109,22 @@ def merge_lora(base: dict[str, Tensor], adapter: dict[str, Tensor], scales: dict
     return out
 
 
-class InProcessSync:
+class InProcessSync(_Timed):
     """The handle is the weights themselves (a copy the learner will not touch again)."""
 
     name = "inprocess"
 
     def push(self, source, version: int):
-        return _full_state(source), int(version)
+        t0 = time.perf_counter()
+        state = _full_state(source)
+        self.last = {"weight_sync/bytes": float(_nbytes(state)), "time/weight_sync": time.perf_counter() - t0}
+        return state, int(version)
 
     def pull(self, handle) -> tuple[dict[str, Tensor], int]:
         return handle
 
 
-class DiskSync:
+class DiskSync(_Timed):
     """safetensors + a READY marker per version under `root` (see the module docstring)."""
 
     name = "disk"
@@ -103,6 +137,7 @@ class DiskSync:
     def push(self, source, version: int) -> str:
         from safetensors.torch import save_file
 
+        t0 = time.perf_counter()
         if isinstance(source, torch.nn.Module) and hasattr(source, "get_base_model"):
             tensors, scales = lora_adapter(source)
             meta = {"version": str(int(version)), "kind": "lora", "scales": json.dumps(scales)}
@@ -121,6 +156,7 @@ class DiskSync:
         versions = sorted(p for p in self.root.glob("v*") if p.is_dir())
         for old in versions[: max(0, len(versions) - self.keep)]:
             shutil.rmtree(old, ignore_errors=True)
+        self.last = {"weight_sync/bytes": float(_nbytes(tensors)), "time/weight_sync": time.perf_counter() - t0}
         return str(final)
 
     def pull(self, handle: str) -> tuple[dict[str, Tensor], int]:
@@ -143,7 +179,7 @@ class DiskSync:
         return tensors, version
 
 
-class ObjectStoreSync:
+class ObjectStoreSync(_Timed):
     """One `ray.put` per version; `pull` resolves the ref (at most `timeout_s`)."""
 
     name = "object_store"
@@ -154,7 +190,11 @@ class ObjectStoreSync:
     def push(self, source, version: int):
         import ray
 
-        return ray.put(_full_state(source)), int(version)
+        t0 = time.perf_counter()
+        state = _full_state(source)
+        ref = ray.put(state)
+        self.last = {"weight_sync/bytes": float(_nbytes(state)), "time/weight_sync": time.perf_counter() - t0}
+        return ref, int(version)
 
     def pull(self, handle) -> tuple[dict[str, Tensor], int]:
         import ray
@@ -164,4 +204,128 @@ class ObjectStoreSync:
         return state, version
 
 
-WEIGHT_SYNCS = {"inprocess": InProcessSync, "disk": DiskSync, "object_store": ObjectStoreSync}
+class BroadcastSync(_Timed):
+    """A process group of the sender (rank 0) and the engine workers (see the module docstring)."""
+
+    name = "broadcast"
+
+    def __init__(self, timeout_s: float = 600.0, bucket_bytes: int = 256 << 20, backend: str = "gloo"):
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"broadcast weight sync: backend must be gloo or nccl, got {backend!r}")
+        self.timeout_s, self.bucket_bytes, self.backend = float(timeout_s), int(bucket_bytes), backend
+        self._pg = self._store = self._pending = None
+        self.rank = None
+
+    def __getstate__(self):  # the engine workers get an unconnected copy; each connects its own rank
+        return {**self.__dict__, "_pg": None, "_store": None, "_pending": None, "rank": None}
+
+    @staticmethod
+    def address() -> tuple[str, int]:
+        """A free port on this node, for the sender's rendezvous store."""
+        import socket
+
+        try:
+            import ray
+
+            host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+        except ImportError:
+            host = "127.0.0.1"
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return host, sock.getsockname()[1]
+
+    def connect(self, rank: int, world: int, host: str, port: int) -> None:
+        """Join the group as `rank` of `world` (every member at once: the rendezvous waits for all)."""
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        timeout = timedelta(seconds=self.timeout_s)
+        self._store = dist.TCPStore(host, port, world, rank == 0, timeout=timeout, wait_for_workers=False)
+        if self.backend == "nccl":
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = timeout
+            self._pg = dist.ProcessGroupNCCL(self._store, rank, world, opts)
+        else:
+            self._pg = dist.ProcessGroupGloo(self._store, rank, world, timeout)
+        self.rank = rank
+
+    def _device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+
+    def push(self, source, version: int) -> dict:
+        """The plan of this version's transfer (no tensor moves yet): `send` broadcasts it."""
+        if self._pg is None or self.rank != 0:
+            raise RuntimeError("broadcast weight sync: push needs the sender's connected group (rank 0)")
+        t0 = time.perf_counter()
+        state = _engine_tensors(source)
+        buckets, size = [[]], 0
+        for name, t in state.items():
+            nbytes = t.numel() * t.element_size()
+            if buckets[-1] and size + nbytes > self.bucket_bytes:
+                buckets.append([])
+                size = 0
+            buckets[-1].append((name, tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+            size += nbytes
+        self._pending = (state, t0)
+        return {"version": int(version), "buckets": buckets}
+
+    def send(self, handle: dict) -> None:
+        """Broadcast the planned buckets (the engines are waiting in `pull`)."""
+        state, t0 = self._pending
+        self._pending = None
+        total = 0
+        for bucket in handle["buckets"]:
+            for flat in self._flats(bucket, {name: state[name] for name, *_ in bucket}):
+                self._broadcast(flat)
+                total += flat.numel() * flat.element_size()
+        self.last = {"weight_sync/bytes": float(total), "time/weight_sync": time.perf_counter() - t0}
+
+    def pull(self, handle: dict) -> tuple[dict[str, Tensor], int]:
+        out: dict[str, Tensor] = {}
+        for bucket in handle["buckets"]:
+            for flat, names in zip(self._flats(bucket), _by_dtype(bucket).values()):
+                self._broadcast(flat)
+                out.update(self._unflatten(flat, [e for e in bucket if e[0] in names]))
+        return out, int(handle["version"])
+
+    def _flats(self, bucket: list, tensors: dict[str, Tensor] | None = None) -> list[Tensor]:
+        """One flat tensor per dtype of the bucket: the sender's data, or a receiver's empty buffer."""
+        flats = []
+        for dtype, names in _by_dtype(bucket).items():
+            if tensors is None:
+                numel = sum(math.prod(e[1]) for e in bucket if e[0] in names)
+                flats.append(torch.empty(numel, dtype=getattr(torch, dtype), device=self._device()))
+            else:
+                flats.append(torch.cat([tensors[n].detach().reshape(-1).to(self._device()) for n in names]))
+        return flats
+
+    @staticmethod
+    def _unflatten(flat: Tensor, entries: list) -> dict[str, Tensor]:
+        out, at = {}, 0
+        for name, shape, _ in entries:
+            n = math.prod(shape)
+            out[name] = flat[at : at + n].view(shape).cpu()
+            at += n
+        return out
+
+    def _broadcast(self, t: Tensor) -> None:
+        import torch.distributed as dist
+
+        opts = dist.BroadcastOptions()
+        opts.rootRank = 0
+        self._pg.broadcast([t], opts).wait()
+
+    def close(self) -> None:
+        self._pg = self._store = None
+
+
+def _by_dtype(bucket: list) -> dict[str, list[str]]:
+    """{dtype: names in bucket order} of a planned bucket (name, shape, dtype)."""
+    out: dict[str, list[str]] = {}
+    for name, _, dtype in bucket:
+        out.setdefault(dtype, []).append(name)
+    return out
+
+
+WEIGHT_SYNCS = {"inprocess": InProcessSync, "disk": DiskSync, "object_store": ObjectStoreSync, "broadcast": BroadcastSync}
