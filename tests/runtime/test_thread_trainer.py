@@ -127,8 +127,8 @@ def test_a_failing_engine_is_a_one_line_error_not_a_hang(tmp_path):
         (["runtime.executor=dask"], "'inline', 'thread' or 'ray'"),
         (["runtime.executor=ray", "rollout.strategy=treepo"], "needs ForkingEngine|optional extra"),
         (["runtime.executor=thread", "runtime.timeout_s=0"], "greater than 0"),
-        (["runtime.executor=thread", "runtime.engine_workers=2"], "need runtime.executor: ray"),
-        (["runtime.weight_sync=disk"], "need runtime.executor: ray"),
+        (["runtime.executor=thread", "runtime.engine_workers=2"], "needs runtime.executor: ray"),
+        (["runtime.weight_sync=disk"], "needs runtime.executor: ray"),
         (["runtime.executor=ray", "runtime.engine_workers=0"], "greater than or equal to 1"),
     ],
 )
