@@ -18,7 +18,7 @@ ENV = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}  # like the 
 
 def comparable(row: dict) -> dict:
     """A metrics row without the keys that measure the machine (times, throughput, memory)."""
-    return {k: v for k, v in row.items() if not k.startswith(("time/", "throughput/", "reward/seconds", "memory/"))}
+    return {k: v for k, v in row.items() if not k.startswith(("time/", "throughput/", "reward/seconds", "memory/", "weight_sync/"))}
 
 
 def kill_and_resume(tmp_path, cfg: dict, kill_at: int = 2, inspect=None):

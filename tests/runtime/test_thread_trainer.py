@@ -18,8 +18,8 @@ def _cfg(tmp_path, *overrides):
 
 
 def _comparable(m: dict) -> dict:
-    """A metrics row without timings and without the thread executor's own keys (inline has none)."""
-    return {k: v for k, v in m.items() if not k.startswith(("time/", "throughput/", "memory/", "reward/seconds", "async/"))}
+    """A metrics row without timings, the weight transfer's size and the thread executor's own keys (inline has none)."""
+    return {k: v for k, v in m.items() if not k.startswith(("time/", "throughput/", "memory/", "reward/seconds", "async/", "weight_sync/"))}
 
 
 def _train(cfg, run_dir, steps=None):

@@ -196,9 +196,9 @@ def check_runtime(cfg) -> None:
     if rt.fsdp_offload and not str(cfg.resolved_device()).startswith("cuda"):  # (after the fsdp2 checks)
         raise ValueError("runtime.fsdp_offload: true offloads a GPU learner's sharded state to CPU memory; on device "
                          f"{cfg.resolved_device()} it is there already: drop fsdp_offload")  # fmt: skip
-    for key, value in (("colocate", True),):  # issue 33, landing
-        if getattr(rt, key) == value:
-            raise ValueError(f"runtime.{key}: {value} is not built yet in this version of covey")
+    from covey.runtime.placement import check_placement
+
+    check_placement(cfg)
     if rt.learner_workers > 1:
         _check_learner_group(cfg)
     if rt.interrupt_on_update and rt.executor != "thread":

@@ -4,8 +4,9 @@ The thread executor's generator loop (`covey.runtime.thread`) drives a `RayEngin
 provides the `Engine` protocol (generate, load_weights, close, pad_token_id, version). It forwards
 every call to `runtime.engine_workers` `EngineWorker` actors, each building the configured engine
 (`ENGINES.build`) from a copy of the model sent through the object store. The actors are named
-`covey-engine-<engine>-<run id>-<i>` and placed in one placement group (one bundle of 1 CPU, or
-1 GPU when the engine runs on CUDA, per worker; strategy PACK). Sampler, rollout strategy, rewards
+`covey-engine-<engine>-<run id>-<i>` and placed in the run's one placement group
+(`covey.runtime.placement`: a bundle per worker, or per colocated engine-learner pair; the strategy
+of `runtime.placement_strategy`). Sampler, rollout strategy, rewards
 and learner stay in the driver process.
 
 generate: the P prompts are split into contiguous chunks, one per worker (sizes differ by at most
@@ -59,16 +60,20 @@ def _worker_class():
 
     @ray.remote
     class EngineWorker:
-        def __init__(self, name: str, params: dict, model, tokenizer, sync):
+        def __init__(self, name: str, params: dict, model, tokenizer, sync, colocated: bool = False):
             from covey.engine import ENGINES
 
             self.engine, self.sync = ENGINES.build(name, params, model, tokenizer), sync
+            self.colocated = colocated  # a learner rank shares this device: free cached memory after generating
 
         def info(self) -> tuple:
             return int(self.engine.pad_token_id), int(self.engine.version), getattr(self.engine, "dtype", None)
 
         def generate(self, prompts, n, sampling):
-            return self.engine.generate(prompts, n, sampling)
+            out = self.engine.generate(prompts, n, sampling)
+            if self.colocated and torch.cuda.is_available():
+                torch.cuda.empty_cache()  # the KV cache's blocks go back to the device for the learner
+            return out
 
         def load_weights(self, handle):
             state, version = self.sync.pull(handle)
@@ -92,39 +97,47 @@ class RayEngine:
 
     def __init__(self, name: str, params: dict[str, Any], model, tokenizer, *, timeout_s: float, workers: int = 1,
                  sync=None, address: str | None = None, num_cpus: int | None = None, actor_cpus: float = 1.0,
-                 extra_bundles: list[dict] | None = None):  # fmt: skip
+                 placement=None, owns_ray: bool | None = None):  # fmt: skip
+        """`placement` (`covey.runtime.placement.plan`): the run's whole placement group (engine, learner
+        and reward bundles); None: `workers` engine bundles of `actor_cpus` CPUs, or 1 GPU on CUDA.
+        `owns_ray`: close() stops Ray (default: when this call started it)."""
         import ray
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        from covey.runtime.placement import Placement
         from covey.runtime.weight_sync import ObjectStoreSync
 
         self._ray, self.timeout_s = ray, float(timeout_s)
         self.sync = sync if sync is not None else ObjectStoreSync(timeout_s)
-        self._started = not ray.is_initialized()
-        if self._started:
+        self._started = not ray.is_initialized() if owns_ray is None else owns_ray
+        if not ray.is_initialized():
             address = address or os.environ.get("RAY_ADDRESS")
             ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
                      log_to_driver=False, ignore_reinit_error=True)  # fmt: skip
+        if placement is None:
+            gpu = str(params.get("device", "cpu")).startswith("cuda")
+            res = {"num_cpus": 0.0 if gpu else float(actor_cpus), "num_gpus": 1.0 if gpu else 0.0}
+            placement = Placement([actor_bundle(gpu, actor_cpus) for _ in range(workers)], list(range(workers)), [], [], res)
+        self.layout = placement
+        workers = len(placement.engine)
         run = uuid.uuid4().hex[:6]
         self.actor_names = [f"covey-engine-{name.rsplit(':', 1)[-1]}-{run}-{i}" for i in range(workers)]
         self.actor_name = self.actor_names[0]
-        gpu = str(params.get("device", "cpu")).startswith("cuda")
-        bundle = actor_bundle(gpu, actor_cpus)
-        self.run_id, self.extra_bundles = run, [dict(b) for b in extra_bundles or []]
-        bundles = [dict(bundle) for _ in range(workers)] + self.extra_bundles
-        self._pg = placement_group(bundles, strategy="PACK", name=f"covey-{run}")
+        self.run_id = run
+        bundles = [dict(b) for b in placement.bundles]
+        self._pg = placement_group(bundles, strategy=placement.strategy, name=f"covey-{run}")
         self._actors: list | None = []
         if not self._wait(self._pg.ready(), "the placement group"):
             self.close()
-            raise RayEngineError(f"placement group covey-{run}: bundles {bundles} not available within runtime.timeout_s="
-                                 f"{self.timeout_s:g} s (cluster resources: {ray.cluster_resources()})")  # fmt: skip
+            raise RayEngineError(f"placement group covey-{run} ({placement.strategy}): bundles {bundles} not available within "
+                                 f"runtime.timeout_s={self.timeout_s:g} s (cluster resources: {ray.cluster_resources()})")  # fmt: skip
         try:
             cls, model_ref = _worker_class(), ray.put(model)
+            res = placement.engine_resources
             for i, actor in enumerate(self.actor_names):
-                strategy = PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=i)
-                self._actors.append(cls.options(name=actor, num_cpus=0 if gpu else actor_cpus, num_gpus=1 if gpu else 0,
-                                                scheduling_strategy=strategy).remote(name, dict(params), model_ref, tokenizer, self.sync))  # fmt: skip
+                self._actors.append(cls.options(name=actor, num_cpus=res["num_cpus"], num_gpus=res["num_gpus"],
+                                                scheduling_strategy=self.bundle_strategy(placement.engine[i]))
+                                    .remote(name, dict(params), model_ref, tokenizer, self.sync, placement.colocate))  # fmt: skip
             infos = self._gather([a.info.remote() for a in self._actors], "start")
             if self.sync.name == "broadcast":  # the sender (this process, rank 0) and every worker join at once
                 host, port = self.sync.address()
@@ -136,11 +149,12 @@ class RayEngine:
             raise
         self.pad_token_id, self.version, self.dtype = infos[0]
 
-    def placement(self, i: int):
-        """The scheduling strategy for extra bundle i (the learner group's and reward pool's actors share the group)."""
+    def bundle_strategy(self, index: int):
+        """The scheduling strategy for bundle `index` of the run's placement group (learner and reward
+        actors are placed through it: `self.layout` says which bundle is whose)."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        return PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=len(self.actor_names) + i)
+        return PlacementGroupSchedulingStrategy(placement_group=self._pg, placement_group_bundle_index=index)
 
     def _wait(self, ref, what: str) -> bool:
         ready, _ = self._ray.wait([ref], timeout=self.timeout_s)

@@ -1,7 +1,8 @@
 """`runtime.learner_workers: N` (N >= 2) under `executor: ray`: the learner group as N Ray actors.
 
-The actors `covey-learner-<run id>-<rank>` live in the engine workers' placement group (one bundle
-each: `runtime.actor_cpus` CPUs, or 1 GPU when the run's device is CUDA) and join one
+The actors `covey-learner-<run id>-<rank>` live in the run's placement group (`covey.runtime.placement`:
+a bundle each, or the bundle of their engine under `runtime.colocate`; `runtime.actor_cpus` CPUs, or
+`runtime.learner_gpus` GPUs when the run's device is CUDA) and join one
 torch.distributed group (gloo on CPU, NCCL on GPU; rank 0's node address and a free port are the
 rendezvous; every collective times out after `runtime.timeout_s`). Each holds a copy of the model
 and of the optimizer and runs `covey.runtime.data_parallel.DataParallelLearner` (the one home of the
@@ -37,14 +38,9 @@ from pathlib import Path
 
 import torch
 
-from covey.runtime.ray_actors import RayActorFailed, actor_bundle, gather
+from covey.runtime.ray_actors import RayActorFailed, gather
 
-__all__ = ["LearnerGroup", "learner_bundles"]
-
-
-def learner_bundles(workers: int, device: str, cpus: float) -> list[dict[str, float]]:
-    """The placement-group bundles of `workers` learner actors (none for the driver's single learner)."""
-    return [] if workers < 2 else [actor_bundle(str(device).startswith("cuda"), cpus) for _ in range(workers)]
+__all__ = ["LearnerGroup"]
 
 
 def _worker_class():
@@ -133,7 +129,7 @@ def _worker_class():
 class LearnerGroup:
     """N learner actors behind the driver learner's `update(batch, generator)` (module docstring)."""
 
-    def __init__(self, learner, model, optimizer, scheduler, cfg, engine, *, first_bundle: int = 0, resume=None):
+    def __init__(self, learner, model, optimizer, scheduler, cfg, engine, *, resume=None):
         import ray
 
         rt = cfg.runtime
@@ -156,8 +152,9 @@ class LearnerGroup:
         self._actors: list | None = []
         try:
             for r, name in enumerate(self.names):
-                self._actors.append(cls.options(name=name, num_cpus=0 if cuda else rt.actor_cpus, num_gpus=1 if cuda else 0,
-                                                scheduling_strategy=engine.placement(first_bundle + r))
+                res = engine.layout.learner_resources
+                self._actors.append(cls.options(name=name, num_cpus=res["num_cpus"], num_gpus=res["num_gpus"],
+                                                scheduling_strategy=engine.bundle_strategy(engine.layout.learner[r]))
                                     .remote(r, self.world, model_ref, cfg.algo, options, cfg.optim, cfg.steps, cuda,
                                             cfg.threads, sharding))  # fmt: skip
             init = self._gather([self._actors[0].address.remote()], "start", [0])[0]

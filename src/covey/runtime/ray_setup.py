@@ -1,16 +1,16 @@
 """`executor: ray`: what the trainer asks of the runtime, in one place.
 
-`build_engine` creates the one placement group (engine workers, then the learner actors' bundles,
-then the reward actors') and its `RayEngine`, and hands the reward runner a Ray pool factory when
-`runtime.reward_workers` asks for one; `build_learner_group` starts the learner actors
-(`runtime.learner_workers >= 2`). The trainer names neither Ray nor a transport.
+`connect` joins the cluster and checks it can hold the run before any model loads; `build_engine`
+creates the one placement group (`covey.runtime.placement`) and its `RayEngine`, and hands the
+reward runner a Ray pool factory when `runtime.reward_workers` asks for one; `build_learner_group`
+starts the learner actors (`runtime.learner_workers >= 2`). The trainer names no transport.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["build_engine", "build_learner_group", "weight_sync"]
+__all__ = ["build_engine", "build_learner_group", "connect", "weight_sync"]
 
 
 def weight_sync(cfg, run_dir: Path):
@@ -26,21 +26,69 @@ def weight_sync(cfg, run_dir: Path):
     return ObjectStoreSync(rt.timeout_s)
 
 
-def build_engine(cfg, run_dir: Path, engine_params: dict, source, tokenizer, rewards):
-    """The `RayEngine` over `runtime.engine_workers` actors, in a placement group that also holds the
-    learner actors' and reward actors' bundles; sets `rewards.pool_factory` for `reward_workers`."""
+def connect(cfg) -> bool:
+    """Join (or start) the Ray cluster and check that it can hold the run's placement group, before any
+    model loads: an unreachable `runtime.ray_address` or a group larger than the cluster is one line,
+    within `runtime.timeout_s`, never a hang. Returns whether this call started Ray (the run stops it)."""
+    import os
+
+    import ray
+
+    from covey.runtime.placement import check_cluster, plan
+
+    rt = cfg.runtime
+    if ray.is_initialized():
+        started = False
+    else:
+        address = rt.ray_address or os.environ.get("RAY_ADDRESS")
+        if address and address not in ("auto", "local"):
+            _probe(address, min(rt.timeout_s, 15.0))
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        except (ConnectionError, TimeoutError, RuntimeError) as e:
+            raise ValueError(f"runtime.ray_address {address!r}: could not join the Ray cluster: "
+                             f"{' '.join(str(e).split())[:200]}") from None  # fmt: skip
+        started = True
+    try:
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        check_cluster(plan(cfg), ray.cluster_resources(), nodes)
+    except BaseException:
+        if started:
+            ray.shutdown()
+        raise
+    return started
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """A TCP connection to the address's GCS port (ray://host:port: the client server) within timeout_s."""
+    import socket
+
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"runtime.ray_address {address!r}: expected host:port (what `ray start --head` prints), "
+                         "ray://host:port, or auto")  # fmt: skip
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ValueError(f"runtime.ray_address {address!r}: no Ray cluster answers there within {timeout_s:g} s "
+                         f"({type(e).__name__}: {e}); start one with `ray start --head` or fix the address") from None  # fmt: skip
+
+
+def build_engine(cfg, run_dir: Path, engine_params: dict, source, tokenizer, rewards, owns_ray: bool | None = None):
+    """The `RayEngine` over `runtime.engine_workers` actors, in the run's one placement group
+    (`covey.runtime.placement`); sets `rewards.pool_factory` for `runtime.reward_workers`."""
+    from covey.runtime.placement import plan
     from covey.runtime.ray_engine import RayEngine
-    from covey.runtime.ray_learner import learner_bundles
     from covey.runtime.ray_rewards import RayRewardPool
 
     rt = cfg.runtime
-    learners = learner_bundles(rt.learner_workers, cfg.resolved_device(), rt.actor_cpus)  # one placement group for all
+    layout = plan(cfg)
     engine = RayEngine(cfg.engine.name, engine_params, source, tokenizer, timeout_s=rt.timeout_s,
-                       workers=rt.engine_workers, sync=weight_sync(cfg, run_dir), address=rt.ray_address,
-                       actor_cpus=rt.actor_cpus, extra_bundles=learners + [{"CPU": rt.actor_cpus}] * rt.reward_workers)  # fmt: skip
+                       sync=weight_sync(cfg, run_dir), address=rt.ray_address, placement=layout, owns_ray=owns_ray)  # fmt: skip
     if rt.reward_workers:  # the reward runner's pool as Ray actors (covey.runtime.ray_rewards)
         rewards.pool_factory = lambda n, _context: RayRewardPool(
-            n, placement=lambda i: engine.placement(len(learners) + i), run_id=engine.run_id,
+            n, placement=lambda i: engine.bundle_strategy(layout.reward[i]), run_id=engine.run_id,
             cpus=rt.actor_cpus, timeout_s=rt.timeout_s)  # fmt: skip
     return engine
 

@@ -79,6 +79,11 @@ class Trainer:
         self.strategy = STRATEGIES.build(cfg.strategy_spec().name, cfg.strategy_spec().params)
         check_run(cfg, self.task, reward_funcs)  # what `covey config show` checks too
         self.rewards = build_rewards(cfg, self.task, reward_funcs)  # bad reward names/params fail before the model loads
+        self._owns_ray = None
+        if cfg.runtime.executor == "ray":  # the cluster answers and can hold the run, before the model loads
+            from covey.runtime.ray_setup import connect
+
+            self._owns_ray = connect(cfg)
         self.model, self.tokenizer = load_policy(cfg.model, model=model, tokenizer=tokenizer, device=self.device)
         self.max_prompt_tokens, why = prompt_token_limit(self.model, self.task, cfg.sampling.max_new_tokens)
         if self.max_prompt_tokens:  # long prompts fail (or are skipped) now, not when first sampled
@@ -125,7 +130,7 @@ class Trainer:
         if cfg.runtime.executor == "ray":  # the engine in Ray actors, built there from a copy of the model
             from covey.runtime.ray_setup import build_engine
 
-            self.engine = build_engine(cfg, self.run_dir, engine_params, source, self.tokenizer, self.rewards)
+            self.engine = build_engine(cfg, self.run_dir, engine_params, source, self.tokenizer, self.rewards, self._owns_ray)
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
         self.reference_engine = None  # XPO's reference samples: an engine over the frozen reference
