@@ -521,12 +521,14 @@ def bench_generate(
     threads: Annotated[int, typer.Option(help="torch threads for both engines (0 = torch's default).")] = 0,
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",
     hf_static: Annotated[str, typer.Option(help='also time HF with cache_implementation="static": auto (CUDA only), yes, no.')] = "auto",
+    hf_static_budget: Annotated[float, typer.Option(help="seconds for the HF static runs (warm-up included); past it they are skipped, and the result says so.")] = 120.0,
 ):
     """covey's engine vs HF generate on the same model, prompts and settings (tokens/s and ratio)."""
     from covey.bench.generate import generate_cmd
 
     generate_cmd(model=model, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
-                 repeats=repeats, threads=threads, device=device, hf_static=hf_static)  # fmt: skip
+                 repeats=repeats, threads=threads, device=device, hf_static=hf_static,
+                 hf_static_budget_s=hf_static_budget)  # fmt: skip
 
 
 @bench_app.command("step-vs-trl")
