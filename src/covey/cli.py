@@ -189,6 +189,26 @@ def config_show(
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
+@app.command("plan")
+def plan_cmd(
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config (as for covey train).")] = None,
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides, e.g. runtime.sharding=fsdp2")] = None,
+    prompt_tokens: Annotated[int, typer.Option(help="Tokens per prompt to plan for.")] = 256,
+    device_memory_gb: Annotated[Optional[float], typer.Option(help="GiB per device (default: this machine's CUDA device's, else 80).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
+):
+    """Memory per device of the learner and engine pools, from the config and the model's config.json
+    (no weights loaded): weights, gradients, optimizer state, activations, KV cache; fits or not."""
+    from covey.plan import plan_config, render
+
+    config, overrides = _split_config_arg(config, overrides)
+    plan = plan_config(config, overrides, prompt_tokens=prompt_tokens, device_memory_gb=device_memory_gb)
+    if json_out:
+        typer.echo(json.dumps(plan.to_json()))
+    else:
+        render(plan)
+
+
 def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     """(kind, config key, rows of (name, summary, paper/arXiv, parameters)) for every registry and
     preset table, in the order a config file reads."""
