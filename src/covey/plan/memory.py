@@ -60,6 +60,7 @@ log-probs: one layer at a time), the prefill attention of the engine, NCCL buffe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -229,6 +230,9 @@ def learner_pool(a: Architecture, s: Settings) -> Pool:
         add(Item("bf16 weight copies", 2 * copies, "backward", note="autocast's casts, kept for the backward"))
     act, how = activation_bytes(a, s, rows)
     add(Item("activations", act, "backward", note=f"micro-batch: {how}"))
+    other = activation_bytes(a, dataclasses.replace(s, gradient_checkpointing=not s.gradient_checkpointing), rows)[0]
+    pool.notes.append(f"activations {'without' if s.gradient_checkpointing else 'with'} gradient checkpointing: "
+                      f"{other / GiB:.2f} GiB per micro-batch (model.gradient_checkpointing)")  # fmt: skip
     add(Item("head logits", head_bytes(a, s, rows, trainable_head=not lora), "backward",
              note=f"{min(HEAD_CHUNK, rows * s.new_tokens)} tokens x {a.vocab} vocab"))  # fmt: skip
     if ranks > 1 and not fsdp:
