@@ -62,7 +62,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_settings_train_refuses_today_are_planned():
-    """fsdp2, colocate and cuda on a machine without CUDA: covey train refuses them here, covey plan plans them."""
+    """colocate (not built yet), fsdp2 with offload and cuda on a machine without CUDA: covey plan plans them."""
     r = _plan("model.name=tiny-llama", "device=cuda", "runtime.executor=ray", "runtime.learner_workers=2",
               "runtime.sharding=fsdp2", "runtime.colocate=true", "runtime.fsdp_offload=true", "--json")  # fmt: skip
     assert r.exit_code == 0, r.output

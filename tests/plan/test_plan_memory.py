@@ -132,3 +132,13 @@ def test_colocated_ray_devices_add_the_two_peaks():
     assert (alone.count, alone.bytes) == (4, learner.peak)
     separate = _devices(dataclasses.replace(s, colocate=False), learner, engine, 80 * GiB)
     assert [(d.name, d.count) for d in separate] == [("learner device", 8), ("engine device", 4)]
+
+
+def test_fsdp2_gathers_bf16_on_cuda_and_fp32_with_autocast_copies_elsewhere():
+    # covey.runtime.sharded: MixedPrecisionPolicy(bf16, fp32) on CUDA; on the CPU fp32 shards and the learner's autocast
+    cuda = learner_pool(TINY, _s(sharding="fsdp2", learner_workers=2))
+    cpu = learner_pool(TINY, _s(sharding="fsdp2", learner_workers=2, device="cpu"))
+    assert _item(cuda, "gathered units").bytes == 2 * (TINY.root + 2 * TINY.layer)
+    assert _item(cpu, "gathered units").bytes == 4 * (TINY.root + 2 * TINY.layer)
+    assert not [i for i in cuda.items if i.name == "bf16 weight copies"]
+    assert _item(cpu, "bf16 weight copies").bytes == 2 * TINY.layers * TINY.layer_matmul

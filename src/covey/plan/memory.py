@@ -17,12 +17,13 @@ Learner, per rank (bytes per parameter P, trainable parameters P_t):
   exp_avg + exp_avg_sq fp32 (8 P_t); a frozen fp32 reference copy (4 P) when the loss or reward
   reads reference log-probs (a KL term) and the policy is not LoRA (LoRA's reference is the base
   with adapters off). LoRA: P counts the frozen base plus the adapters, P_t only the adapters.
-- fsdp2: those divided by `runtime.learner_workers` (sharded), plus the gathered units: the root
-  (embedding, final norm, head) and two decoder layers (the one computing and the one prefetched) in
-  the compute dtype, and one unit's unsharded gradient (compute dtype, then fp32 for the
-  reduce-scatter). `runtime.fsdp_offload`: the sharded state in host memory instead.
-- ddp (no fsdp2), bf16: autocast's bf16 copies of every decoder-layer weight (2 bytes each), kept
-  for the backward. With learner_workers >= 2 the gradients are summed through one flat buffer
+- fsdp2 (`covey.runtime.sharded`): those divided by `runtime.learner_workers` (sharded), plus the
+  gathered units: the root (embedding, final norm, head) and two decoder layers (the one computing
+  and the one prefetched), and one unit's unsharded gradient before its reduce-scatter; on CUDA in
+  bf16 (the mixed-precision policy; the gradient then in fp32 for the reduction), elsewhere in fp32.
+  `runtime.fsdp_offload`: the sharded state in host memory instead.
+- bf16 without FSDP2's mixed precision (ddp, one process, fsdp2 on the CPU): autocast's bf16 copies
+  of every decoder-layer weight (2 bytes each), kept for the backward. With learner_workers >= 2 the gradients are summed through one flat buffer
   (4 P_t, at the step: `covey.runtime.data_parallel.all_reduce_grads`).
 - activations of one micro-batch (rows per rank = micro_batch_size, at most the rank's share of a
   mini-batch), counted per token and layer from what autograd saves in transformers' Llama/Qwen2
@@ -192,7 +193,7 @@ def head_bytes(a: Architecture, s: Settings, rows: int, trainable_head: bool) ->
     c = _compute_bytes(s.dtype)
     chunk = min(HEAD_CHUNK, rows * s.new_tokens)
     logits = chunk * a.vocab * (4 + 2 * c if c == 2 else 8)
-    if s.sharding == "fsdp2" and s.executor == "ray":
+    if s.sharding == "fsdp2" and s.executor == "ray" and s.device == "cuda" and c == 2:
         per_weight = c if trainable_head else 0
     else:  # the weight cast to the compute dtype; its gradient in that dtype, then in the weight's fp32
         per_weight = (c if c == 2 else 0) + ((c + 4 if c == 2 else 4) if trainable_head else 0)
@@ -220,12 +221,14 @@ def learner_pool(a: Architecture, s: Settings) -> Pool:
     if s.reference and not lora:
         add(Item("reference model", 4 * a.total / shard, where=state, note=f"frozen fp32 copy for the KL term{part}"))
     rows = learner_micro_rows(s)
+    mixed = fsdp and s.device == "cuda" and c == 2  # covey.runtime.sharded: bf16 gathers, fp32 reduction
     if fsdp:
-        gathered = (a.root + 2 * a.layer) * c
+        g = c if mixed else 4  # without the mixed-precision policy (CPU, fp32) the shards are gathered in fp32
         unit = a.lora(s.lora_rank, s.lora_targets) // a.layers if lora else max(a.root, a.layer)
-        add(Item("gathered units", gathered, "backward", note=f"root + 2 layers in {s.dtype} (FSDP2 all-gather)"))
-        add(Item("unsharded gradient", unit * (c + 4 if c == 2 else 4), "backward", note="one unit, before its reduce-scatter"))
-    elif c == 2:
+        add(Item("gathered units", (a.root + 2 * a.layer) * g, "backward",
+                 note=f"root + 2 layers in {'bf16' if g == 2 else 'fp32'} (FSDP2 all-gather)"))  # fmt: skip
+        add(Item("unsharded gradient", unit * (g + 4 if g == 2 else 4), "backward", note="one unit, before its reduce-scatter"))
+    if not mixed and c == 2:
         copies = a.layer_matmul * (1 if lora and s.gradient_checkpointing else a.layers)
         add(Item("bf16 weight copies", 2 * copies, "backward", note="autocast's casts, kept for the backward"))
     act, how = activation_bytes(a, s, rows)
