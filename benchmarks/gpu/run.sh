@@ -28,8 +28,8 @@ else
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 fi
 covey() { $PY -c "import sys; from covey.cli import app; sys.argv[0] = 'covey'; app()" "$@"; }
-if [ -n "${SMOKE:-}" ]; then DEV=cpu; MODEL=tiny-llama; NEW=8; REP=1; THREADS=1; T=1
-else DEV=cuda; MODEL=/tmp/smollm2; NEW=256; REP=3; THREADS=4; T=0; fi
+if [ -n "${SMOKE:-}" ]; then DEV=cpu; MODEL=tiny-llama; NEW=8; REP=1; THREADS=1; T=1; SBUDGET=200
+else DEV=cuda; MODEL=/tmp/smollm2; NEW=256; REP=3; THREADS=4; T=0; SBUDGET=50; fi
 QUICK=$( [ -d .gpu/sft-tiny ] && echo "$PWD/.gpu/sft-tiny" || echo tiny-llama )  # SFT-warmed tiny model (prepare.sh)
 RUNS=/tmp/covey-gpu-runs
 rm -rf "$RUNS"
@@ -46,7 +46,7 @@ part() {
   echo "{\"part\": \"$name\", \"rc\": $rc, \"seconds\": $((SECONDS - t0))}" | tee -a "$RESULTS"
 }
 export -f covey
-export PY DEV MODEL NEW REP THREADS QUICK RUNS OUT RESULTS SMOKE T
+export PY DEV MODEL NEW REP THREADS QUICK RUNS OUT RESULTS SMOKE T SBUDGET
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
   $PY -c "import torch, transformers, covey; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
@@ -91,9 +91,10 @@ with open(os.environ["RESULTS"], "a") as f:
 EOF
 }
 
-part_generate() {  # HF static cache compiles its decode step on CUDA (in the untimed warm-up)
+part_generate() {  # HF static cache compiles its decode step on CUDA (in the untimed warm-up): its runs get
+  # their own process and at most SBUDGET seconds, after the covey/HF-dynamic pair (phases logged to stderr)
   covey bench generate --model "$MODEL" --batch 64 --prompt-tokens 32 --new-tokens $NEW --dtype bf16 \
-    --repeats $REP --device $DEV --hf-static yes | tee -a "$RESULTS"
+    --repeats $REP --device $DEV --hf-static yes --hf-static-budget $SBUDGET | tee -a "$RESULTS"
 }
 
 part_steps() {

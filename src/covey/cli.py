@@ -189,6 +189,26 @@ def config_show(
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
+@app.command("plan")
+def plan_cmd(
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config (as for covey train).")] = None,
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides, e.g. runtime.sharding=fsdp2")] = None,
+    prompt_tokens: Annotated[int, typer.Option(help="Tokens per prompt to plan for.")] = 256,
+    device_memory_gb: Annotated[Optional[float], typer.Option(help="GiB per device (default: this machine's CUDA device's, else 80).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
+):
+    """Memory per device of the learner and engine pools, from the config and the model's config.json
+    (no weights loaded): weights, gradients, optimizer state, activations, KV cache; fits or not."""
+    from covey.plan import plan_config, render
+
+    config, overrides = _split_config_arg(config, overrides)
+    plan = plan_config(config, overrides, prompt_tokens=prompt_tokens, device_memory_gb=device_memory_gb)
+    if json_out:
+        typer.echo(json.dumps(plan.to_json()))
+    else:
+        render(plan)
+
+
 def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     """(kind, config key, rows of (name, summary, paper/arXiv, parameters)) for every registry and
     preset table, in the order a config file reads."""
@@ -521,12 +541,14 @@ def bench_generate(
     threads: Annotated[int, typer.Option(help="torch threads for both engines (0 = torch's default).")] = 0,
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto (CUDA when present).")] = "auto",
     hf_static: Annotated[str, typer.Option(help='also time HF with cache_implementation="static": auto (CUDA only), yes, no.')] = "auto",
+    hf_static_budget: Annotated[float, typer.Option(help="seconds for the HF static runs (warm-up included); past it they are skipped, and the result says so.")] = 120.0,
 ):
     """covey's engine vs HF generate on the same model, prompts and settings (tokens/s and ratio)."""
     from covey.bench.generate import generate_cmd
 
     generate_cmd(model=model, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
-                 repeats=repeats, threads=threads, device=device, hf_static=hf_static)  # fmt: skip
+                 repeats=repeats, threads=threads, device=device, hf_static=hf_static,
+                 hf_static_budget_s=hf_static_budget)  # fmt: skip
 
 
 @bench_app.command("step-vs-trl")

@@ -13,10 +13,23 @@ def test_bench_generate_reports_both_engines_on_a_tiny_run():
     assert 0 < r["ceiling_fraction"] < 1
 
 
-def test_bench_generate_times_hf_static_cache_when_asked():
+def test_bench_generate_times_hf_static_cache_when_asked(capfd):
     r = bench_generate("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, dtype="fp32", repeats=1, hf_static="yes")
     assert r["hf_static_tok_s"] > 0 and r["ratio_vs_hf_static"] > 0 and len(r["hf_static_s"]) == 1
+    assert r["hf_static_tok_s"] == pytest.approx(2 * 3 / r["hf_static_s"][0], rel=0.01) and r["hf_static_warmup_s"] > 0
     assert "hf_static_tok_s" not in bench_generate("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, dtype="fp32", repeats=1)
+    log = capfd.readouterr().err  # each phase is logged with its time (a timeout shows where it was)
+    for phase in ("loaded tiny-llama", "covey warm-up:", "HF warm-up (dynamic cache):", "repeat 1/1: covey",
+                  "HF static warm-up:", "HF static repeat 1/1"):  # fmt: skip
+        assert phase in log, phase
+
+
+def test_hf_static_runs_past_their_budget_are_skipped_and_said_so():
+    r = bench_generate("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, dtype="fp32", repeats=1, hf_static="yes",
+                       hf_static_budget_s=0.5)  # fmt: skip (a child process cannot even import torch in 0.5 s)
+    assert r["hf_static"].startswith("skipped: not done within the 0.5 s budget")
+    assert "hf_static_tok_s" not in r and "ratio_vs_hf_static" not in r
+    assert r["covey_tok_s"] > 0 and r["hf_tok_s"] > 0  # the main pair still comes back
 
 
 def test_bench_generate_rejects_bad_settings():
@@ -26,6 +39,8 @@ def test_bench_generate_rejects_bad_settings():
         bench_generate("tiny-llama", batch=0)
     with pytest.raises(ValueError, match="hf_static"):
         bench_generate("tiny-llama", hf_static="maybe")
+    with pytest.raises(ValueError, match="hf_static_budget_s must be > 0"):
+        bench_generate("tiny-llama", hf_static_budget_s=0)
 
 
 def test_bench_generate_pairs_each_dtype_and_takes_each_engine_at_its_faster_one():

@@ -18,11 +18,31 @@ def digit_fraction(prompts, completions, **_):
     return [sum(ch.isdigit() for ch in t) / max(len(t), 1) for t in texts]
 
 
-def test_first_step_loss_advantages_and_gradient_match_trl():
+def test_first_step_loss_advantages_and_gradient_match_trl(monkeypatch):
+    # The loss sees only micro-batches the learner moved to its device itself (on CUDA a batch left on
+    # the CPU crashed in the surrogate: logp on cuda:0, old_logp on cpu). On the CPU the devices agree
+    # anyway, so check the path: every batch `_loss` gets came out of `Learner._micro`.
+    from covey.learner.learner import Learner
+
+    moved: list = []
+    micro, loss = Learner._micro, Learner._loss
+
+    def spy_micro(self, *a, **k):
+        out = micro(self, *a, **k)
+        moved.append(out[0])
+        return out
+
+    def spy_loss(self, batch, *a, **k):
+        assert any(batch is m for m in moved), "the loss got a batch that did not go through Learner._micro"
+        return loss(self, batch, *a, **k)
+
+    monkeypatch.setattr(Learner, "_micro", spy_micro)
+    monkeypatch.setattr(Learner, "_loss", spy_loss)
     # EOS allowed (fixed_length=False): unequal lengths make the token-mean loss non-zero at ratio 1.
     r = first_step_match(
         "tiny-llama", prompts=4, group_size=4, new_tokens=16, reward=digit_fraction, fixed_length=False
     )
+    assert len(moved) == 1
     assert r["advantages_nonzero"] > 0 and r["grad_norm_trl"] > 0  # the comparison is not vacuous
     assert r["loss_abs_diff"] < 1e-5
     assert r["advantages_max_abs_diff"] < 1e-5

@@ -56,7 +56,9 @@ def test_decode_loop_does_not_synchronise_every_token(tiny):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
-    assert len(syncs) < 64 // 2, f"{len(syncs)} host synchronisations for 64 tokens"
+    # ignore_eos: no row can stop early, so the loop never counts finished rows; what remains is the
+    # one wait for the results (tests/engine/test_host_syncs.py counts the same path on the CPU).
+    assert len(syncs) <= 64 // 8, f"{len(syncs)} host synchronisations for 64 tokens"
 
 
 def test_greedy_equals_hf_generate_on_cuda(tiny):

@@ -256,7 +256,10 @@ def first_step_match(
     totals = BatchTotals(num_tokens=float(mask.sum()), num_seqs=seqs, max_new_tokens=new_tokens)
     initial.train()
     initial.zero_grad(set_to_none=True)
-    loss, _ = learner._loss(batch, mask, totals)  # the exact loss an update would backpropagate
+    # The batch reaches the loss as in an update: one micro-batch of all rows, moved to the learner's
+    # device by the learner's own `_micro` (the batch itself stays on the CPU, like the engine's).
+    micro, micro_mask, extra = learner._micro(batch, {}, torch.arange(len(batch)))
+    loss, _ = learner._loss(micro, micro_mask, totals, extra)  # the exact loss an update would backpropagate
     loss.backward()
 
     g_trl = rec["grads"]

@@ -44,6 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from covey.devices import host_reads_free
+
 __all__ = ["DecoderWeights", "KVCache", "decode_step", "hidden_states", "new_cache", "pack_weights", "prefill", "step_tables"]
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
@@ -345,12 +347,14 @@ def _qkv(x: Tensor, lw: LayerWeights, w: DecoderWeights, cos: Tensor, sin: Tenso
     return _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
 
-def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache) -> Tensor:
+def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache, dense: bool | None = None) -> Tensor:
     """Run left-padded prompts ids [B, P] through the model, filling columns [0, P) of kv's B rows.
 
-    valid [B, P] bool marks real tokens. Returns the last position's logits [B, V] (fp32).
+    valid [B, P] bool marks real tokens; `dense`: whether all of them are (the caller knows it on
+    the host; None: read from `valid`, a host synchronisation on CUDA). Returns the last position's
+    logits [B, V] (fp32).
     """
-    x = _trunk(w, ids, valid, kv)
+    x = _trunk(w, ids, valid, kv, dense)
     last = _rms(x[:, -1], w.norm, w.eps)
     return _linear(last, w.lm_head, None, w.packed_head).float()
 
@@ -361,7 +365,7 @@ def hidden_states(w: DecoderWeights, ids: Tensor, valid: Tensor) -> Tensor:
     return _rms(_trunk(w, ids, valid, None), w.norm, w.eps)
 
 
-def _trunk(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache | None) -> Tensor:
+def _trunk(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache | None, dense: bool | None = None) -> Tensor:
     """The decoder layers over left-padded ids [B, P]: the residual stream [B, P, H] before the
     final norm; keys and values go to columns [0, P) of kv's rows (when given)."""
     b, p = ids.shape
@@ -372,7 +376,8 @@ def _trunk(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache | None) ->
     # A padded query sees itself only: it must not see nothing (an all-masked row gives NaN, and
     # NaN in a padded column's cache would poison every row through 0 * NaN in attention).
     mask = (causal & valid[:, None, :]) | torch.eye(p, dtype=torch.bool, device=dev)  # [B, P, P]
-    mask = None if bool(valid.all()) else mask[:, None]  # [B, 1, P, P]; none: the plain causal kernel
+    dense = bool(valid.all()) if dense is None else dense
+    mask = None if dense else mask[:, None]  # [B, 1, P, P]; none: the plain causal kernel
     x = F.embedding(ids, w.embed)
     for li, lw in enumerate(w.layers):
         h = _rms(x, lw.ln1, w.eps)
@@ -398,11 +403,14 @@ def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tupl
     half = w.head_dim // 2
     cos, sin = w.rope_cos[pos], w.rope_sin[pos]  # [B, D]
     sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
-    heads = torch.tensor([w.scaling] * w.n_heads + [1.0] * w.n_kv_heads, dtype=cos.dtype, device=cos.device)[:, None]  # [Hq+Hkv, 1]
+    # Filled on the device: a table built from a Python list is a host-to-device copy, on CUDA one
+    # host synchronisation per decode step.
+    heads = torch.cat([torch.full((w.n_heads, 1), w.scaling, dtype=cos.dtype, device=cos.device),
+                       torch.ones(w.n_kv_heads, 1, dtype=cos.dtype, device=cos.device)])  # [Hq+Hkv, 1]  # fmt: skip
     cos, sin = cos[:, None] * heads, sin[:, None] * heads  # [B, Hq+Hkv, D]
     seen = valid[:, : col + 1]
     bias = None
-    if seen.device.type != "cpu" or not bool(seen.all()):  # on CUDA: always a bias, no host round trip
+    if not host_reads_free(seen.device) or not bool(seen.all()):  # on CUDA: always a bias, no host round trip
         bias = torch.zeros(seen.shape, dtype=cos.dtype, device=cos.device).masked_fill_(~seen, float("-inf"))[:, None, None]
     return cos, sin, bias
 

@@ -15,8 +15,10 @@ from a `torch.Generator`, so a row's tokens depend only on its own uniforms and 
 rows from the batch (compaction) or reordering them does not change them.
 
 Devices: everything runs on the logits' device without a host synchronisation (no `.item()` or
-`bool(...)` on device tensors), except top-p on CPU, which first tries the 1024 best tokens; on CUDA
-it sorts the whole vocabulary (cheap there, and no round trip to the host).
+`bool(...)` on device tensors) wherever host reads are not free (`covey.devices.host_reads_free`:
+CUDA). On the CPU two shortcuts read a value: top-p first tries the 1024 best tokens (on CUDA it
+sorts the whole vocabulary: cheap there, and no round trip to the host), and the inverse-CDF draw
+skips its zero-probability fallback when no row needs it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from covey.devices import host_reads_free
 
 __all__ = ["filter_logits", "inverse_cdf", "sample_tokens", "validate_sampling"]
 
@@ -69,7 +73,7 @@ def filter_logits(logits: Tensor, *, top_k: int = 0, top_p: float = 1.0, min_p: 
 
 def _top_p(logits: Tensor, top_p: float) -> Tensor:
     probs = logits.softmax(-1)
-    k = min(_TOPP_PREFIX, logits.shape[-1]) if logits.device.type == "cpu" else logits.shape[-1]
+    k = min(_TOPP_PREFIX, logits.shape[-1]) if host_reads_free(logits.device) else logits.shape[-1]
     vals, idx = torch.topk(probs, k, dim=-1)  # sorted descending
     if k < logits.shape[-1] and not bool((vals.sum(-1) >= top_p).all()):
         vals, idx = torch.sort(probs, dim=-1, descending=True)  # rare: a very flat distribution
@@ -160,6 +164,6 @@ def inverse_cdf(probs: Tensor, uniforms: Tensor) -> Tensor:
     j = torch.searchsorted(inner, rest, right=True).clamp_max(_BLOCK - 1)
     tokens = (bi * _BLOCK + j).squeeze(-1).clamp_max(v - 1)
     zero = probs.gather(-1, tokens[:, None]).squeeze(-1) <= 0
-    if probs.device.type == "cpu":  # on CPU the check is cheaper than the argmax
+    if host_reads_free(probs.device):  # on CPU the check is cheaper than the argmax
         return torch.where(zero, probs.argmax(-1), tokens) if bool(zero.any()) else tokens
     return torch.where(zero, probs.argmax(-1), tokens)  # no host synchronisation

@@ -18,8 +18,13 @@ from the seeded generator and moved, so a seeded run draws the same numbers on e
 tokens then agree up to the devices' rounding of the logits). The returned `Generation` is on the
 CPU (rewards and advantages work there; the learner moves what it needs). On CUDA the decode loop
 does not synchronise with the host each token: finished rows are only counted (for early exit
-and compaction) every `sync_every` steps (default 8 on CUDA, 1 on CPU); rows that finished in
-between keep decoding into positions that are masked out. Stop strings need the host each step.
+and compaction) every `sync_every` steps (default 8 on CUDA, 1 on CPU), and never when no row can
+finish early (no stop tokens, no stop strings, no per-prompt limits: `ignore_eos` benchmarks); rows
+that finished in between keep decoding into positions that are masked out. Host tables (prompts,
+limits, the call's uniforms) go to the GPU once per call through pinned memory without waiting,
+and the results come back in one synchronisation. Stop strings need the host each step.
+`covey.devices.host_reads_free` is the one switch between the two behaviours (tests run the CUDA
+path on the CPU through it and count the host reads: tests/engine/test_host_syncs.py).
 
 Reproducibility: with `SamplingParams.seed` set, the same prompts, n and settings give the same
 tokens; each (row, step) draws from its own pre-drawn uniform (see `covey.engine.sampling`), so
@@ -50,6 +55,7 @@ import torch
 from torch import Tensor
 
 from covey.engine.base import Generation, SamplingParams, concat_generations, register_engine, version_tensor
+from covey.devices import host_reads_free
 from covey.dtypes import model_device, resolve_dtype_name
 from covey.engine.forward import SUPPORTED, decode_step, hidden_states, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
@@ -117,7 +123,7 @@ class TorchEngine:
         self.dtype = _DTYPES[resolve_dtype_name(dtype, self.device, getattr(model.config, "hidden_size", 1024))]
         if sync_every is not None and sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
-        self.sync_every = int(sync_every or (8 if self.device.type == "cuda" else 1))
+        self.sync_every = int(sync_every or (1 if host_reads_free(self.device) else 8))
         self.compaction = compaction
         self.compact_fraction = compact_fraction
         self.prefill_rows = max(1, int(prefill_rows))
@@ -233,7 +239,7 @@ class TorchEngine:
         gen.manual_seed(sp.seed if sp.seed is not None else int(torch.randint(0, 2**62, (1,), device="cpu").item()))
         uniforms = None
         if not sp.greedy:
-            uniforms = torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen, device="cpu").to(self.device)
+            uniforms = _to_device(torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen, device="cpu"), self.device)
         w = self.weights
         row_bytes = 2 * len(w.layers) * w.n_kv_heads * w.head_dim * (longest + sp.max_new_tokens) * self._elt
         rows = min(self.max_rows, max(1, self.max_cache_bytes // row_bytes))
@@ -291,26 +297,28 @@ class TorchEngine:
         for i, p in enumerate(plist):
             ids[i, p_max - len(p) :] = torch.tensor(p, dtype=torch.long, device="cpu")
             valid_p[i, p_max - len(p) :] = True
-        ids, valid_p = ids.to(dev), valid_p.to(dev)
+        dense = [bool(valid_p[r0 : r0 + self.prefill_rows].all()) for r0 in range(0, u, self.prefill_rows)]  # on the host
+        ids, valid_p = _to_device(ids, dev), _to_device(valid_p, dev)
         kv = new_cache(w, rows_total, s_len, self.dtype)
 
         # ---- prefill each distinct prompt once, then repeat its cache rows n times
         logits = torch.empty(u, w.embed.shape[0], device=dev)
-        for r0 in range(0, u, self.prefill_rows):
+        for c, r0 in enumerate(range(0, u, self.prefill_rows)):
             r1 = min(u, r0 + self.prefill_rows)
-            logits[r0:r1] = prefill(w, ids[r0:r1], valid_p[r0:r1], kv.rows(r0, r1))
+            logits[r0:r1] = prefill(w, ids[r0:r1], valid_p[r0:r1], kv.rows(r0, r1), dense[c])
         if n > 1:
             kv.gather_rows(torch.arange(u, device=dev).repeat_interleave(n), p_max)
             logits = logits.repeat_interleave(n, dim=0)
         valid = torch.ones(rows_total, s_len, dtype=torch.bool, device=dev)
         valid[:, :p_max] = valid_p.repeat_interleave(n, dim=0)
-        plen = torch.tensor([len(p) for p in plist], dtype=torch.long, device="cpu").repeat_interleave(n).to(dev)
+        plen = _to_device(torch.tensor([len(p) for p in plist], dtype=torch.long, device="cpu").repeat_interleave(n), dev)
 
-        stop_t = torch.tensor(stop_ids, dtype=torch.long, device="cpu").to(dev)
+        stop_t = _to_device(torch.tensor(stop_ids, dtype=torch.long, device="cpu"), dev)
         # per-row token limit (per-prompt limits, else max_new_tokens): reaching it finishes the row ("length")
         limit = torch.tensor(limits if limits is not None else [new] * u, dtype=torch.long, device="cpu")
-        limit, capped = limit.repeat_interleave(n).to(dev), limits is not None and min(limits) < new
+        limit, capped = _to_device(limit.repeat_interleave(n), dev), limits is not None and min(limits) < new
         limit_act = limit
+        early = bool(stop_ids) or stops is not None or capped  # can a row finish before max_new_tokens?
 
         out_tok = torch.full((rows_total, new), self.pad_token_id, dtype=torch.long, device=dev)
         out_lp = torch.zeros(rows_total, new, device=dev)
@@ -355,7 +363,7 @@ class TorchEngine:
                 lengths[cut] = step + 1
                 aborted[cut] = True
                 break
-            if (step + 1) % self.sync_every and stops is None:
+            if not early or ((step + 1) % self.sync_every and stops is None):
                 continue
             finished = int((~alive).sum())  # the host synchronisation
             if finished == alive.numel():
@@ -366,8 +374,7 @@ class TorchEngine:
                 valid_act, plen_act, rows, tok = valid_act[keep], plen_act[keep], rows[keep], tok[keep]
                 limit_act = limit_act[keep]
                 alive = alive[keep]
-        cpu = lambda t: None if t is None else t.cpu()  # noqa: E731
-        return cpu(out_tok), cpu(out_lp), cpu(out_ent), cpu(lengths), cpu(stopped), cpu(aborted)
+        return _to_host(out_tok, out_lp, out_ent, lengths, stopped, aborted)
 
     def _generation(self, plist, n, first_id, out_tok, out_lp, out_ent, lengths, stopped, aborted) -> Generation:
         """The CPU-side record (all inputs are CPU tensors)."""
@@ -391,6 +398,24 @@ def _nothing(prompts: int, n: int, sp: SamplingParams):
     empty = torch.zeros(rows, 0)
     return (empty.long(), empty, empty if sp.return_entropies else None, torch.zeros(rows, dtype=torch.long), torch.zeros(rows, dtype=torch.bool),
             torch.ones(rows, dtype=torch.bool))  # fmt: skip
+
+
+def _to_device(t: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on `device`; to CUDA through pinned memory without waiting (a copy from pageable
+    memory is a host synchronisation). The pinned block is not reused before the copy is done."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def _to_host(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """The tensors on the CPU after one wait for the device (each `.cpu()` would wait on its own)."""
+    dev = next((t.device for t in tensors if t is not None), torch.device("cpu"))
+    if dev.type != "cuda":
+        return tuple(None if t is None else t.cpu() for t in tensors)
+    out = tuple(None if t is None else t.to("cpu", non_blocking=True) for t in tensors)  # into pinned memory
+    torch.cuda.current_stream(dev).synchronize()
+    return out
 
 
 def _shares(w, model) -> bool:

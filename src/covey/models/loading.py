@@ -16,7 +16,7 @@ import torch
 
 from covey.models.convert import ALIAS_SOURCES, prepare
 
-__all__ = ["ALIASES", "check_name", "hub_reachable", "load", "model_config", "resolve_dtype"]
+__all__ = ["ALIASES", "BUNDLED_CONFIGS", "bundled_config", "check_name", "hub_reachable", "load", "model_config", "resolve_dtype"]
 
 # alias -> the config.json fields `model_config` gives for it (what `load` builds; no import of transformers)
 ALIAS_CONFIGS = {
@@ -98,13 +98,24 @@ def check_name(name: str) -> None:
 
 def model_config(name: str) -> dict | None:
     """The config.json of model `name` as a dict, read without loading weights or importing
-    transformers: the alias's fields (`ALIAS_CONFIGS`), a local folder's config.json, or the cached
-    config.json of a hub id. None when it cannot be read offline (a hub id that is not cached, a
-    folder without config.json: `check_name` and `load` report those)."""
+    transformers: a tiny model's fields (`covey.models.tiny.tiny_config`), a converted alias's folder
+    once prepared (else the alias's fields, `ALIAS_CONFIGS`, with its hub model's bundled config), a
+    local folder's config.json, or the cached config.json of a hub id, else the bundled copy of a few
+    hub models' config.json (`BUNDLED_CONFIGS`: for planning, `covey plan`). None when it cannot be
+    read offline (a hub id that is neither cached nor bundled, a folder without config.json:
+    `check_name` and `load` report those)."""
     import json
 
+    from covey.models.convert import ALIAS_HUB_IDS, cache_root
+
+    if name in ("tiny-llama", "tiny-qwen2", "tiny-llada"):
+        from covey.models.tiny import tiny_config
+
+        return {**ALIAS_CONFIGS[name], **tiny_config(name)}
     if name in ALIAS_CONFIGS:
-        return dict(ALIAS_CONFIGS[name])
+        prepared = cache_root() / "models" / name / "config.json"
+        config = _read_json(prepared) if prepared.is_file() else bundled_config(ALIAS_HUB_IDS.get(name, ""))
+        return {**(config or {}), **ALIAS_CONFIGS[name]}
     folder = Path(name).expanduser()
     if folder.is_dir():
         path = folder / "config.json"
@@ -118,8 +129,25 @@ def model_config(name: str) -> dict | None:
         except ValueError:  # not a valid hub id
             return None
         if not isinstance(cached, str):
-            return None
+            return bundled_config(name)
         path = Path(cached)
+    return _read_json(path)
+
+
+BUNDLED_CONFIGS = Path(__file__).with_name("configs")
+"""Hand-written copies of a few hub models' config.json (the published values of the fields a memory
+plan reads), named `<org>--<name>.json`: Qwen2.5 0.5B/1.5B/7B/32B-Instruct and SmolLM2-135M-Instruct."""
+
+
+def bundled_config(hub_id: str) -> dict | None:
+    """The bundled config.json of hub model `hub_id` (`BUNDLED_CONFIGS`), or None."""
+    path = BUNDLED_CONFIGS / f"{hub_id.replace('/', '--')}.json"
+    return _read_json(path) if "/" in hub_id and path.is_file() else None
+
+
+def _read_json(path: Path) -> dict | None:
+    import json
+
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError):

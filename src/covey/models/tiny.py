@@ -16,10 +16,8 @@ This module covers building; `covey.models.loading.load` is the public entry poi
 from __future__ import annotations
 
 import torch
-from tokenizers import Tokenizer, decoders, models
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-__all__ = ["TINY_DEFAULTS", "build_tiny", "build_tiny_tokenizer"]
+__all__ = ["TINY_DEFAULTS", "build_tiny", "build_tiny_tokenizer", "tiny_config"]
 
 PAD, BOS, EOS, UNK, IM_START = "<pad>", "<s>", "<|im_end|>", "<unk>", "<|im_start|>"
 MASK = "<|mask|>"  # tiny-llada only: id 358, after the byte tokens
@@ -44,16 +42,32 @@ TINY_DEFAULTS = {
     "num_key_value_heads": 2,  # grouped-query attention, like SmolLM2 and Qwen2
     "max_position_embeddings": 1024,
 }
-_ARCHS = {
-    "tiny-llama": (LlamaConfig, LlamaForCausalLM, {"tie_word_embeddings": False}),
-    "tiny-qwen2": (Qwen2Config, Qwen2ForCausalLM, {"tie_word_embeddings": True}),
-    "tiny-llada": (LlamaConfig, LlamaForCausalLM, {"tie_word_embeddings": False, "is_causal": False}),
+_ARCHS = {  # name -> (transformers config class, model class, the fields that differ)
+    "tiny-llama": ("LlamaConfig", "LlamaForCausalLM", {"tie_word_embeddings": False}),
+    "tiny-qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True}),
+    "tiny-llada": ("LlamaConfig", "LlamaForCausalLM", {"tie_word_embeddings": False, "is_causal": False}),
 }
+_MODEL_TYPES = {"LlamaConfig": "llama", "Qwen2Config": "qwen2"}
+
+
+def tiny_config(name: str) -> dict:
+    """The config.json fields of tiny model `name` (what `build_tiny` builds, without building it or
+    importing transformers): model_type, architectures, vocab_size, the `TINY_DEFAULTS` and the
+    model's own fields."""
+    if name not in _ARCHS:
+        raise ValueError(f"unknown tiny model {name!r}; choose one of {sorted(_ARCHS)}")
+    config_cls, model_cls, arch_kw = _ARCHS[name]
+    vocab = len(_SPECIALS) + len(_CHARS) + len(_BYTES) + (name == "tiny-llada")  # the mask token
+    return {"model_type": _MODEL_TYPES[config_cls], "architectures": [model_cls], "vocab_size": vocab,
+            **TINY_DEFAULTS, **arch_kw}  # fmt: skip
 
 
 def build_tiny_tokenizer(mask: bool = False) -> PreTrainedTokenizerFast:
     """The character-level tokenizer shared by the tiny models (vocab 358: 5 special, 97 chars, 256 bytes);
     `mask=True` adds the mask token `<|mask|>` as id 358 (tiny-llada)."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
     extra = [MASK] if mask else []
     vocab = {tok: i for i, tok in enumerate(_SPECIALS + _CHARS + _BYTES + extra)}
     # A BPE model with no merges and no pre-tokenizer splits text into single characters.
@@ -78,9 +92,12 @@ def build_tiny(name: str, *, seed: int = 0, dtype: torch.dtype = torch.float32, 
     `overrides` replace config fields (e.g. hidden_size=64, num_hidden_layers=2).
     Returns (model in eval mode, tokenizer).
     """
+    import transformers
+
     if name not in _ARCHS:
         raise ValueError(f"unknown tiny model {name!r}; choose one of {sorted(_ARCHS)}")
-    config_cls, model_cls, arch_kw = _ARCHS[name]
+    config_name, model_name, arch_kw = _ARCHS[name]
+    config_cls, model_cls = getattr(transformers, config_name), getattr(transformers, model_name)
     tokenizer = build_tiny_tokenizer(mask=name == "tiny-llada")
     fields = {**TINY_DEFAULTS, **arch_kw, **overrides}
     config = config_cls(

@@ -24,7 +24,8 @@ from covey.rewards import RewardSpec
 from covey.runtime.config import RuntimeConfig, check_runtime
 from covey.preference.config import PreferenceConfig, check_preference, no_preference_strategy
 
-__all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "resume_config"]
+__all__ = ["SAFE_ON_RESUME", "ConfigError", "RunConfig", "apply_overrides", "load_config", "parse_overrides", "raw_config",
+           "resume_config"]
 
 
 class ConfigError(ValueError):
@@ -539,6 +540,11 @@ def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """Read YAML (or start from defaults), apply `key=value` overrides, validate."""
+    return validate_config(raw_config(path, overrides), source=str(path) if path else "overrides")
+
+
+def raw_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The YAML at `path` (or {}) with `key=value` overrides applied, not validated."""
     raw: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -547,8 +553,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raw = load_yaml(p.read_text(), str(p)) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(raw).__name__}")
-    raw = apply_overrides(raw, parse_overrides(overrides or []))
-    return validate_config(raw, source=str(path) if path else "overrides")
+    return apply_overrides(raw, parse_overrides(overrides or []))
 
 
 SAFE_ON_RESUME = ("steps", "log", "checkpoint", "eval", "reward_workers", "task_reward_timeout_s", "threads")
