@@ -54,3 +54,6 @@ def disco(batch: Rollouts, *, tau: PosFloat = 10.0, neg: Literal["softmax", "mea
     p_neg = _group_softmax(score / tau if neg == "softmax" else torch.zeros_like(r), negs, g.index, g.num)
     scale = float((n_tok > 0).sum()) / g.num
     return result("disco", scale * (p_pos - p_neg), batch, g, metrics=metrics)
+
+
+disco.exact_surrogate = "disco"  # several updates per batch: the surrogate that recomputes the loss (compat.check_algo)
