@@ -46,7 +46,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("advantage", "grpo"): ("framework", f"{_V} compute_grpo_outcome_advantage, {_T} GRPOTrainer"),
     ("advantage", "gtpo"): ("code", "winstonsmith1897/GTPO"),
     ("advantage", "hapo"): ("code", "starriver030515/HAPO 7671dde3e268"),
-    ("advantage", "hgpo"): ("partial", "third-party code"),
+    ("advantage", "hgpo"): ("code", "the authors' verl-agent recipe/hgpo, copy at zzj1111/alfworldauto 51c1a039"),
     ("advantage", "identity"): ("code", "Alibaba-NLP/qqr 944a2e2"),
     ("advantage", "mc_grpo"): ("code", "lotusroot-kim/MC-GRPO"),
     ("advantage", "mssr"): ("partial", "abstract; shaping form from arXiv 2506.14758"),
