@@ -36,6 +36,7 @@ FEATURES = {
     "probe_temperature": "an entropy controller's probe temperature, Rollouts.controller (rollout.strategy dcpo)",
     "reinforce_rows": "AEPO's REINFORCE rows at the controller's temperature, Rollouts.fixed_advantage",
     "single_rows": "every group holds one row",
+    "greedy_first": "the first row of each group decoded greedily (rollout.strategy {name: group, greedy_first: true})",
     "group_relative": "a group-relative advantage estimator",
 }
 TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs", "probe_logprobs", "sum_p2"})
@@ -92,6 +93,15 @@ def check_combination(cfg) -> list[str]:
             problem = _missing(want, provided)
             if problem:
                 msg = f"{key} {name!r} {problem}: {_waste(name, want)}"
+                warnings.append(msg)
+                logging.getLogger("covey").warning(msg)
+    for spec in getattr(cfg, "rewards", None) or ():  # a reward may prefer a rollout (arenarl: a greedy anchor row)
+        from covey.rewards.registry import REWARDS
+
+        fn = REWARDS.get(spec.name).fn if spec.name in REWARDS else None
+        for want in sorted(features_of(fn, "prefers", spec.params) if fn is not None else ()):
+            if _missing(want, provided):
+                msg = f"rewards {spec.name!r} prefers {FEATURES.get(want, want)}, which nothing in this run provides"
                 warnings.append(msg)
                 logging.getLogger("covey").warning(msg)
     return warnings
