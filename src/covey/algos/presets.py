@@ -437,6 +437,14 @@ class AlgoConfig(_Strict):
         if self.logprob_source is not None and self.correction is not None:
             raise ValueError("algo.logprob_source trains an internal layer's policy, which is not the engine's: an "
                              "importance correction against the engine's log-probs is meaningless then; set algo.correction: null")  # fmt: skip
+        kl = self.active().get("kl")
+        loss_ref = [f"algo.surrogate {self.surrogate.name!r}"] if "ref_logprobs" in SURROGATES.get(self.surrogate.name).requires else []
+        loss_ref += [f"algo.kl (mode loss, coef {kl.coef})"] if kl is not None and kl.mode == "loss" else []
+        if self.logprob_source is not None and loss_ref:
+            raise ValueError(f"algo.logprob_source trains decoder layer {self.logprob_source.layer}'s policy for steps 1.."
+                             f"{self.logprob_source.until_step}, but {' and '.join(loss_ref)} compares the loss's log-probs with "
+                             "the full model's reference: different policies (BuPO's released code has no internal layer in its "
+                             "reference and its script runs without KL); set algo.kl: null, or mode: reward, or drop logprob_source")  # fmt: skip
         if self.reference_reset is not None and "ref_logprobs" not in self.requires():
             raise ValueError("algo.reference_reset resets the reference model, but no component uses one: "
                              "set algo.kl with coef > 0 (or drop reference_reset)")  # fmt: skip
