@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
 from covey.registry import Registry, Spec
 
-__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "LogprobSourceSpec", "OverlongSpec", "ReferenceResetSpec", "apply_sampler_preset", "resolve_algo",
-           "sampler_spec", "strategy_spec"]
+__all__ = ["PRESETS", "PRESET_KEYS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "LogprobSourceSpec", "OverlongSpec", "ReferenceResetSpec", "apply_sampler_preset",
+           "layer_algo", "resolve_algo", "sampler_spec", "strategy_spec"]
 
 DEFAULT_PRESET = "grpo"
 
@@ -540,6 +540,62 @@ def _merge(base: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+PRESET_KEYS = tuple(sorted({k for bundle in PRESETS.values() for k in bundle}))
+"""The algo keys a preset decides: every key some preset writes (the axes, KL, overlong, dynamic sampling,
+group_size_extra, reference_reset, likelihood, LOOP's thresholds). A preset decides all of them, the ones
+it does not write at their defaults (dr_grpo: no KL). Other keys (correction, entropy_coef, regularizers,
+logprob_source) are never a preset's."""
+
+
+def _block(raw: Any) -> Any:
+    """An `algo` block as a dict: a bare preset name is `{preset: name}`, None is {}."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        return {"preset": raw}
+    return dict(raw) if isinstance(raw, Mapping) else raw
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    return "null" if value is None else str(value)
+
+
+def layer_algo(earlier: Any, later: Any, sources: tuple[str, str] = ("the earlier config", "the override")) -> tuple[Any, list[str]]:
+    """Two `algo` blocks from two sources, the later one on top, as one raw block (for `resolve_algo`),
+    and notes on what a preset replaced (empty when nothing was).
+
+    The rule (docs/algorithms.md, "Presets"): a preset decides every key in `PRESET_KEYS` and fills the
+    keys its own source does not set; a later source wins over an earlier one; within one source an
+    explicit key wins over that source's preset. So a later source that names a preset replaces the
+    earlier source's preset and its explicit `PRESET_KEYS` (reported in the notes), and keeps its other
+    keys (regularizers, correction, ...). Explicit keys of the two sources merge key by key; a component
+    given a new `name` drops the earlier source's parameters for it (`algo.advantage.name=hgpo` over a
+    file's gigpo with gigpo's parameters)."""
+    e, lt = _block(earlier), _block(later)
+    if not isinstance(e, dict) or not isinstance(lt, dict):
+        return later, []  # not a block: validation reports it
+    notes: list[str] = []
+    if "preset" in lt:
+        was, now = e.get("preset", DEFAULT_PRESET), lt["preset"]
+        replaced = {k: e[k] for k in PRESET_KEYS if k in e}
+        if was != now or replaced:
+            bundle = ", ".join(PRESETS[now]) if now in PRESETS else "nothing"
+            parts = [f"algo: preset {now} ({sources[1]}) sets {bundle} (the other preset keys at their defaults)"]
+            if was != now:
+                parts.append(f"it replaces preset {was} ({sources[0]})")
+            if replaced:
+                parts.append(f"{sources[0]}'s " + ", ".join(f"{k}: {_show(v)}" for k, v in replaced.items())
+                             + " no longer apply (a later source wins; set them after the preset to keep them)")
+            mine = [k for k in PRESET_KEYS if k in lt]
+            if mine:
+                parts.append(f"{sources[1]} overrides its {', '.join(mine)}")
+            notes.append("; ".join(parts))
+        e = {k: v for k, v in e.items() if k not in PRESET_KEYS and k != "preset"}
+    return _merge(e, lt), notes
 
 
 def resolve_algo(raw: Mapping[str, Any] | AlgoConfig | None = None) -> AlgoConfig:
