@@ -126,7 +126,9 @@ def trpa(
     TRPA uses no scalar reward). Defaults beta 0.1, anisotropy 2.5 (`main_TRPA.sh`).
     TRPA's trust region, a low-variance KL to pi_old with coefficient 0.001, is the regularizer `kl_old`.
     Edge cases: rows with L = 0 are in no pair; a group of one row or of a single level has no pair
-    (the reference raises on groups of one); with several updates per batch the form is approximate.
+    (the reference raises on groups of one). Exact for one update per batch only: with several the
+    config is refused unless `algo.surrogate` is the exact `trpa` surrogate (`covey.algos.group_losses`),
+    which recomputes the loss on every mini-batch as the reference does.
     """
     g = groups_of(batch)
     level = _column(batch, level_column, "level_column", "trpa")
