@@ -564,6 +564,24 @@ def _show(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
+def _preset_value(preset: Any, key: str) -> Any:
+    """What preset `preset` gives key `key` (its value, else the field's default)."""
+    bundle = PRESETS.get(preset, {}) if isinstance(preset, str) else {}
+    if key in bundle:
+        return bundle[key]
+    field = AlgoConfig.model_fields[key]
+    return None if field.is_required() else field.get_default(call_default_factory=True)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two raw values of one algo key say the same (components compared in their flat form)."""
+    try:
+        norm = lambda v: _flat(v) if isinstance(v, (str, Mapping)) else v  # noqa: E731
+        return norm(a) == norm(b)
+    except ValueError:
+        return False
+
+
 def layer_algo(earlier: Any, later: Any, sources: tuple[str, str] = ("the earlier config", "the override")) -> tuple[Any, list[str]]:
     """Two `algo` blocks from two sources, the later one on top, as one raw block (for `resolve_algo`),
     and notes on what a preset replaced (empty when nothing was).
@@ -581,7 +599,7 @@ def layer_algo(earlier: Any, later: Any, sources: tuple[str, str] = ("the earlie
     notes: list[str] = []
     if "preset" in lt:
         was, now = e.get("preset", DEFAULT_PRESET), lt["preset"]
-        replaced = {k: e[k] for k in PRESET_KEYS if k in e}
+        replaced = {k: e[k] for k in PRESET_KEYS if k in e and k not in lt and _same(e[k], _preset_value(now, k)) is False}
         if was != now or replaced:
             bundle = ", ".join(PRESETS[now]) if now in PRESETS else "nothing"
             parts = [f"algo: preset {now} ({sources[1]}) sets {bundle} (the other preset keys at their defaults)"]
