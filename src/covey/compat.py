@@ -36,6 +36,7 @@ FEATURES = {
     "probe_temperature": "an entropy controller's probe temperature, Rollouts.controller (rollout.strategy dcpo)",
     "reinforce_rows": "AEPO's REINFORCE rows at the controller's temperature, Rollouts.fixed_advantage",
     "single_rows": "every group holds one row",
+    "greedy_first": "the first row of each group decoded greedily (rollout.strategy {name: group, greedy_first: true})",
     "group_relative": "a group-relative advantage estimator",
 }
 TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs", "probe_logprobs", "sum_p2"})
@@ -94,6 +95,15 @@ def check_combination(cfg) -> list[str]:
                 msg = f"{key} {name!r} {problem}: {_waste(name, want)}"
                 warnings.append(msg)
                 logging.getLogger("covey").warning(msg)
+    for spec in getattr(cfg, "rewards", None) or ():  # a reward may prefer a rollout (arenarl: a greedy anchor row)
+        from covey.rewards.registry import REWARDS
+
+        fn = REWARDS.get(spec.name).fn if spec.name in REWARDS else None
+        for want in sorted(features_of(fn, "prefers", spec.params) if fn is not None else ()):
+            if _missing(want, provided):
+                msg = f"rewards {spec.name!r} prefers {FEATURES.get(want, want)}, which nothing in this run provides"
+                warnings.append(msg)
+                logging.getLogger("covey").warning(msg)
     return warnings
 
 
@@ -120,14 +130,27 @@ def check_algo(cfg) -> list[str]:
     * surrogate r2vpo_provisional has no clip: its trust region is the regularizer of the same name;
     * regularizer epo holds the entropy bonus: with algo.entropy_coef it would count twice;
     * a component that reads whole groups ("group") needs a micro-batch of at least one group;
+    * a surrogate that declares the aggregation its scale assumes (`fn.aggregation`: disco, trpa) refuses others;
+    * an advantage that is a loss's gradient at theta_old (`fn.exact_surrogate`: disco, trpa) is refused with
+      several updates per batch unless the surrogate that recomputes that loss is chosen;
     * a trust region to pi_old (disco_kl, kl_old, r2vpo_provisional, llds) with one update per batch
       compares the policy with itself: it never acts (a warning).
     """
     from covey.algos.regularizers import REGULARIZERS
-    from covey.algos.registry import SURROGATES
+    from covey.algos.registry import ADVANTAGES, SURROGATES
 
     algo = cfg.algo
     regs = [s.name for s in algo.regularizers]
+    agg = getattr(SURROGATES.get(algo.surrogate.name).fn, "aggregation", None)
+    if agg is not None and algo.aggregation.name != agg:
+        raise ValueError(f"algo.surrogate {algo.surrogate.name!r} scales its per-row loss for aggregation {agg!r}; got "
+                         f"algo.aggregation={algo.aggregation.name!r}: set algo.aggregation: {{name: {agg}}}")  # fmt: skip
+    exact = getattr(ADVANTAGES.get(algo.advantage.name).fn, "exact_surrogate", None)
+    updates = cfg.optim.epochs * cfg.optim.mini_batches
+    if exact is not None and updates > 1 and algo.surrogate.name != exact:
+        raise ValueError(f"algo.advantage {algo.advantage.name!r} is its loss's gradient at pi_old, exact for one update per "
+                         f"batch; optim.epochs * optim.mini_batches = {updates}: set algo.surrogate: {{name: {exact}}} "
+                         "(recomputes the loss on every mini-batch, as the released code does), or one update per batch")  # fmt: skip
     if algo.surrogate.name == "r2vpo_provisional" and "r2vpo_provisional" not in regs:
         raise ValueError("algo.surrogate 'r2vpo_provisional' is an unclipped ratio term whose trust region is the regularizer "
                          "of the same name: add algo.regularizers: [{name: r2vpo_provisional}] (or choose a clipped surrogate)")  # fmt: skip
@@ -142,7 +165,6 @@ def check_algo(cfg) -> list[str]:
         raise ValueError(f"{' and '.join(readers) or 'a component'} reads whole groups, but optim.micro_batch_size={micro} is "
                          f"below the group size {group}: set optim.micro_batch_size >= {group} (or leave it unset)")  # fmt: skip
     warnings: list[str] = []
-    updates = cfg.optim.epochs * cfg.optim.mini_batches
     idle = [n for n in regs if n in ("disco_kl", "kl_old", "r2vpo_provisional", "llds")]
     if idle and updates == 1:
         msg = (f"algo.regularizers {idle}: a term on pi_theta vs pi_old never acts with one update per batch "

@@ -124,18 +124,32 @@ def test_aepo_strategy_spec_vector(mode):
     fixed = batch.fixed_advantage
     if mode == "append":
         assert len(batch) == 17 and fixed[-1] == 1 and torch.isnan(fixed[:-1]).all()
-    else:  # the code: the first k rows of the batch are replaced
-        assert len(batch) == 16 and fixed[0] == 1 and torch.isnan(fixed[1:]).all()
+    else:  # the code: the first k rows of the batch are replaced; the rest keep their full-group GRPO (0 here)
+        assert len(batch) == 16 and fixed[0] == 1 and fixed[1:].tolist() == [0.0] * 15
         assert batch.group[1:].tolist() == [0, 0, 0] + [1] * 4 + [2] * 4 + [3] * 4
     assert batch.recompute_old_logprobs and batch.controller["h_hat"] == pytest.approx(0.62)
     a = ADVANTAGES["aepo_entropy"].bind({})(batch).advantages
-    assert a[torch.nan_to_num(fixed) == 1].tolist() == [1.0] and a[torch.isnan(fixed)].abs().sum() == 0  # main rewards all 0
+    assert a[batch.group >= 4].tolist() == [1.0] and a[batch.group < 4].abs().sum() == 0  # main rewards all 0
     assert s.state_dict()["h_hat"] > 0  # observed this step's main rows for the next step
+
+
+def test_aepo_replace_is_the_default_and_keeps_full_group_advantages():
+    # main group 0 rewards [1, 0, 0, 0]: GRPO mean 0.25, unbiased std 0.5 -> [1.5, -0.5, -0.5, -0.5]. The
+    # released trainer computes that on the whole batch, then replaces row 0 by the REINFORCE row: rows 1-3
+    # keep -0.5. Recomputing GRPO on the shortened group [0, 0, 0] would give 0.
+    items, ctx, _ = _aepo_ctx([[1.0, 0, 0, 0] + [0.0] * 12, [1, 0, 1, 0]])
+    s = STRATEGIES.build("aepo_entropy", {})
+    assert s.mode == "replace"
+    s.load_state_dict({"h_hat": 0.62})  # k = 1
+    batch, _ = s.rollout(items, ctx)
+    a = ADVANTAGES["aepo_entropy"].bind({})(batch).advantages
+    assert len(batch) == 16 and a[:4].tolist() == pytest.approx([1.0, -0.5, -0.5, -0.5], abs=1e-5)
+    assert a[4:].abs().sum() == 0
 
 
 def test_aepo_strategy_low_entropy_samples_hot_and_keeps_all():
     items, ctx, eng = _aepo_ctx([[0.0] * 16, [1, 0, 1, 0]])
-    s = STRATEGIES.build("aepo_entropy", {})
+    s = STRATEGIES.build("aepo_entropy", {"mode": "append"})
     batch, m = s.rollout(items, ctx)  # H_hat 0 <= 0.5 -> T = 1.2, no halving: k = 2
     assert eng.temps == [1.0, 1.2] and m["aepo/reinforce_rows"] == 2 and len(batch) == 18
 

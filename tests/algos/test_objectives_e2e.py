@@ -35,8 +35,9 @@ SPEC_METHODS = (
 # What a method needs beyond the generic config: tiny-scale parameters, the loss its paper pairs it with.
 EXTRA = {
     "dagrpo_provisional": ["algo.advantage={name: dagrpo_provisional, score_column: quality}"],
-    "disco": ["algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
-    "trpa": ["algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}"],
+    # the exact surrogates (the loss recomputed on each mini-batch, as released) over two mini-batches
+    "disco": ["algo.surrogate={name: disco}", "algo.aggregation={name: seq-mean-token-mean}", "optim.mini_batches=2"],
+    "trpa": ["algo.surrogate={name: trpa}", "algo.aggregation={name: seq-mean-token-mean}", "optim.mini_batches=2"],
     "hapo": ["algo.surrogate={name: hapo}", "algo.aggregation={name: token-mean}", "rollout.strategy={name: hapo_temperature}"],
     "spo_tree": ["rollout.strategy={name: branch, segment_tokens: 4, branch_factor: 2}"],
     "spo_chain": ["rollout.strategy={name: spo_chain, samples: 2, interval: 3}"],
@@ -50,6 +51,8 @@ EXTRA = {
 }
 
 PROOF = {  # metrics only the method writes (besides the generic adv/<name>/ namespace)
+    "disco": ["surrogate/valid_groups"],
+    "trpa": ["surrogate/pairs"],
     "hapo": ["surrogate/h_hat_mean", "hapo/adaptive"],
     "spo_tree": ["tree/leaves"],
     "spo_chain": ["spo_chain/mc_rollouts"],

@@ -13,9 +13,10 @@ from test_objectives_e2e import side_rewards  # noqa: F401  (the fixture: qualit
 TWO_UPDATES = ["optim.mini_batches=2"]  # pi_theta moves between the two optimizer steps: terms on pi_old act
 METHODS = {
     "llds": ["algo.regularizers=[{name: llds}]", *TWO_UPDATES],
-    "disco_kl": ["algo.advantage={name: disco}", "algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}",
-                 "algo.regularizers=[{name: disco_kl}]", "optim.micro_batch_size=1", *TWO_UPDATES],
-    "kl_old": ["algo.advantage={name: trpa}", "algo.surrogate={name: reinforce}", "algo.aggregation={name: seq-mean-token-mean}",
+    # two epochs over one mini-batch of two groups in two micro-batches: the KL pre-pass spans micro-batches
+    "disco_kl": ["algo.advantage={name: disco}", "algo.surrogate={name: disco}", "algo.aggregation={name: seq-mean-token-mean}",
+                 "algo.regularizers=[{name: disco_kl}]", "optim.micro_batch_size=2", "optim.epochs=2"],
+    "kl_old": ["algo.advantage={name: trpa}", "algo.surrogate={name: trpa}", "algo.aggregation={name: seq-mean-token-mean}",
                "algo.regularizers=[{name: kl_old}]", *TWO_UPDATES],
     "r2vpo_provisional": ["algo.surrogate={name: r2vpo_provisional}", "algo.aggregation={name: token-mean}",
                           "algo.regularizers=[{name: r2vpo_provisional, lambda0: 0.5}]", "optim.micro_batch_size=1", *TWO_UPDATES],

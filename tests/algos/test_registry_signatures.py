@@ -172,7 +172,9 @@ def test_builtin_components_pass_their_return_checks():
         full = LossInputs(inp.logp, inp.old_logp, inp.advantages, inp.mask, torch.rand_like(inp.logp) if "entropies" in needs else None,
                           stats={k[5:]: -torch.rand_like(inp.logp) for k in needs if k.startswith("stat:")},
                           group=torch.zeros(n, dtype=torch.long) if "group" in needs else None,
-                          row={"reward": torch.rand(n), "group_mean": torch.rand(n), "group_std": torch.rand(n)})  # fmt: skip
+                          row={"reward": torch.rand(n), "group_mean": torch.rand(n), "group_std": torch.rand(n),
+                               "col:level": torch.tensor([1.0, 2.0, 2.0])},
+                          ref_logp=inp.logp - 0.1 if "ref_logprobs" in needs else None)  # fmt: skip
         SURROGATES[name].bind({})(full)
     for name in KL_ESTIMATORS:
         _, metrics = KL_ESTIMATORS[name].bind({})(inp.logp, inp.old_logp - 0.1, inp.mask)

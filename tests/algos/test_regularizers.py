@@ -176,8 +176,25 @@ def test_r2vpo_dual_variable_stays_non_negative_and_is_micro_batch_invariant():
 
 
 # ---------------------------------------------------------------------------- epo
-def test_epo_entropy_bonus_and_history():
+def test_epo_defaults_are_the_released_script_s_plain_entropy_bonus():
+    # WujiangXu/EPO ships entropy_smooth=False: the history is kept but never penalises
     reg = REGULARIZERS.build("epo", {"coef": 0.1})
+    assert not reg.smooth and reg.penalty == "released"
+    reg.load_state_dict({"hist_sum": {0: 2.0}, "hist_cnt": {0: 1}})
+    inp = inputs([[-1.0] * 3], [[-1.0] * 3], [1.0], entropy=[[0.5, 2.0, 3.5]])
+    value, m = reg(inp, totals_of(inp.mask))
+    assert torch.allclose(value, -0.1 * torch.tensor([[0.5, 2.0, 3.5]], dtype=torch.float64)) and m["penalty"] == 0.0
+    # smoothing on, the released penalty: a constant (0.1 out of band), no gradient
+    on = REGULARIZERS.build("epo", {"coef": 0.1, "smooth": True})
+    on.load_state_dict(reg.state_dict())
+    value, m = on(inp, totals_of(inp.mask))
+    assert torch.allclose(value, -0.1 * (torch.tensor([[0.5, 2.0, 3.5]], dtype=torch.float64) - torch.tensor([0.1, 0.0, 0.1])))
+    (g,) = torch.autograd.grad(value.sum(), inp.entropy)
+    assert torch.allclose(g, torch.full_like(g, -0.1))
+
+
+def test_epo_entropy_bonus_and_history():
+    reg = REGULARIZERS.build("epo", {"coef": 0.1, "smooth": True, "penalty": "deviation"})
     inp = inputs([[-1.0, -1.0]], [[-1.0, -1.0]], [1.0], entropy=[[1.0, 3.0]])
     value, m = reg(inp, totals_of(inp.mask))
     assert torch.allclose(value, torch.tensor([[-0.1, -0.3]], dtype=torch.float64))  # no history yet: the plain bonus
@@ -194,14 +211,14 @@ def test_epo_entropy_bonus_and_history():
 
 
 def test_epo_released_penalty_has_no_gradient_and_turns_have_their_own_history():
-    reg = REGULARIZERS.build("epo", {"coef": 0.1, "penalty": "released"})
+    reg = REGULARIZERS.build("epo", {"coef": 0.1, "smooth": True, "penalty": "released"})
     reg.load_state_dict({"hist_sum": {0: 2.0, 1: 10.0}, "hist_cnt": {0: 1, 1: 2}})  # Hbar: turn 0 -> 2.0, turn 1 -> 5.0
     inp = inputs([[-1.0] * 3], [[-1.0] * 3], [1.0], entropy=[[0.5, 2.0, 4.0]], turn=[[0, 0, 1]])
     value, m = reg(inp, totals_of(inp.mask))
     assert torch.allclose(value, -0.1 * (torch.tensor([[0.5, 2.0, 4.0]], dtype=torch.float64) - torch.tensor([0.1, 0.0, 0.0])))
     (g,) = torch.autograd.grad(value.sum(), inp.entropy)
     assert torch.allclose(g, torch.full_like(g, -0.1))  # the released mask is a constant
-    seq = REGULARIZERS.build("epo", {"coef": 0.1, "level": "seq", "from_turn": 1})
+    seq = REGULARIZERS.build("epo", {"coef": 0.1, "smooth": True, "level": "seq", "from_turn": 1})
     seq.load_state_dict(reg.state_dict())
     v, m = seq(inp, totals_of(inp.mask))
     assert m["out_of_band_frac"] == pytest.approx(1 / 3)  # only the turn-1 token is eligible; row mean 6.5/3 < 2.5

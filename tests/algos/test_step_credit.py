@@ -189,6 +189,20 @@ def test_hgpo_mean_std_norm_uses_population_std():
     close(got[0], [(0.5 / (0.5 + 1e-6)) * 2 / 2.000001, (2 / 3) / s * 2 / 2.000001])
 
 
+def test_hgpo_base_group_std_is_the_recipe_s_unbiased_std():
+    b = hgpo_batch()
+    # base over the group's 6 steps, episode rewards [1, 1, 0, 0, 0, 0]: mean 1/3; torch.std (unbiased)
+    # sqrt((12/9) / 5) = 0.516398 (population: sqrt(2/9) = 0.471405). history_length 0, t1 of E1: items
+    # (0, base) and (1, (1,s) group: (2/3) / (sqrt(2/9) + 1e-6)), weights 1 and 2, over (3 + 1e-6)
+    kw = dict(history_length=0, gamma=1.0, base_group=True)
+    base = (2 / 3) / (math.sqrt(4 / 15) + 1e-6)
+    anchor = (2 / 3) / (math.sqrt(2 / 9) + 1e-6)
+    got = per_step(b, run("hgpo", b, **kw).advantages)
+    close(got[0][1:], [(base + 2 * anchor) / 3.000001])
+    pop = per_step(b, run("hgpo", b, base_std="population", **kw).advantages)
+    close(pop[0][1:], [((2 / 3) / (math.sqrt(2 / 9) + 1e-6) + 2 * anchor) / 3.000001])
+
+
 def test_hgpo_aggregate_drops_zeros():
     assert aggregate([], 1.0, 1e-6) == 0.0
     assert aggregate([(1, 0.0), (2, 0.0)], 1.0, 1e-6) == 0.0

@@ -76,6 +76,17 @@ def test_reg_grpo_spec_vector_and_gradient():
     assert torch.allclose(g.sum(-1), gx, atol=1e-6)  # d l_i / d logp_it = 1/2 per token, two tokens
 
 
+def test_reg_grpo_first_on_policy_gradient_is_a_reinforce_step_of_size_one_over_eps():
+    # l = 0 (pi = pi_old): std s = sqrt(0 + 1e-20) = 1e-10 and d loss / d l_j = -(2/N) (A_j - mean A) / (s + eps):
+    # A = [1, -1], N = 2 -> -+1 / (1e-6 + 1e-10) = -+999900 (one token per row: d l / d logp = 1). The logged
+    # learn/grad_norm is this pre-clip size; optim.grad_clip (1.0) bounds the step actually taken.
+    inp = LossInputs(leaf([[0.0], [0.0]]), torch.zeros(2, 1, dtype=torch.float64), torch.tensor([[1.0], [-1.0]], dtype=torch.float64),
+                     torch.ones(2, 1, dtype=torch.float64), group=torch.tensor([0, 0]))  # fmt: skip
+    loss, _ = SURROGATES["reg_grpo_provisional"].fn(inp)
+    (g,) = torch.autograd.grad(loss[:, 0].mean(), inp.logp)
+    assert g[:, 0].tolist() == pytest.approx([-1 / (1e-6 + 1e-10), 1 / (1e-6 + 1e-10)], rel=1e-6)
+
+
 def test_reg_grpo_groups_are_separate_and_singletons_and_empty_rows_get_zero():
     logp = leaf([[0.1], [0.3], [0.2], [0.5], [0.9]])
     mask = torch.tensor([[1.0], [1.0], [1.0], [1.0], [0.0]], dtype=torch.float64)

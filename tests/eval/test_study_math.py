@@ -1,6 +1,9 @@
 """The studies' math against hand-checked vectors (and adastop 0.1.3 outputs): AdaStop, IQM and the ORB
 table, pass@k at large k, coverage and the transfer matrix."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -111,17 +114,42 @@ def test_adastop_level_rule_and_path_order():
     assert r["interims"][-1]["level_spent"] == pytest.approx(0.04282407407407408) and r["decisions"] == {"A vs B": "larger"}
 
 
-@pytest.mark.parametrize("trial", range(8))
-def test_adastop_equals_the_reference_package_when_installed(trial):
-    """Against `adastop==0.1.3` (`pip install adastop==0.1.3`; skipped without it): decisions,
-    boundaries and level spent on random scores, 2-4 agents, exact and random permutation paths."""
-    ref = pytest.importorskip("adastop.compare_agents")
+# adastop 0.1.3's outputs on the 8 cases below, recorded so the comparison runs without the package
+# (tests/eval/data/adastop_reference.json; the test after this one re-derives them when it is installed)
+REFERENCE = json.loads((Path(__file__).parent / "data" / "adastop_reference.json").read_text())["trials"]
+
+
+def _case(trial):
+    """The scores and parameters of reference case `trial`: 2-4 agents, exact and random permutation paths."""
     rng = np.random.default_rng(100 + trial)
     agents, n, B = 2 + trial % 3, (3, 4, 5)[trial % 3], (10000, 500, 200)[trial % 3]
     first, beta = trial % 4 == 3, 0.01 if trial % 5 == 4 else 0.0
     scores = {f"a{i}": list(rng.normal(rng.choice([0, 0.5, 1.5, 3]), 1, n * 4)) for i in range(agents)}
+    return scores, dict(n=n, K=4, B=B, alpha=0.05, beta=beta, seed=trial, compare_to_first=first)
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_adastop_equals_the_reference_package_s_recorded_outputs(trial):
+    """Decisions, boundaries and level spent of adastop 0.1.3 (recorded), always run."""
+    case = REFERENCE[trial]
+    scores, params = _case(trial)
+    assert case["scores"] == {a: [float(x) for x in v] for a, v in scores.items()} and case["B"] == params["B"]
+    mine = adastop(scores, **params)
+    assert mine["decisions"] == case["decisions"]
+    assert [i["boundary"] for i in mine["interims"]] == pytest.approx(case["boundaries"])
+    assert mine["interims"][-1]["level_spent"] == pytest.approx(case["level_spent"])
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_adastop_equals_the_reference_package_when_installed(trial):
+    """Against `adastop==0.1.3` itself (`pip install adastop==0.1.3`; skipped without it): it gives the
+    recorded outputs above, so the recording cannot drift from the package."""
+    ref = pytest.importorskip("adastop.compare_agents")
+    scores, params = _case(trial)
+    n, first = params["n"], params["compare_to_first"]
+    agents = len(scores)
     comps = np.array([(0, j) for j in range(1, agents)]) if first else None
-    c = ref.MultipleAgentsComparator(n=n, K=4, B=B, alpha=0.05, beta=beta, seed=trial, comparisons=comps)
+    c = ref.MultipleAgentsComparator(n=n, K=4, B=params["B"], alpha=0.05, beta=params["beta"], seed=trial, comparisons=comps)
     given: dict = {}
     for k in range(4):
         for i, a in enumerate(scores):
@@ -130,7 +158,7 @@ def test_adastop_equals_the_reference_package_when_installed(trial):
         c.partial_compare(given, verbose=False)
         if c.is_finished:
             break
-    mine = adastop(scores, n=n, K=4, B=B, alpha=0.05, beta=beta, seed=trial, compare_to_first=first)
-    assert mine["decisions"] == {f"a{a} vs a{b}": c.decisions[str(np.array((a, b)))] for a, b in c.comparisons}
-    assert [i["boundary"] for i in mine["interims"]] == pytest.approx([float(b[1]) for b in c.boundary])
-    assert mine["interims"][-1]["level_spent"] == pytest.approx(c.level_spent)
+    case = REFERENCE[trial]
+    assert case["decisions"] == {f"a{a} vs a{b}": c.decisions[str(np.array((a, b)))] for a, b in c.comparisons}
+    assert case["boundaries"] == pytest.approx([float(b[1]) for b in c.boundary])
+    assert case["level_spent"] == pytest.approx(c.level_spent)

@@ -101,11 +101,14 @@ def test_statistics_old_statistics_groups_and_rows_reach_the_surrogate(tiny, min
     for inp in seen:
         assert set(inp.stats) == {"sum_p2", "vocab_mean_logp"} and set(inp.old_stats) == set(inp.stats)
         assert inp.group is not None and len(torch.unique(inp.group)) * 2 == len(inp.group)  # whole groups of 2
-        assert set(inp.row) == {"reward", "group_mean", "group_std"}
+        assert set(inp.row) == {"reward", "group_mean", "group_std", *(f"col:{n}" for n in b.reward_names)}
+        assert inp.ref_logp is None  # this batch has no reference log-probs
         for j, gid in enumerate(inp.group.tolist()):
             rows = (b.group == gid).nonzero().flatten().tolist()
             assert float(inp.row["group_mean"][j]) == pytest.approx(float(b.rewards[rows, 0].mean()))
             assert float(inp.row["group_std"][j]) == pytest.approx(float(b.rewards[rows, 0].std()))
+            col = inp.row[f"col:{b.reward_names[0]}"][inp.group == gid]  # the reward column, row by row
+            assert sorted(col.tolist()) == pytest.approx(sorted(b.rewards[rows, 0].tolist()))
         rows_seen += len(inp.group)
         # pi_old's statistics: the recompute (several updates) or the current ones detached (one update)
         assert not inp.old_stats["sum_p2"].requires_grad

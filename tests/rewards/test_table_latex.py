@@ -56,6 +56,38 @@ def test_cw_ssim_is_the_references_haar_ssim():
         cw_ssim(img, img[:10])
 
 
+def _reference_cwssim(img1, img2):
+    """Transcription of newLLing/Table2LaTeX-RL cw_ssim.ipynb (`dwt2_simple`, `calculate_ssim`, the mean of the
+    four band SSIMs), on arrays as PIL gives them (uint8: the band sums wrap modulo 256)."""
+
+    def dwt2(x):
+        r, c = x.shape[0] - x.shape[0] % 2, x.shape[1] - x.shape[1] % 2
+        blocks = x[:r, :c].reshape(r // 2, 2, c // 2, 2).transpose(0, 2, 1, 3)
+        a, b, c_, d = blocks[..., 0, 0], blocks[..., 0, 1], blocks[..., 1, 0], blocks[..., 1, 1]
+        return (a + b + c_ + d) * 0.25, (a - c_) * 0.5, (a - b) * 0.5, (a - d) * 0.5
+
+    def ssim(x, y):
+        x, y = x.ravel().astype(np.float64), y.ravel().astype(np.float64)
+        n = x.size
+        m1, m2 = x.sum() / n, y.sum() / n
+        v1, v2 = (np.sum(x**2) - x.sum() ** 2 / n) / n, (np.sum(y**2) - y.sum() ** 2 / n) / n
+        cov = (np.sum(x * y) - x.sum() * y.sum() / n) / (n - 1)
+        return (2 * m1 * m2 + 6.5025) * (2 * cov + 58.5225) / ((m1**2 + m2**2 + 6.5025) * (v1 + v2 + 58.5225))
+
+    bands = [ssim(p, q) for p, q in zip(dwt2(img1), dwt2(img2))]
+    assert all(0 < b < 1 for b in bands)  # no clamp and no flat band: covey's guards do not act here
+    return sum(bands) / 4
+
+
+def test_cw_ssim_band_scales_match_the_reference_transform():
+    # every band scale (A 1/4, H V D 1/2) changes the SSIM through C1, C2: a scale mutation changes the value
+    rng = np.random.default_rng(3)
+    img = rng.integers(40, 90, (9, 11), dtype=np.uint8)  # odd sizes: the last row and column are dropped
+    ref = np.clip(img.astype(int) + rng.integers(-20, 21, img.shape), 0, 255).astype(np.uint8)
+    assert cw_ssim(img, ref) == pytest.approx(_reference_cwssim(img, ref), rel=1e-9)
+    assert cw_ssim(img, ref, "float") == pytest.approx(_reference_cwssim(img.astype(np.float64), ref.astype(np.float64)), rel=1e-9)
+
+
 def test_table_teds_reward_thresholds_and_metrics():
     fn = get_reward("table_teds")
     out = fn(prompts=["p"] * 4, completions=[REF, REF.replace(r"4 & 5 & 6 \\ ", ""), "none", REF],

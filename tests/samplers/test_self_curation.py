@@ -44,6 +44,15 @@ def test_gated_prompts_are_skipped_for_skip_epochs_then_rechecked():
     assert 100 in rest and s.epoch == 2
 
 
+def test_by_default_solved_prompts_are_checked_again_every_step():
+    # the released trainer draws every prompt and greedy-checks it each step (no gating between steps)
+    s = SelfSampler(items(3), seed=0)
+    assert s.skip_epochs == 0
+    s.next(3, 4)  # epoch 0
+    s.gate(100, True)  # its greedy answer was correct
+    assert sorted(ids(s.next(3, 4))) == [100, 101, 102] and s.epoch == 1
+
+
 def test_everything_gated_still_fills_the_batch():
     s = SelfSampler(items(2), seed=0, skip_epochs=5, greedy_check="proxy")
     s.next(2, 4)
@@ -73,7 +82,7 @@ def test_one_training_step_with_the_proxy(tmp_path):
 def _trainer(tmp_path, task, **over):
     raw = {
         "model": {"name": "tiny-llama"}, "task": {"name": "arithmetic"},
-        "sampler": {"name": "self", "skip_epochs": 0},
+        "sampler": {"name": "self"},  # the defaults: greedy decode, every prompt re-checked every step
         "rollout": {"prompts_per_step": 6, "group_size": 2}, "sampling": {"max_new_tokens": 4},
         "algo": {"preset": "grpo", "kl": None}, "reward_workers": 0,
         "log": {"progress": False, "report_to": ["jsonl"]}, "steps": 2, **over,

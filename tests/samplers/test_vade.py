@@ -69,3 +69,21 @@ def test_bad_params_name_the_key():
 def test_one_training_step(tmp_path):
     m = one_step(tmp_path, {"name": "vade", "lambda_short": 0.7})
     assert "sampler/vade/p_mean" in m and m["prompts/unique"] == 4.0
+
+
+def test_the_beta_entropy_information_gain_would_prefer_extreme_prompts():
+    """Why covey keeps p (1 - p) while the paper's objective is unread: the expected entropy drop of a uniform
+    Beta prior after G = 2 rollouts at p, sum_k Bin(k; 2, p) (H(Beta(1,1)) - H(Beta(1+k, 3-k))), is larger at
+    p = 0.9 than at p = 0.5 (the numbers docs/sampling.md quotes), where p (1 - p) is largest."""
+    from torch.distributions import Beta, Binomial
+
+    def gain(p):
+        post = [float(Beta(torch.tensor(1.0 + k), torch.tensor(3.0 - k)).entropy()) for k in range(3)]
+        w = Binomial(2, torch.tensor(p)).log_prob(torch.arange(3.0)).exp().tolist()
+        return float(Beta(torch.tensor(1.0), torch.tensor(1.0)).entropy()) - sum(a * b for a, b in zip(w, post))
+
+    assert gain(0.5) == pytest.approx(0.2785, abs=1e-4) and gain(0.9) == pytest.approx(0.3767, abs=1e-4)
+    assert gain(0.9) > gain(0.5) and 0.9 * 0.1 < 0.5 * 0.5
+    from covey.samplers import vade
+
+    assert "PROVISIONAL" in vade.__doc__

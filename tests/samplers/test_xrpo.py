@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from covey.samplers._sampling import t_quantile
-from covey.samplers.xrpo import XRPOSampler, allocate_rollouts, ci_half_width, jaccard, shrunk_std
+from covey.samplers.xrpo import XRPOSampler, allocate_rollouts, ci_half_width, jaccard, rollout_priority, shrunk_std
 from tests.samplers._helpers import ids, one_step, reload, scored
 
 T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 7: 2.3646, 30: 2.0423}  # Student-t table, two-sided 95%
@@ -45,6 +45,30 @@ def test_allocation_by_hand():
         allocate_rollouts([0.5, 0.5], 10, 2, 4, 0.05, 0.0)
 
 
+def test_priority_with_the_exploration_bonus_by_hand():
+    # n 2, s 0.5, T 8, bonus 0.1: dh = 12.70620*.5/sqrt2 - 4.30265*.5/sqrt3 = 4.492398 - 1.242145 = 3.250253;
+    # bonus term 0.1 * sqrt(ln 8 / 2) = 0.1 * 1.019667 = 0.101967 -> 3.352220
+    dh = 12.7062 * 0.5 / math.sqrt(2) - 4.3027 * 0.5 / math.sqrt(3)
+    assert rollout_priority(2, 0.5, 8, 0.05, 0.1) == pytest.approx(dh + 0.1 * math.sqrt(math.log(8) / 2), abs=1e-4)
+    assert rollout_priority(2, 0.5, 8, 0.05, 0.1) == pytest.approx(3.352220, abs=1e-5)
+    # s = 0: no CI shrink, only the bonus; T below 2 counts as 2
+    assert rollout_priority(4, 0.0, 20, 0.05, 0.3) == pytest.approx(0.3 * math.sqrt(math.log(20) / 4))
+    assert rollout_priority(2, 0.0, 1, 0.05, 1.0) == pytest.approx(math.sqrt(math.log(2) / 2))
+
+
+def test_the_bonus_steers_the_allocation_toward_less_sampled_prompts():
+    # equal stds 0: dh = 0 everywhere, so without the bonus every extra rollout goes to the first prompt
+    assert allocate_rollouts([0.0, 0.0], 6, 2, 8, 0.05, 0.0) == [4, 2]
+    # bonus 1: [2, 2] tie -> prompt 0 (T 4); then sqrt(ln 5 / 2) > sqrt(ln 5 / 3) -> prompt 1
+    assert allocate_rollouts([0.0, 0.0], 6, 2, 8, 0.05, 1.0) == [3, 3]
+    # the bonus against the CI shrink: stds (0.05, 0), n0 2, bonus b = 0.35. At [2, 2] (T 4) both bonuses are
+    # b sqrt(ln 4 / 2) and prompt 0's dh = 0.325025 > 0 -> [3, 2]. At [3, 2] (T 5): prompt 0 has
+    # dh(3, .05) = 0.05 (4.30265/sqrt3 - 3.18245/2) = 0.044646 plus b sqrt(ln 5 / 3) = 0.256357 -> 0.301003,
+    # prompt 1 has b sqrt(ln 5 / 2) = 0.313972 -> prompt 1 (with T 2 instead of 5, prompt 0 would win)
+    assert allocate_rollouts([0.05, 0.0], 6, 2, 8, 0.05, 0.35) == [3, 3]
+    assert allocate_rollouts([0.05, 0.0], 6, 2, 8, 0.05, 0.0) == [4, 2]  # no bonus: the CI shrink alone
+
+
 def test_group_sizes_follow_the_last_visit():
     its = [{"id": i, "prompt": f"q{i}"} for i in range(3)]
     s = XRPOSampler(its, seed=0, bonus=0.0)
@@ -83,18 +107,44 @@ def test_all_fail_prompts_are_seeded_with_the_most_similar_solved_example():
 
 
 def test_seeded_prompts_stay_within_max_prompt_chars():
-    # default bound: the longest item prompt (23 chars), so no exemplar fits and the prompt goes unseeded
-    s = XRPOSampler(_math_items(), seed=0, exemplar_pool="dataset")
-    s.next(3, 4)
-    s.observe(scored([0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1]))
-    drawn = {d.item["id"]: d.item for d in s.next(3, 4)}
-    assert drawn[0]["prompt"][0]["content"] == "apples and pears cost 3"
-    assert s.observe(scored([0], [0])).metrics["sampler/xrpo/seed_too_long"] == 1.0
     # room for one exemplar (93 + 23 = 116 chars; two need 161): the less similar second one is dropped
     s = XRPOSampler(_math_items(), seed=0, exemplar_pool="dataset", exemplars=2, max_prompt_chars=120)
     s.stuck = {0}
     seeded = {d.item["id"]: d.item for d in s.next(3, 4)}[0]["prompt"][0]["content"]
     assert "2+3=5" in seeded and "train" not in seeded and len(seeded) <= 120
+
+
+def _ctx(max_prompt_tokens):
+    from types import SimpleNamespace
+
+    from covey.models import build_tiny
+
+    return SimpleNamespace(tokenizer=build_tiny("tiny-llama", seed=0)[1], max_prompt_tokens=max_prompt_tokens)
+
+
+def test_by_default_seeding_is_bounded_by_the_run_s_prompt_tokens():
+    from covey.models import apply_chat
+
+    ctx = _ctx(4096)
+    s = XRPOSampler(_math_items(), seed=0, exemplar_pool="dataset", exemplars=2)
+    s.next(3, 4)
+    s.observe(scored([0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1]))
+    draws, _ = s.before_rollout(s.next(3, 4), ctx)  # the default bound: the run's tokens, not the longest item prompt
+    two = {d.item["id"]: d.item for d in draws}[0]
+    assert "2+3=5" in two["prompt"][0]["content"] and "train" in two["prompt"][0]["content"]
+    assert s.observe(scored([0], [0])).metrics["sampler/xrpo/seeded"] == 1.0
+    # one token short of the two-exemplar prompt: the less similar exemplar is dropped
+    full = len(apply_chat(ctx.tokenizer, two["prompt"]))
+    s.stuck = {0}
+    draws, _ = s.before_rollout(s.next(3, 4), _ctx(full - 1))
+    one = {d.item["id"]: d.item for d in draws}[0]["prompt"][0]["content"]
+    assert "2+3=5" in one and "train" not in one and len(apply_chat(ctx.tokenizer, [{"role": "user", "content": one}])) < full
+    # nothing fits: drawn unseeded, counted
+    s.observe(scored([0], [0]))
+    s.stuck = {0}
+    draws, _ = s.before_rollout(s.next(3, 4), _ctx(5))
+    assert {d.item["id"]: d.item for d in draws}[0]["prompt"][0]["content"] == "apples and pears cost 3"
+    assert s.observe(scored([0], [0])).metrics["sampler/xrpo/seed_too_long"] == 1.0
 
 
 def test_no_exemplar_pool_draws_the_prompt_unseeded():

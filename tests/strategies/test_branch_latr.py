@@ -48,3 +48,15 @@ def test_trains_one_step_from_config(tmp_path, strategy, advantage):
     trainer = Trainer(cfg, tmp_path / "run")
     assert trainer.step()["time/step"] > 0
     trainer.close()
+
+
+def test_branch_counts_and_warns_about_groups_with_fewer_leaves(caplog):
+    # 3 tokens in all, segments of 3: the root splits once (2 paths), both end after one segment -> 2 of 6 leaves
+    s = BranchStrategy(segment_tokens=3, branch_factor=2)
+    with caplog.at_level("WARNING", logger="covey"):
+        batch, m = s.rollout(ITEMS, _ctx(6, max_new=3))
+        s.rollout(ITEMS, _ctx(6, max_new=3))
+    assert len(batch) == 4 and m["tree/short_groups"] == 2 and m["tree/missing_leaves"] == 8
+    assert sum("fewer leaves than the group size" in r.message for r in caplog.records) == 1  # warned once
+    _, full = BranchStrategy(segment_tokens=3, branch_factor=2).rollout(ITEMS, _ctx(6))
+    assert full["tree/short_groups"] == 0 and full["tree/missing_leaves"] == 0

@@ -61,13 +61,14 @@ def test_strategy_adapts_from_the_second_step_and_keeps_its_state():
     ctx = RolloutContext(engine=TorchEngine(model, tok, dtype="fp32"), tokenizer=tok, draws=[Draw(it, 2) for it in items],
                          sampling=lambda r: SamplingParams(seed=7 + r, max_new_tokens=6, ignore_eos=True),
                          score=lambda b: {}, draw=lambda k: [])  # fmt: skip
-    s = STRATEGIES.build("hapo_temperature", {"tau": 0.5, "signed": False})  # the released code's lost sign
+    s = STRATEGIES.build("hapo_temperature", {"tau": 0.5})  # the default is the released rule (h_hat >= 0)
+    assert not s.signed
     b1, m1 = s.rollout(items, ctx)
     assert m1["hapo/adaptive"] == 0.0 and not b1.recompute_old_logprobs and s.stats is not None
     b2, m2 = s.rollout(items, ctx)
     assert m2["hapo/adaptive"] == 1.0 and b2.recompute_old_logprobs
     assert m2["hapo/temperature_min"] >= 1.0 and m2["hapo/temperature_max"] > 1.0  # released: never cooler than T
-    t = STRATEGIES.build("hapo_temperature", {"tau": 0.5})  # covey's default: signed, so some tokens run cooler
+    t = STRATEGIES.build("hapo_temperature", {"tau": 0.5, "signed": True})  # the abstract's reading: some tokens run cooler
     t.load_state_dict(s.state_dict())
     assert t.stats == s.stats and t.signed
     _, m3 = t.rollout(items, ctx)

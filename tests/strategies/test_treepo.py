@@ -172,3 +172,21 @@ def test_branch_grpo_zero_below_the_code_s_std_floor():
     # two depth-1 nodes whose values differ by 1e-7: std < 1e-6 -> A = 0 there (the code), leaves too
     b = _batch(rewards=[0.5, 0.5, 0.5 + 1e-7, 0.5 + 1e-7])
     assert branch_grpo(b).advantages.abs().max() == 0.0
+
+
+def test_branch_grpo_clips_advantages_at_the_code_s_five():
+    # 36 first-level nodes, one reward 1: mean 1/36, unbiased std 1/6 -> A = (35/36) * 6 = 5.8333 > 5
+    paths = [(i,) for i in range(36)]
+    b = _batch(paths=paths, rewards=[1.0] + [0.0] * 35)
+    b.tree_path = paths
+    adv = branch_grpo(b).advantages[:, 0]
+    assert adv[0].item() == pytest.approx(5.0) and adv[1].item() == pytest.approx(-1 / 6, abs=1e-6)
+    assert branch_grpo(b, adv_clip=None).advantages[0, 0].item() == pytest.approx(35 / 6, abs=1e-6)
+
+
+def test_branch_node_values_pass_a_single_child_s_value_through():
+    # root -> 0 (its only child) -> leaves 1, 2 (rewards 1, 0; edge log-probs -1, -2):
+    # node 0 = softmax([-1, -2]) . [1, 0] = 0.731059; the root passes it through (its leaf mean is 0.5)
+    edge = {(0, 0): -0.3, (0, 0, 1): -1.0, (0, 0, 2): -2.0}
+    pw = branch_node_values([(0, 1), (0, 2)], [0, 0], [1.0, 0.0], edge)
+    assert pw[(0, 0)] == pytest.approx(0.731059, abs=1e-6) and pw[(0,)] == pytest.approx(0.731059, abs=1e-6)

@@ -104,11 +104,34 @@ def test_prompt_lists_the_model_and_the_question():
     assert plain.startswith("You are an expert") and "Question: What is the marginal distribution" in plain
 
 
+def test_trains_on_the_strict_score_by_default_as_the_released_launcher():
+    # train_rlvr.sh: reward_manager=dapo, which takes score_strict.compute_score(...)["score"]
+    task = get_task("causal", n_train=0, n_test=1)
+    assert task.metric == "score"
+    assert task.reward(["p"] * 3, ["ANSWER [0.1, 0.9]", "ANSWER [0.2, 0.8]", "x"], reference=[[0.2, 0.8]] * 3) == [0.2, 1.0, 0.0]
+    dense = get_task("causal", n_train=0, n_test=1, metric="reward")  # covey's earlier default
+    assert dense.reward(["p"], ["ANSWER [0.1, 0.9]"], reference=[[0.2, 0.8]]) == [0.92]
+
+
+def test_compact_prompt_fits_the_tiny_models():
+    from covey.models import apply_chat, build_tiny
+
+    tok = build_tiny("tiny-llama")[1]
+    released = CausalSCM(n_train=40, n_test=0).examples("train")
+    compact = CausalSCM(n_train=40, n_test=0, prompt="compact").examples("train")
+    assert min(len(apply_chat(tok, it["prompt"])) for it in released) > 1024  # over tiny-llama's positions
+    assert max(len(apply_chat(tok, it["prompt"])) for it in compact) < 1024 - 256
+    # the same models, questions and answers: only the text differs
+    assert [(a["reference"], a["level"]) for a in released] == [(b["reference"], b["level"]) for b in compact]
+    user = compact[1]["prompt"][1]["content"]
+    assert "Edges: " in user and "P(v" in user and "given we intervented to set" in user and "strict digraph" not in user
+
+
 def test_score_metric_and_bad_params():
     task = get_task("causal", n_train=0, n_test=1, metric="score")
     assert task.reward(["p"] * 3, ["ANSWER [0.1, 0.9]", "ANSWER [0.2, 0.8]", "x"], reference=[[0.2, 0.8]] * 3) == [0.2, 1.0, 0.0]
     assert task.extract_answer("ANSWER [0.2, 0.8]") == "[0.2, 0.8]" and task.extract_answer("none") is None
-    for bad in ({"levels": ["causal"]}, {"levels": []}, {"n_vars": 1}, {"n_vals": 5}, {"metric": "tvd"},
+    for bad in ({"levels": ["causal"]}, {"levels": []}, {"n_vars": 1}, {"n_vals": 5}, {"metric": "tvd"}, {"prompt": "short"},
                 {"questions_per_model": 0}, {"n_vars": 8, "n_vals": 3}):
         with pytest.raises(ValueError):
             CausalSCM(**bad)

@@ -50,6 +50,17 @@ def test_layer_out_of_range_and_correction_are_refused():
         resolve_algo({"logprob_source": {"layer": 1, "until_step": 3}, "correction": {"name": "tis"}})
 
 
+def test_a_kl_loss_against_the_full_model_reference_is_refused():
+    # pi_k (layer 1) against the full model's pi_ref would compare different policies; the released code's
+    # reference has no internal layer and its script runs without KL
+    with pytest.raises(ValueError, match=r"algo.kl \(mode loss, coef 0.04\) compares"):
+        resolve_algo({"preset": "grpo", "logprob_source": {"layer": 1, "until_step": 3}})
+    with pytest.raises(ValueError, match="algo.surrogate 'trpa'"):
+        resolve_algo({"preset": "grpo", "kl": None, "surrogate": {"name": "trpa"}, "logprob_source": {"layer": 1, "until_step": 3}})
+    resolve_algo({"preset": "grpo", "kl": None, "logprob_source": {"layer": 1, "until_step": 3}})  # BuPO's script: no KL
+    resolve_algo({"preset": "grpo", "kl": {"coef": 0.04, "mode": "reward"}, "logprob_source": {"layer": 1, "until_step": 3}})
+
+
 def test_trainer_switches_back_to_the_full_model_after_until_step(tmp_path):
     cfg = load_config(None, [
         "model.name=tiny-llama", "task.name=arithmetic", "task.params={digits: 1, n_train: 16, n_test: 4}",

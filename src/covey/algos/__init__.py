@@ -4,7 +4,7 @@
 Importing this package registers every built-in component.
 """
 
-from covey.algos import advantages, aggregation, corrections, kl, regression, regularizers, surrogates  # noqa: F401  (fill registries)
+from covey.algos import advantages, aggregation, corrections, group_losses, kl, regression, regularizers, surrogates  # noqa: F401  (fill registries)
 from covey.algos.aggregation import batch_totals
 from covey.algos.kl import entropy_bonus, kl_reward_penalty
 from covey.algos.shaping import overlong_penalty

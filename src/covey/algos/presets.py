@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from covey.algos.registry import ADVANTAGES, AGGREGATIONS, CORRECTIONS, KL_ESTIMATORS, SURROGATES
 from covey.registry import Registry, Spec
 
-__all__ = ["PRESETS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "LogprobSourceSpec", "OverlongSpec", "ReferenceResetSpec", "apply_sampler_preset", "resolve_algo",
-           "sampler_spec", "strategy_spec"]
+__all__ = ["PRESETS", "PRESET_KEYS", "PRESET_NOTES", "SAMPLER_PRESETS", "AlgoConfig", "KLSpec", "LogprobSourceSpec", "OverlongSpec", "ReferenceResetSpec", "apply_sampler_preset",
+           "layer_algo", "resolve_algo", "sampler_spec", "strategy_spec"]
 
 DEFAULT_PRESET = "grpo"
 
@@ -437,6 +437,14 @@ class AlgoConfig(_Strict):
         if self.logprob_source is not None and self.correction is not None:
             raise ValueError("algo.logprob_source trains an internal layer's policy, which is not the engine's: an "
                              "importance correction against the engine's log-probs is meaningless then; set algo.correction: null")  # fmt: skip
+        kl = self.active().get("kl")
+        loss_ref = [f"algo.surrogate {self.surrogate.name!r}"] if "ref_logprobs" in SURROGATES.get(self.surrogate.name).requires else []
+        loss_ref += [f"algo.kl (mode loss, coef {kl.coef})"] if kl is not None and kl.mode == "loss" else []
+        if self.logprob_source is not None and loss_ref:
+            raise ValueError(f"algo.logprob_source trains decoder layer {self.logprob_source.layer}'s policy for steps 1.."
+                             f"{self.logprob_source.until_step}, but {' and '.join(loss_ref)} compares the loss's log-probs with "
+                             "the full model's reference: different policies (BuPO's released code has no internal layer in its "
+                             "reference and its script runs without KL); set algo.kl: null, or mode: reward, or drop logprob_source")  # fmt: skip
         if self.reference_reset is not None and "ref_logprobs" not in self.requires():
             raise ValueError("algo.reference_reset resets the reference model, but no component uses one: "
                              "set algo.kl with coef > 0 (or drop reference_reset)")  # fmt: skip
@@ -532,6 +540,80 @@ def _merge(base: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+PRESET_KEYS = tuple(sorted({k for bundle in PRESETS.values() for k in bundle}))
+"""The algo keys a preset decides: every key some preset writes (the axes, KL, overlong, dynamic sampling,
+group_size_extra, reference_reset, likelihood, LOOP's thresholds). A preset decides all of them, the ones
+it does not write at their defaults (dr_grpo: no KL). Other keys (correction, entropy_coef, regularizers,
+logprob_source) are never a preset's."""
+
+
+def _block(raw: Any) -> Any:
+    """An `algo` block as a dict: a bare preset name is `{preset: name}`, None is {}."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        return {"preset": raw}
+    return dict(raw) if isinstance(raw, Mapping) else raw
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    return "null" if value is None else str(value)
+
+
+def _preset_value(preset: Any, key: str) -> Any:
+    """What preset `preset` gives key `key` (its value, else the field's default)."""
+    bundle = PRESETS.get(preset, {}) if isinstance(preset, str) else {}
+    if key in bundle:
+        return bundle[key]
+    field = AlgoConfig.model_fields[key]
+    return None if field.is_required() else field.get_default(call_default_factory=True)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two raw values of one algo key say the same (components compared in their flat form)."""
+    try:
+        norm = lambda v: _flat(v) if isinstance(v, (str, Mapping)) else v  # noqa: E731
+        return norm(a) == norm(b)
+    except ValueError:
+        return False
+
+
+def layer_algo(earlier: Any, later: Any, sources: tuple[str, str] = ("the earlier config", "the override")) -> tuple[Any, list[str]]:
+    """Two `algo` blocks from two sources, the later one on top, as one raw block (for `resolve_algo`),
+    and notes on what a preset replaced (empty when nothing was).
+
+    The rule (docs/algorithms.md, "Presets"): a preset decides every key in `PRESET_KEYS` and fills the
+    keys its own source does not set; a later source wins over an earlier one; within one source an
+    explicit key wins over that source's preset. So a later source that names a preset replaces the
+    earlier source's preset and its explicit `PRESET_KEYS` (reported in the notes), and keeps its other
+    keys (regularizers, correction, ...). Explicit keys of the two sources merge key by key; a component
+    given a new `name` drops the earlier source's parameters for it (`algo.advantage.name=hgpo` over a
+    file's gigpo with gigpo's parameters)."""
+    e, lt = _block(earlier), _block(later)
+    if not isinstance(e, dict) or not isinstance(lt, dict):
+        return later, []  # not a block: validation reports it
+    notes: list[str] = []
+    if "preset" in lt:
+        was, now = e.get("preset", DEFAULT_PRESET), lt["preset"]
+        replaced = {k: e[k] for k in PRESET_KEYS if k in e and k not in lt and _same(e[k], _preset_value(now, k)) is False}
+        if was != now or replaced:
+            bundle = ", ".join(PRESETS[now]) if now in PRESETS else "nothing"
+            parts = [f"algo: preset {now} ({sources[1]}) sets {bundle} (the other preset keys at their defaults)"]
+            if was != now:
+                parts.append(f"it replaces preset {was} ({sources[0]})")
+            if replaced:
+                parts.append(f"{sources[0]}'s " + ", ".join(f"{k}: {_show(v)}" for k, v in replaced.items())
+                             + " no longer apply (a later source wins; set them after the preset to keep them)")
+            mine = [k for k in PRESET_KEYS if k in lt]
+            if mine:
+                parts.append(f"{sources[1]} overrides its {', '.join(mine)}")
+            notes.append("; ".join(parts))
+        e = {k: v for k, v in e.items() if k not in PRESET_KEYS and k != "preset"}
+    return _merge(e, lt), notes
 
 
 def resolve_algo(raw: Mapping[str, Any] | AlgoConfig | None = None) -> AlgoConfig:

@@ -65,7 +65,10 @@ class LossInputs:
                                                    in one micro-batch and one mini-batch
       row        "row" (or "group")                per-row values [N]: "reward" (scalar reward),
                                                    "group_mean", "group_std" (unbiased) over the
-                                                   whole group
+                                                   whole group, and "col:<name>" for each reward
+                                                   column (e.g. TRPA's preference levels)
+      ref_logp   (always, when the batch has it)   [N, T] log pi_ref of each token, no gradient
+                                                   ("ref_logprobs" makes the trainer fill it)
       turn       (always, when the batch has it)   [N, T] long agent turn of each token (multi-turn
                                                    episodes; -1 on env tokens), None for single-turn
     """
@@ -80,6 +83,7 @@ class LossInputs:
     group: Tensor | None = None
     row: dict[str, Tensor] = field(default_factory=dict)
     turn: Tensor | None = None
+    ref_logp: Tensor | None = None
 
 
 @dataclass

@@ -60,9 +60,18 @@ def reg_grpo_provisional(inp: LossInputs, *, eps: Positive = 1e-6) -> tuple[Tens
     (requires "group": the learner keeps them together and refuses a micro_batch_size below the group).
     Spec vector: l = [0.02, -0.01, 0, 0.03], A = [0.866, -0.866, -0.866, 0.866] -> Ahat =
     [0.5477, -1.0954, -0.5477, 1.0954], loss 0.0770. Edge cases: the gradient passes through the std;
-    on the first on-policy step l is ~0 (old_logp = the engine's log-probs: l is numerical noise) and
-    the gradient is ~ -2 A_i / eps per row, which gradient clipping bounds; groups of one row and empty
-    rows get Ahat = 0. Metrics: surrogate/ahat_abs_mean, surrogate/ratio (the sequence ratio exp(l)).
+    groups of one row and empty rows get Ahat = 0. Metrics: surrogate/ahat_abs_mean, surrogate/ratio
+    (the sequence ratio exp(l)).
+
+    The first on-policy update (checked for round two; no released code to compare: mlvlab publishes no
+    DeepVideo-R1 repository in the code store, mlvlab/VideoSearch-R1 has no Reg-GRPO): pi_theta = pi_old,
+    so l is 0 up to numerical noise and its group std s ~ 0. Where l_i - mean l = 0 the std's own
+    gradient term vanishes and d loss / d l_j = -(2 / N) (A_j - mean_g A) / (s + eps) exactly: about
+    2 |A| / (N eps), i.e. 1e4-1e6 before the token means and the network. That is the logged
+    `learn/grad_norm` (the norm BEFORE clipping); the step applied is clipped to `optim.grad_clip`
+    (1.0 by default), so the first update is a REINFORCE step (the direction of -A, tested) of norm
+    grad_clip. This follows from the z-score of a zero-spread quantity, not from a wrong normaliser:
+    kept, and documented; without grad clipping the first step would be ~1/eps too large.
     """
     _check(inp)
     if inp.group is None:

@@ -385,7 +385,7 @@ class Learner:
         old_stats = {k: extra.get(f"old:{k}", v.detach()) for k, v in cur.items()}
         rows = {k[4:]: v for k, v in extra.items() if k.startswith("row:")}
         inp = LossInputs(logp, old, adv * mask, mask, None if entropy is None else entropy.float(), cur, old_stats,
-                         micro.group if self.need_group else None, rows, micro.turn)  # fmt: skip
+                         micro.group if self.need_group else None, rows, micro.turn, micro.ref_logprobs)  # fmt: skip
         return inp, entropy
 
     def _loss(self, micro: Rollouts, mask: Tensor, totals: BatchTotals, extra: dict[str, Tensor] | None = None,
@@ -460,7 +460,8 @@ def to_device(batch: Rollouts, device: torch.device) -> Rollouts:
 
 def _row_values(batch: Rollouts) -> dict[str, Tensor]:
     """Per-row inputs of group-coupled components ("row:<name>" [N] float32, on the batch's device):
-    the scalar reward and its whole-group mean and unbiased std (0 for a group of one)."""
+    the scalar reward and its whole-group mean and unbiased std (0 for a group of one), and each
+    reward column as "row:col:<column name>"."""
     r = batch.scalar_rewards().double()
     _, inv = torch.unique(batch.group, return_inverse=True)
     k = int(inv.max()) + 1 if len(r) else 0
@@ -468,7 +469,8 @@ def _row_values(batch: Rollouts) -> dict[str, Tensor]:
     mean = torch.zeros(k, dtype=r.dtype, device=r.device).index_add_(0, inv, r) / size
     ss = torch.zeros(k, dtype=r.dtype, device=r.device).index_add_(0, inv, (r - mean[inv]) ** 2)
     std = torch.where(size > 1, (ss / (size - 1).clamp(min=1)).sqrt(), torch.zeros_like(ss))
-    return {"row:reward": r.float(), "row:group_mean": mean[inv].float(), "row:group_std": std[inv].float()}
+    cols = {f"row:col:{name}": batch.rewards[:, k].float() for k, name in enumerate(batch.reward_names)}
+    return {"row:reward": r.float(), "row:group_mean": mean[inv].float(), "row:group_std": std[inv].float(), **cols}
 
 
 def _check_whole_groups(mb: Rollouts, chunks: list[Tensor]) -> None:

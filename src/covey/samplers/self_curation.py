@@ -22,10 +22,11 @@ Two ways to find the prompts the policy's mode already solves (`greedy_check`):
               empty (the learner skips rows without tokens). Differs from greedy decoding, most at
               high temperature.
 
-    next:     gated (high-likelihood) prompts are skipped for the next `skip_epochs` epochs of the
-              uniform order (covey's addition: the released trainer checks every prompt every step;
-              `skip_epochs: 0` does the same), then re-checked; when nothing else is left they are
-              drawn anyway
+    next:     `skip_epochs: 0` (default, the released trainer): every prompt is drawn in the uniform
+              order and re-checked every step, so a step trains on the smaller batch of unsolved
+              prompts. `skip_epochs: k` (covey's addition, its default before round two: 1) skips a
+              gated (high-likelihood) prompt for the next k epochs, so the draw refills the batch with
+              others; when nothing else is left gated prompts are drawn anyway
 
 Prompts that a rollout strategy draws itself for refills (`ctx.draw`, e.g. `dynamic`) do not pass
 through `before_rollout`, so they are not greedy-checked. The forward-KL variant is not implemented.
@@ -34,10 +35,9 @@ Fidelity (re-read 2026-11-24): checked against the released code
 mail-research/SELF-llm-interference @ d17634bc058634549b2b5652fa1ca52099b7f4ae
 (`verl/verl/trainer/ppo/ray_trainer.py::RayMaxPPOTrainer.fit`, the "gen_max" block): one greedy
 (do_sample False) response per prompt, prompts whose summed reward != 1.0 are kept, none left ->
-the step is skipped; `greedy_check: decode` does this. Differences: `skip_epochs` defaults to 1
-(covey's gating; 0 re-checks every prompt every step, as the code), and "correct" is
-`row_success >= correct_threshold` (the accuracy column when present) instead of the summed reward
-being exactly 1.0.
+the step is skipped; `greedy_check: decode` with the default `skip_epochs: 0` does this. Difference:
+"correct" is `row_success >= correct_threshold` (the accuracy column when present) instead of the
+summed reward being exactly 1.0.
 """
 
 from __future__ import annotations
@@ -77,13 +77,14 @@ class SelfSampler(GatedUniform):
     correct_threshold:  a success (`feedback.row_success`, in [0, 1]) at or above this is correct (1.0).
     greedy_proxy:       for "proxy": "max_logprob" (default) or "max_mean_logprob", which sampled row
                         stands in for the greedy answer; refused with "decode".
-    skip_epochs:        epochs a high-likelihood prompt is skipped before it is checked again (0: never skipped).
+    skip_epochs:        epochs a high-likelihood prompt is skipped before it is checked again (0, default: never
+                        skipped, re-checked every step, as released).
     """
 
     def __init__(
         self, items: Sequence[dict], seed: int = 0, *, greedy_check: Literal["decode", "proxy"] = "decode",
         correct_threshold: float = 1.0, greedy_proxy: Literal["max_logprob", "max_mean_logprob"] | None = None,
-        skip_epochs: int = 1,
+        skip_epochs: int = 0,
     ):  # fmt: skip
         super().__init__(items, seed, skip_epochs)
         if greedy_check not in ("decode", "proxy"):

@@ -16,9 +16,13 @@ UNVERIFIED against the paper ("VADE-style"):
 k_i / n_i are the prompt's successes / rollouts this step (`covey.samplers.feedback.row_success`).
 Items drawn since the last `observe` are not drawn again before it (refills get new prompts).
 
-Fidelity (re-read 2026-11-24): reconstructed. No released code was found: the paper points to
-its project page (VADE-RL.github.io); no repository of the authors is in the searchable index. The
-update rules above stay UNVERIFIED.
+Fidelity: PROVISIONAL (reconstructed; searched again for round two). No released code was found: the
+paper points to its project page (VADE-RL.github.io); no repository of the authors is in the searchable
+index, and the paper's method section could not be read. The abstract's objective is "information gain
+through the estimated correctness probability"; covey scores p (1 - p), the binary reward's variance.
+The Beta-entropy reading of information gain (expected entropy drop after G rollouts at the sampled p)
+is not used: it grows toward p = 0 or 1 (0.2785 at p = 0.5, 0.3767 at p = 0.9 for a uniform prior and
+G = 2; docs/sampling.md), against the method's variance-aware aim. The update rules above stay UNVERIFIED.
 """
 
 from __future__ import annotations

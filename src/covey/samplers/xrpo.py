@@ -23,9 +23,12 @@ problem text) that carry a worked solution in `solution_key` -- and, with exempl
 that the policy has solved at least once -- are prepended to its prompt. The rollouts and the loss
 use this seeded prompt (what the paper trains on is UNVERIFIED); the item keeps its id and columns,
 so rewards are unchanged. One success releases the prompt. Without exemplars it is drawn unseeded.
-The sampler has no tokenizer, so a seeded prompt is kept within `max_prompt_chars` characters
-(default: the longest prompt among the items, which all passed the run's token-length check) by
-dropping the least similar exemplars; if none fits the prompt is drawn unseeded (counted).
+A seeded prompt must fit the run: the sampler's `before_rollout` hook learns the tokenizer and the
+run's prompt-token limit (`RolloutContext.max_prompt_tokens`: the model's context minus
+max_new_tokens) and seeds every stuck draw, dropping the least similar exemplars until the
+chat-templated prompt fits; refills drawn later (`ctx.draw`) are seeded the same way. If none fits the
+prompt is drawn unseeded (counted). `max_prompt_chars` adds an optional bound in characters (None
+by default; covey's earlier default, the longest item prompt, let almost no seeded prompt through).
 
 Fidelity (re-read 2026-11-24): reconstructed. No released code of the authors was found (only
 unnamed third-party reimplementations, not used); the allocation and seeding details stay as
@@ -34,6 +37,7 @@ marked above.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
@@ -41,13 +45,14 @@ from typing import Any, Literal
 
 import torch
 
+from covey.models import apply_chat
 from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import row_success
 from covey.samplers.sampler import UniformSampler
 from covey.samplers._sampling import problem_text, t_quantile
 from covey.rollouts import Rollouts
 
-__all__ = ["XRPOSampler", "allocate_rollouts", "ci_half_width", "jaccard", "shrunk_std"]
+__all__ = ["XRPOSampler", "allocate_rollouts", "ci_half_width", "jaccard", "rollout_priority", "shrunk_std"]
 
 
 def ci_half_width(n: int, s: float, alpha: float) -> float:
@@ -64,26 +69,37 @@ def shrunk_std(n: float, ss: float, prior_std: float, prior_weight: float) -> fl
     return math.sqrt((ss + prior_weight * prior_std**2) / (max(n - 1.0, 0.0) + prior_weight))
 
 
+def rollout_priority(n: int, s: float, total: int, alpha: float, bonus: float) -> float:
+    """Pi = h(n, s) - h(n + 1, s) + bonus sqrt(log(T) / n), T = total rollouts planned so far (>= 2)."""
+    dh = ci_half_width(n, s, alpha) - ci_half_width(n + 1, s, alpha)
+    return dh + bonus * math.sqrt(math.log(max(total, 2)) / n)
+
+
 def allocate_rollouts(stds: Sequence[float], budget: int, n0: int, cap: int, alpha: float, bonus: float) -> list[int]:
     """Rollouts per prompt: n0 each, then the rest one at a time to the largest Pi_q (ties: first)."""
     b = len(stds)
     if n0 * b > budget or cap * b < budget or n0 > cap:
         raise ValueError(f"xrpo cannot share {budget} rollouts over {b} prompts with min {n0} and max {cap} each")
     n = [n0] * b
-
-    def priority(q: int) -> float:
-        if n[q] >= cap:
-            return -math.inf
-        dh = ci_half_width(n[q], stds[q], alpha) - ci_half_width(n[q] + 1, stds[q], alpha)
-        return dh + bonus * math.sqrt(math.log(max(sum(n), 2)) / n[q])
-
     for _ in range(budget - n0 * b):
-        pr = [priority(q) for q in range(b)]
+        total = sum(n)
+        pr = [rollout_priority(n[q], stds[q], total, alpha, bonus) if n[q] < cap else -math.inf for q in range(b)]
         n[max(range(b), key=lambda q: (pr[q], -q))] += 1
     return n
 
 
 _WORD = re.compile(r"\w+")
+
+
+def _prepend(item: dict, prefix: str) -> dict:
+    """A copy of `item` whose prompt (text, or the last user message) starts with `prefix`."""
+    prompt = item["prompt"]
+    if isinstance(prompt, str):
+        return {**item, "prompt": prefix + prompt}
+    last = max(i for i, m in enumerate(prompt) if m.get("role") == "user")
+    msgs = [dict(m) for m in prompt]
+    msgs[last]["content"] = prefix + str(msgs[last]["content"])
+    return {**item, "prompt": msgs}
 
 
 def jaccard(a: set[str], b: set[str]) -> float:
@@ -101,7 +117,8 @@ class XRPOSampler(UniformSampler):
     seeding:        in-context seeding of stuck prompts on/off.
     solution_key:   item column holding a worked solution (gsm8k: "solution").
     exemplars:      solved examples prepended.  exemplar_pool: "solved" (policy solved it once) or "dataset".
-    max_prompt_chars: bound on a seeded prompt's text (None: the longest item prompt).
+    max_prompt_chars: an optional bound on a seeded prompt's text in characters (None: only the run's
+                      prompt-token limit, checked with the tokenizer).
     """
 
     def __init__(
@@ -124,20 +141,30 @@ class XRPOSampler(UniformSampler):
         self.stuck: set[int] = set()
         self.solved: set[int] = set()
         self._by_id = {int(it["id"]): it for it in items}
-        # the sampler has no tokenizer: bound seeded prompts in characters by the longest prompt the run's
-        # token-length check let through (items reach the sampler after that check)
-        self.max_prompt_chars = max_prompt_chars or max(len(problem_text(it)) for it in items)
-        self._too_long = 0
+        self.max_prompt_chars = max_prompt_chars
+        self._tokenizer, self._max_tokens = None, None  # learned in before_rollout (the run's tokenizer and limit)
+        self._too_long: set[int] = set()  # this step's stuck prompts no seeded form of which fits
         self._words: dict[int, set[str]] = {}
-        self._seeded = 0
+        self._seeded: set[int] = set()  # this step's seeded prompts
         self._last_sizes: list[int] = []
 
     # ------------------------------------------------------------------ drawing
     def next(self, k: int, group_size: int) -> list[Draw]:
         out = self.pick(k)
-        if self.seeding:
+        if self.seeding and (self._tokenizer is not None or self.max_prompt_chars is not None):
             out = [self._seed_item(it) if int(it["id"]) in self.stuck else it for it in out]
         return [Draw(it, n) for it, n in zip(out, self.allocate(out, group_size))]
+
+    def before_rollout(self, draws: list[Draw], ctx) -> tuple[list[Draw], dict[str, float]]:
+        """Learn the run's tokenizer and prompt-token limit; seed the stuck draws so that they fit."""
+        self._tokenizer, self._max_tokens = ctx.tokenizer, getattr(ctx, "max_prompt_tokens", None)
+        if not self.seeding:
+            return draws, {}
+        out = []
+        for d in draws:
+            key = int(d.item["id"])
+            out.append(dataclasses.replace(d, item=self._seed_item(self._by_id[key])) if key in self.stuck else d)
+        return out, {}
 
     def allocate(self, items: list[dict], group_size: int) -> list[int]:
         """Rollouts for each of `items`: the step's B*G (G = `group_size`) shared by `allocate_rollouts`."""
@@ -169,26 +196,30 @@ class XRPOSampler(UniformSampler):
         pool.sort(key=lambda i: (-jaccard(words, self._words_of(i)), i))
         return [self._by_id[i] for i in pool[: self.exemplars]]
 
+    def _fits(self, seeded: dict, prefix: str, item: dict) -> bool:
+        if self.max_prompt_chars is not None and len(prefix) + len(problem_text(item)) > self.max_prompt_chars:
+            return False
+        if self._tokenizer is None or self._max_tokens is None:
+            return True
+        return len(apply_chat(self._tokenizer, seeded["prompt"])) <= self._max_tokens
+
     def _seed_item(self, item: dict) -> dict:
+        """`item` with its most similar exemplars prepended, dropping the least similar until it fits."""
+        key = int(item["id"])
         candidates = self.exemplars_for(item)
         shots = list(candidates)
-        while shots:  # drop the least similar exemplar until the seeded text fits max_prompt_chars
+        while shots:
             blocks = "".join(f"Problem: {problem_text(s)}\nSolution: {s[self.solution_key]}\n\n" for s in shots)
             prefix = f"Solved examples:\n\n{blocks}Now solve this problem.\n\n"
-            if len(prefix) + len(problem_text(item)) <= self.max_prompt_chars:
-                break
+            seeded = _prepend(item, prefix)
+            if self._fits(seeded, prefix, item):
+                self._seeded.add(key)
+                self._too_long.discard(key)
+                return seeded
             shots = shots[:-1]
-        if not shots:
-            self._too_long += bool(candidates)
-            return item
-        self._seeded += 1
-        prompt = item["prompt"]
-        if isinstance(prompt, str):
-            return {**item, "prompt": prefix + prompt}
-        last = max(i for i, m in enumerate(prompt) if m.get("role") == "user")
-        msgs = [dict(m) for m in prompt]
-        msgs[last]["content"] = prefix + str(msgs[last]["content"])
-        return {**item, "prompt": msgs}
+        if candidates:
+            self._too_long.add(key)
+        return item
 
     # ------------------------------------------------------------------ feedback
     def observe(self, batch: Rollouts) -> Feedback:
@@ -207,12 +238,12 @@ class XRPOSampler(UniformSampler):
         sizes = self._last_sizes or [0]
         out = {
             "sampler/xrpo/stuck_prompts": float(len(self.stuck)),
-            "sampler/xrpo/seeded": float(self._seeded),
-            "sampler/xrpo/seed_too_long": float(self._too_long),
+            "sampler/xrpo/seeded": float(len(self._seeded)),
+            "sampler/xrpo/seed_too_long": float(len(self._too_long)),
             "sampler/xrpo/rollouts_min": float(min(sizes)),
             "sampler/xrpo/rollouts_max": float(max(sizes)),
         }
-        self._seeded, self._too_long = 0, 0
+        self._seeded, self._too_long = set(), set()
         return Feedback(out)
 
     # ------------------------------------------------------------------ checkpoint
@@ -220,12 +251,13 @@ class XRPOSampler(UniformSampler):
         return {
             **super().state_dict(),
             "stats": {k: torch.tensor(v, dtype=torch.float64) for k, v in self.stats.items()},
-            "stuck": sorted(self.stuck), "solved": sorted(self.solved), "seeded": self._seeded,
-            "too_long": self._too_long,
+            "stuck": sorted(self.stuck), "solved": sorted(self.solved), "seeded": sorted(self._seeded),
+            "too_long": sorted(self._too_long),
         }  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.stats = {int(k): (float(v[0]), float(v[1])) for k, v in state["stats"].items()}
         self.stuck, self.solved = set(state["stuck"]), set(state["solved"])
-        self._seeded, self._too_long = state["seeded"], state["too_long"]
+        as_set = lambda v: set(v) if isinstance(v, list) else set()  # noqa: E731  (older checkpoints: counts)
+        self._seeded, self._too_long = as_set(state["seeded"]), as_set(state["too_long"])

@@ -58,6 +58,9 @@ class RolloutContext:
     policy_version:  version of the weights the engine holds now.
     reference_engine: an engine over the frozen reference policy, for a strategy that declares
                      ``needs_reference_engine = True`` (XPO's `reference_pairs`); None otherwise.
+    max_prompt_tokens: the longest chat-templated prompt the run takes (the model's context minus
+                     max_new_tokens, or the task's limit; `covey.samplers.lengths.prompt_token_limit`),
+                     None when unknown: a sampler that rewrites prompts (XRPO's seeding) keeps within it.
     """
 
     engine: Engine
@@ -69,6 +72,7 @@ class RolloutContext:
     step: int = 0
     policy_version: int = 0
     reference_engine: Engine | None = None
+    max_prompt_tokens: int | None = None
 
 
 @runtime_checkable

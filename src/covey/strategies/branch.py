@@ -15,11 +15,14 @@ reward fusion and depth-wise normalisation (a token of segment d gets the advant
 leads to, and a segment shared by several leaves is trained once, as the released code's
 transitions: Fredreic1849/BranchGRPO @ 19fbb9fc92ad1857212f3b664d6e9ff80c8b3804).
 A root whose paths end before it reaches `width` leaves has fewer leaves (no fallback: groups may
-differ in size; with answers of a few tokens use a short `segment_tokens` so the tree widens in time). The paper's width/depth pruning of the backward pass is not implemented.
+differ in size; with answers of a few tokens use a short `segment_tokens` so the tree widens in time):
+it is counted (`tree/short_groups`, `tree/missing_leaves`) and warned about once. The paper's
+width/depth pruning of the backward pass is not implemented.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from covey.engine.base import ForkingEngine, Row
@@ -49,6 +52,7 @@ class BranchStrategy:
             raise ValueError(f"branch_depths must be segment indices >= 0, got {branch_depths}")
         self.L, self.k = segment_tokens, branch_factor
         self.depths = None if branch_depths is None else set(branch_depths)
+        self.warned = False  # a short group is warned about once per run (and counted every step)
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         sp = ctx.sampling(0)
@@ -79,7 +83,17 @@ class BranchStrategy:
         groups = [r.payload[0] for r in leaves]
         batch = rows_to_batch(leaves, [items[g] for g in groups], groups, ctx.engine.pad_token_id, paths=True)
         batch.segment_tokens = self.L
+        missing = [w - groups.count(i) for i, w in enumerate(widths)]
+        short = sum(m > 0 for m in missing)
+        if short and not self.warned:
+            self.warned = True
+            logging.getLogger("covey").warning(
+                f"rollout.strategy branch: {short} of {len(widths)} prompts ended with fewer leaves than the group size "
+                f"({sum(missing)} missing): their paths stopped before the tree was {max(widths)} wide; lower segment_tokens "
+                "or raise sampling.max_new_tokens (metrics tree/short_groups, tree/missing_leaves)")  # fmt: skip
         return batch, {
+            "tree/short_groups": float(short),
+            "tree/missing_leaves": float(sum(missing)),
             "tree/leaves": float(len(leaves)),
             "tree/decoded_tokens": float(dec.decoded),
             "tree/decoded_per_leaf": dec.decoded / max(len(leaves), 1),

@@ -1,7 +1,7 @@
 """Entropy-steering rollout strategies with a checkpointed entropy controller: `dcpo`, `aepo_entropy`.
 
 Both papers steer the policy's entropy toward a target H0 with the same controller (597358816/DCPO
-@ 33f8073e302d, `verl/trainer/ray_trainer.py::fit`, branches `alg == "DCPO"` / `"AEPO"`; the
+@ 33f8073e302db6cc04a1e064df89242ba8f236b0, `verl/trainer/ray_trainer.py::fit`, branches `alg == "DCPO"` / `"AEPO"`; the
 authors' AEPO repository runs the same trainer):
 
     H_hat = -mean(log-prob of the sampled tokens) of the previous update   (0 before the first)
@@ -19,8 +19,11 @@ documented departure). The controller's state is saved in checkpoints with the s
                 first floor(B/4) prompts at temperature T; its rows with GRPO advantage > 0.05
                 (at most `reinforce_sample_num`, halved when H_hat > H0) join the batch with a fixed
                 advantage 1 (`Rollouts.fixed_advantage`, read by the `aepo_entropy` estimator).
-                `mode: append` (covey's default) adds them; `mode: replace` is the released code's
-                quirk: they replace the batch's first k rows.
+                `mode: replace` (default, the released code): they replace the batch's first k
+                rows, and the rows kept keep the GRPO advantages of their FULL groups (the released
+                trainer runs `_compute_adv` on the whole batch before `DataProto.concat([reinforce[:k],
+                batch[k:]])`), so the strategy fixes those too. `mode: append` (covey's earlier
+                default) adds them and loses no row.
 """
 
 from __future__ import annotations
@@ -110,7 +113,8 @@ class AEPOEntropy:
     reinforce_sample_num:  most REINFORCE rows per step (60), halved when H_hat > h0.
     extra_prompts:         prompts re-sampled at T (None: floor(B / 4) of the step's B, the code).
     threshold:             a re-sampled row is kept when its GRPO advantage (in its group) > threshold (0.05).
-    mode:                  "append" the kept rows (covey) or "replace" the batch's first k rows (the code).
+    mode:                  "replace" the batch's first k rows (default, the released code; the rows kept
+                           keep their full-group GRPO advantages) or "append" the rows (covey's variant).
     """
 
     engine_protocols = (Engine,)
@@ -118,7 +122,7 @@ class AEPOEntropy:
 
     def __init__(self, *, h0: float = 0.5, t_high: float = 1.2, t_low: float = 0.8, reinforce_sample_num: int = 60,
                  extra_prompts: int | None = None, threshold: float = 0.05,
-                 mode: Literal["append", "replace"] = "append"):  # fmt: skip
+                 mode: Literal["append", "replace"] = "replace"):  # fmt: skip
         if reinforce_sample_num < 0 or (extra_prompts is not None and extra_prompts < 0):
             raise ValueError("rollout strategy aepo_entropy: reinforce_sample_num and extra_prompts must be >= 0")
         if mode not in ("append", "replace"):
@@ -137,8 +141,7 @@ class AEPOEntropy:
             extra = sample_groups(ctx.engine, ctx.tokenizer, ctx.draws[:n_extra],
                                   dataclasses.replace(ctx.sampling(1), temperature=info["probe_temperature"]))  # fmt: skip
             ctx.score(extra)
-            adv = group_normalise(extra.scalar_rewards().double(), groups_of(extra), eps=1e-6, scale="group", singleton="zero")
-            keep = torch.nonzero(adv > self.threshold).flatten()
+            keep = torch.nonzero(_grpo(extra) > self.threshold).flatten()
             k = min(self.k_max, len(keep))
             if info["h_hat"] > info["h0"]:
                 k //= 2
@@ -147,10 +150,13 @@ class AEPOEntropy:
         self.ctl.observe(main)  # the next step's H_hat, from the rows sampled at the run's temperature
         k = 0 if picked is None else len(picked)
         batch = main
-        if picked is not None:
+        if picked is not None and self.mode == "replace":  # the rows kept keep their full groups' advantages
+            main.fixed_advantage = _grpo(main).float()
+            batch = Rollouts.concat([picked, main.select(torch.arange(k, len(main)))])
+        elif picked is not None:
             main.fixed_advantage = torch.full((len(main),), float("nan"))
-            rest = main.select(torch.arange(k, len(main))) if self.mode == "replace" else main
-            batch = Rollouts.concat([picked, rest]) if self.mode == "replace" else Rollouts.concat([main, picked])
+            batch = Rollouts.concat([main, picked])
+        if picked is not None:
             batch.recompute_old_logprobs = True  # REINFORCE rows were sampled at T; their pi_old is at the run's temperature
         batch.controller = info
         metrics.update({**_metrics(info, "aepo"), "aepo/reinforce_rows": float(k), "aepo/extra_prompts": float(n_extra)})
@@ -161,6 +167,12 @@ class AEPOEntropy:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.ctl.load_state_dict(state)
+
+
+def _grpo(batch: Rollouts) -> torch.Tensor:
+    """[N] float64: GRPO of the batch's scalar rewards in their groups (eps 1e-6, unbiased std), the
+    released trainer's `_compute_adv` (verl `compute_grpo_outcome_advantage`)."""
+    return group_normalise(batch.scalar_rewards().double(), groups_of(batch), eps=1e-6, scale="group", singleton="zero")
 
 
 def select_reinforce_rows(extra: Rollouts, rows: torch.Tensor, first_group: int) -> Rollouts:

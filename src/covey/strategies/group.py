@@ -15,7 +15,7 @@ from covey.samplers.base import Draw
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.rollouts import Rollouts
 
-__all__ = ["GroupStrategy", "completion_texts", "item_columns", "sample_groups"]
+__all__ = ["GroupStrategy", "completion_texts", "item_columns", "sample_groups", "sample_groups_greedy_first"]
 
 
 def sample_groups(engine: Engine, tokenizer, draws: list[Draw], sampling: SamplingParams) -> Rollouts:
@@ -44,6 +44,23 @@ def sample_groups(engine: Engine, tokenizer, draws: list[Draw], sampling: Sampli
     return batch
 
 
+def sample_groups_greedy_first(engine: Engine, tokenizer, draws: list[Draw], sampling: SamplingParams) -> Rollouts:
+    """As `sample_groups`, but the first row of every group of two or more is decoded greedily (argmax;
+    its behaviour log-probs are still those of the tempered distribution) and the others are sampled.
+    ArenaRL's rollout (Alibaba-NLP/qqr @ 8653a9abd77549459eafedfbece638df4460faf5,
+    `qqr/rollout/agent_rollout.py`: "Enforce greedy decoding for the first response" when
+    n_samples_per_prompt > 1): its anchor-seeded tournaments judge the group against that row."""
+    first = [i for i, d in enumerate(draws) if d.n > 1]
+    rest = sample_groups(engine, tokenizer, [dataclasses.replace(d, n=d.n - (d.n > 1)) for d in draws], sampling)
+    if not first:
+        return rest
+    greedy = sample_groups(engine, tokenizer, [dataclasses.replace(draws[i], n=1) for i in first],
+                           dataclasses.replace(sampling, greedy=True))  # fmt: skip
+    greedy.group = torch.tensor(first, dtype=torch.long)[greedy.group]  # back to positions in `draws`
+    batch = Rollouts.concat([greedy, rest])
+    return batch.select(torch.argsort(batch.group, stable=True))  # each group: its greedy row first
+
+
 def completion_texts(tokenizer, batch) -> list[str]:
     """Decoded completions (padding and special tokens dropped)."""
     lengths = batch.lengths.tolist()
@@ -60,12 +77,21 @@ def item_columns(rows: list[dict]) -> dict[str, list]:
 
 @register_strategy("group")
 class GroupStrategy:
-    """GRPO's rollout: each draw's `n` i.i.d. completions in one sampling round."""
+    """GRPO's rollout: each draw's `n` i.i.d. completions in one sampling round.
+
+    greedy_first:  the first row of each group of two or more is decoded greedily (ArenaRL's rollout,
+                   `sample_groups_greedy_first`); False (default): every row is sampled, as GRPO does.
+    """
 
     engine_protocols = (Engine,)
+    provides = staticmethod(lambda params: {"greedy_first"} if params.get("greedy_first") else set())  # covey.compat
+
+    def __init__(self, *, greedy_first: bool = False):
+        self.greedy_first = greedy_first
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
-        return sample_groups(ctx.engine, ctx.tokenizer, ctx.draws, ctx.sampling(0)), {}
+        sample = sample_groups_greedy_first if self.greedy_first else sample_groups
+        return sample(ctx.engine, ctx.tokenizer, ctx.draws, ctx.sampling(0)), {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -1,10 +1,10 @@
 """`hapo_temperature`: HAPO's entropy-adaptive sampling temperature, one temperature per token.
 
 Paper: "Heterogeneous Adaptive Policy Optimization: Tailoring Optimization to Every Token's Nature"
-(HAPO), arXiv 2509.16591. Status VERIFIED-CODE per covey's objectives spec (§2.10), which read
-starriver030515/HAPO @ 7671dde3e268 (`vllm/v1/sample/sampler.py::compute_entropy_based_temperature`,
-`verl/trainer/ppo/ray_trainer.py` for the statistics); the repository was not in this session's code
-store. The normalisation is the HAPO surrogate's (`covey.algos.surrogates.hapo_entropy_stats` /
+(HAPO), arXiv 2509.16591. Checked against starriver030515/HAPO @ 7671dde3e268779a949954ec75ed3edda45f7e0a
+(`vllm/v1/sample/sampler.py::compute_entropy_based_temperature`, `verl/trainer/ppo/core_algos.py::
+compute_entropy_h` for the normalisation, `verl/trainer/ppo/ray_trainer.py` L1026 for the statistics).
+The normalisation is the HAPO surrogate's (`covey.algos.surrogates.hapo_entropy_stats` /
 `hapo_h_hat`, one home):
 
     at each decode step, per row:  H_t = entropy of softmax(z_t / T)     (T = sampling.temperature)
@@ -13,9 +13,10 @@ store. The normalisation is the HAPO surrogate's (`covey.algos.surrogates.hapo_e
                                    T_t = T (1 + tau clamp(h_hat_t, -1, 1))
     first step (no statistics yet): T_t = T
 
-covey's default `signed: true` is the abstract's reading (h_hat in [-1, 1]: low-entropy tokens sampled
-cooler, high-entropy ones hotter); the released h_hat is >= 0 (its sign is lost), so the temperature
-never goes below T: `signed: false` reproduces that quirk on purpose. The engine returns the log-probs of the
+The default `signed: false` is the released rule: there `h_hat = h * (1 / neg)` with `neg < 0`, so h_hat
+is >= 0 for every token and the temperature never goes below T (the same default as the `hapo`
+surrogate). `signed: true` is covey's earlier default, the abstract's reading (h_hat in [-1, 1]:
+low-entropy tokens sampled cooler, high-entropy ones hotter). The engine returns the log-probs of the
 distribution it sampled from (at T_t), so the batch asks the learner to recompute pi_old at T (as
 verl always does). covey's statistics are those of the previous step's base-temperature entropies as
 the sampler saw them: the engine's at the first step, afterwards the rule's own H(softmax(z / T)) of
@@ -68,12 +69,13 @@ class HAPOTemperature:
 
     tau:     temperature swing (the recipe's `temperature_tau` 0.05).
     pivot:   entropy quantile of the normalisation (`entropy_pivot` 0.8).
-    signed:  True (covey): h_hat in [-1, 1]; False: the released code's lost sign (h_hat >= 0, never cooler than T).
+    signed:  False (released, default): h_hat >= 0, so no token samples cooler than T;
+             True (covey's earlier default, the abstract's reading): h_hat in [-1, 1].
     """
 
     engine_protocols = (TemperatureRuleEngine,)
 
-    def __init__(self, *, tau: float = 0.05, pivot: float = 0.8, signed: bool = True):
+    def __init__(self, *, tau: float = 0.05, pivot: float = 0.8, signed: bool = False):
         if not 0.0 <= tau < 1.0 or not 0.0 <= pivot <= 1.0:
             raise ValueError(f"rollout strategy hapo_temperature: tau must be in [0, 1) and pivot in [0, 1], got {tau}, {pivot}")
         self.tau, self.pivot, self.signed = tau, pivot, signed

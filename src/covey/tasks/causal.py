@@ -1,10 +1,11 @@
 """Causal-reasoning queries on random discrete structural causal models, with the total-variation reward.
 
 Reproduces the task of "Generalization of RLVR Using Causal Reasoning" (arXiv 2512.20760), checked
-against its released code, zhichul/rlcausal @ d9d6132: `data_generation/{dag,causal_graph}.py`
+against its released code, zhichul/rlcausal @ d9d613246e3b3b4f459870f476703af9b4b0426a: `data_generation/{dag,causal_graph}.py`
 (graph and CPT sampling), `data_generation/levels/{observational,interventional,counterfactual}.py`
 (queries, the twin network), `data_generation/configs/rl/*.yaml` (prompts) and
-`training/rlvr/score_strict.py` (the reward). Exact answers are computed by enumerating the joint
+`training/rlvr/score_strict.py` (the reward), `training/rlvr/train_rlvr.sh` (trains on its strict
+`score`: verl's `dapo` reward manager reads `result["score"]`). Exact answers are computed by enumerating the joint
 distribution (the released code runs min-fill variable elimination, which gives the same numbers);
 graphs are small (default 4 variables), as suits tiny models on a CPU.
 """
@@ -38,6 +39,11 @@ USER = (
     "Here are the causal conditional probability tables (CPT) associated with the DAG:\n\n{cpts}\n\n"
     "Here's your {question}\n\n----------\n\nNow start your solution process. Be precise."
 )
+# prompt "compact" (covey's): the same model, CPTs and question in a few hundred characters, so that the
+# character-level tiny models (1,024 positions) can take it; the released prompt is 1,000-1,500 tokens there
+SYSTEM_COMPACT = "Compute the probability query on the causal model. End with ANSWER [p1, p2, ...] rounded to two digits."
+USER_COMPACT = "Variables {var_names}; {values}.\nEdges: {edges}\nCPTs:\n{cpts}\nQuestion: {question}"
+PROMPTS = ("released", "compact")
 # score_strict.py: "ANSWER" then a bracketed list of numbers separated by a comma and whitespace
 _ANSWER_RE = re.compile(r"ANSWER\s*\[(((\-?[0-9\.])+,\s+)*((\-?[0-9\.])+))\]")
 STRICT_THRESHOLD = 0.01
@@ -245,6 +251,22 @@ def describe(scm: SCM, names: list[str]) -> dict[str, str]:
             "cpts": "\n".join(lines)}
 
 
+def describe_compact(scm: SCM, names: list[str]) -> dict[str, str]:
+    """The compact prompt's text (`prompt: compact`): the same variables, edges and rounded CPTs, one line each."""
+    order = sorted(range(scm.n_vars), key=lambda j: names[j])
+    same = len(set(scm.n_vals)) == 1
+    values = (f"each takes values in {list(range(scm.n_vals[0]))}" if same
+              else ", ".join(f"{names[j]} in {list(range(scm.n_vals[j]))}" for j in order))
+    edges = ", ".join(sorted(f"{names[p]}->{names[j]}" for j in range(scm.n_vars) for p in scm.parents[j])) or "none"
+    lines = []
+    for j in order:
+        pa = scm.parents[j]
+        for setting in itertools.product(*(range(scm.n_vals[p]) for p in pa)):
+            cond = "|" + ",".join(f"{names[p]}={s}" for p, s in zip(pa, setting)) if pa else ""
+            lines.append(f"P({names[j]}{cond})={_round(scm.cpts[j][setting])}")
+    return {"var_names": ", ".join(names[j] for j in order), "values": values, "edges": edges, "cpts": "\n".join(lines)}
+
+
 def answer_distribution(item: dict) -> list[float]:
     """The reference distribution of an item (rounded to two digits, as the released data)."""
     return list(item["reference"])
@@ -261,10 +283,15 @@ class CausalSCM:
     of (or equal to) x_i and then setting x_i := v' (counterfactual). Observed values come from a
     sample of the model; intervention values are uniform.
 
-    Answer format: ``ANSWER [p1, p2, ...]`` (a comma and a space between numbers). Reward
-    (`metric="reward"`, for training): 0.1 for an answer + 0.1 for the right length + 0.8·max(1 − TVD, 0);
-    `metric="score"` gives the paper's correctness 0.1 + 0.1 + 0.8·[TVD < 0.01] (for `covey eval`,
-    whose pass@k counts a score ≥ 1 as solved; with `metric="reward"` only an exact answer counts).
+    Answer format: ``ANSWER [p1, p2, ...]`` (a comma and a space between numbers). `metric="score"`
+    (default) is the paper's correctness 0.1 + 0.1 + 0.8·[TVD < 0.01], what the released launcher trains
+    on (`train_rlvr.sh` with `reward_manager=dapo`, which takes `compute_score(...)["score"]`) and what
+    `covey eval`'s pass@k counts as solved (≥ 1). `metric="reward"` is the dense 0.1 for an answer + 0.1
+    for the right length + 0.8·max(1 − TVD, 0) (covey's default before round two).
+
+    `prompt="released"` (default) is the released system and user prompt verbatim: 1,000-1,500 tokens for
+    4 variables with the character-level tiny models, over their 1,024 positions. `prompt="compact"` states
+    the same model, CPTs and question in a few hundred characters (covey's variant, for tiny models).
 
     >>> task = CausalSCM(n_train=0, n_test=3, chat=False)
     >>> item = task.examples("test")[0]
@@ -272,11 +299,13 @@ class CausalSCM:
     ('observational', True)
     >>> task.reward([item["prompt"]] * 2, ["ANSWER " + item["answer"], "no idea"], reference=[item["reference"]] * 2)
     [1.0, 0.0]
+    >>> CausalSCM(n_train=0, n_test=1, chat=False, prompt="compact").examples("test")[0]["prompt"][:20]
+    'Compute the probabil'
 
     Params: `n_vars` (2–8, default 4), `n_vals` (2–4, default 2), `levels` (any of observational,
     interventional, counterfactual; questions cycle through them), `questions_per_model` (default 10,
     the released dev split's), `n_train`/`n_test` (questions), `seed`, `metric`, `chat` (a system and
-    a user message, else the two joined). The test split comes from its own seeded stream.
+    a user message, else the two joined), `prompt`. The test split comes from its own seeded stream.
     Item: ``{"id", "prompt", "answer" (the reference as text), "reference", "level", "ancestor_size",
     "n_vars"}`` — evaluate with ``--by level`` or ``--by ancestor_size`` for the paper's grid.
     """
@@ -285,7 +314,8 @@ class CausalSCM:
     answer_format = "A final 'ANSWER [p1, p2, ...]' with the distribution rounded to two digits, e.g. ANSWER [0.3, 0.7]."
 
     def __init__(self, *, n_vars: int = 4, n_vals: int = 2, levels=LEVELS, questions_per_model: int = 10,
-                 n_train: int = 2000, n_test: int = 200, seed: int = 0, metric: str = "reward", chat: bool = True):
+                 n_train: int = 2000, n_test: int = 200, seed: int = 0, metric: str = "score", chat: bool = True,
+                 prompt: str = "released"):
         if not 2 <= n_vars <= 8 or not 2 <= n_vals <= 4 or n_vals ** (2 * n_vars) > 2**20:
             raise ValueError(f"need 2 <= n_vars <= 8, 2 <= n_vals <= 4 and n_vals**(2*n_vars) <= 2**20 "
                              f"(exact counterfactuals enumerate pairs of worlds), got n_vars={n_vars}, n_vals={n_vals}")
@@ -297,9 +327,11 @@ class CausalSCM:
                              f"{questions_per_model}, {n_train}, {n_test}")
         if metric not in ("reward", "score"):
             raise ValueError(f"metric must be 'reward' or 'score', got {metric!r}")
+        if prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {', '.join(PROMPTS)}, got {prompt!r}")
         self.n_vars, self.n_vals, self.levels = n_vars, n_vals, tuple(levels)
         self.questions_per_model, self.n_train, self.n_test = questions_per_model, n_train, n_test
-        self.seed, self.metric, self.chat = seed, metric, chat
+        self.seed, self.metric, self.chat, self.prompt = seed, metric, chat, prompt
         self._cache: dict[str, list[dict]] = {}
 
     def examples(self, split: str = "train") -> list[dict]:
@@ -329,7 +361,7 @@ class CausalSCM:
             scm = sample_scm(rng, self.n_vars, self.n_vals)
             names = [f"v{i}" for i in range(self.n_vars)]
             rng.shuffle(names)
-            text = describe(scm, names)
+            text = describe(scm, names) if self.prompt == "released" else describe_compact(scm, names)
             for _ in range(min(self.questions_per_model, count - len(items))):
                 items.append(self._question(scm, names, text, self.levels[len(items) % len(self.levels)], rng, len(items)))
         return items
@@ -355,9 +387,11 @@ class CausalSCM:
             question = (f"What is the marginal distribution of {names[k]} given we first observed "
                         f"{names[o]} = {observed[1]} and then intervened to set {names[i]} to {intervened[1]}?")
         reference = _round(query_distribution(scm, level, k, observed=observed, intervened=intervened))
-        user = USER.format(question="Question: " + question, **text)
-        prompt = ([{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}] if self.chat
-                  else f"{SYSTEM}\n\n{user}")
+        if self.prompt == "released":
+            system, user = SYSTEM, USER.format(question="Question: " + question, **text)
+        else:
+            system, user = SYSTEM_COMPACT, USER_COMPACT.format(question=question, **text)
+        prompt = [{"role": "system", "content": system}, {"role": "user", "content": user}] if self.chat else f"{system}\n\n{user}"
         return {"id": index, "prompt": prompt, "answer": str(reference), "reference": reference, "level": level,
                 "ancestor_size": ancestor_size(scm, level, k, observed, intervened), "n_vars": n}
 

@@ -8,6 +8,7 @@ overrides); this module only adds the run around it.
 from __future__ import annotations
 
 import copy
+import logging
 import types
 import typing
 from pathlib import Path
@@ -18,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from covey.compat import check_column_params, check_combination
-from covey.algos.presets import AlgoConfig, apply_sampler_preset, resolve_algo, sampler_spec, strategy_spec
+from covey.algos.presets import AlgoConfig, apply_sampler_preset, layer_algo, resolve_algo, sampler_spec, strategy_spec
 from covey.registry import RegistryError, Spec
 from covey.rewards import RewardSpec
 from covey.runtime.config import RuntimeConfig, check_runtime
@@ -523,18 +524,24 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
     return out
 
 
-def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge `overrides` into a copy of `base`. `algo=<preset>` replaces the whole algo block."""
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any],
+                    sources: tuple[str, str] = ("the base config", "the overrides")) -> dict[str, Any]:
+    """Deep-merge `overrides` into a copy of `base`. The `algo` blocks of the two (`sources`: their names
+    for the note) are layered by `covey.algos.presets.layer_algo`, the same rule for `algo=<preset>` and
+    `algo.preset=<preset>`: a preset fills the keys its source does not set, a later source wins, an
+    explicit key wins within a source. What a preset replaced is logged once (a warning)."""
     out = copy.deepcopy(base)
     for key, value in overrides.items():
-        if key == "algo" and isinstance(value, str):
-            out["algo"] = {"preset": value}
+        if key == "algo" and key in out:
+            out[key], notes = layer_algo(out[key], copy.deepcopy(value), sources)
+            for note in notes:
+                logging.getLogger("covey").warning(note)
+        elif key == "algo" and isinstance(value, str):
+            out[key] = {"preset": value}
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = apply_overrides(out[key], value)
-        elif isinstance(value, dict) and isinstance(out.get(key), str) and key == "algo":
-            out[key] = apply_overrides({"preset": out[key]}, value)
+            out[key] = apply_overrides(out[key], value, sources)
         else:
-            out[key] = value
+            out[key] = copy.deepcopy(value)
     return out
 
 
@@ -553,7 +560,8 @@ def raw_config(path: str | Path | None = None, overrides: list[str] | None = Non
         raw = load_yaml(p.read_text(), str(p)) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(raw).__name__}")
-    return apply_overrides(raw, parse_overrides(overrides or []))
+    sources = (f"the file {Path(path).name}" if path else "the defaults", "the command line")
+    return apply_overrides(raw, parse_overrides(overrides or []), sources)
 
 
 SAFE_ON_RESUME = ("steps", "log", "checkpoint", "eval", "reward_workers", "task_reward_timeout_s", "threads")
@@ -589,8 +597,6 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ru
             f"a resumed run may change only {', '.join(SAFE_ON_RESUME)}: start a new run to change the rest"
         )
     if old.get("steps") != new.get("steps") and cfg.optim.schedule != "constant":
-        import logging
-
         logging.getLogger("covey").warning(
             "steps %s -> %s on resume: the %s learning-rate schedule is stretched over the new total from the "
             "current step on (the lr jumps to its value at that fraction of the new run)",

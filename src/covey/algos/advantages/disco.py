@@ -45,8 +45,10 @@ def disco(batch: Rollouts, *, tau: PosFloat = 10.0, neg: Literal["softmax", "mea
         A_k = -(N_seq / Q) / |neg_g|                       incorrect rows (neg="mean")
         A   = 0                                            elsewhere (invalid groups, non-binary r)
     N_seq = rows with at least one unmasked token. The logL and Lratio scores have the same gradient at
-    theta = theta_old (ratio = 1), so one estimator covers both; with several updates per batch the
-    advantage form is an approximation. Scores come from ``behaviour_logprobs``. Defaults: tau = 10
+    theta = theta_old (ratio = 1), so one estimator covers both. The released code recomputes the loss on
+    every mini-batch from the current log-probs: this form is exact for one update per batch only, and
+    with `optim.mini_batches * optim.epochs > 1` the config is refused unless `algo.surrogate` is the
+    exact `disco` surrogate (`covey.algos.group_losses`). Scores come from ``behaviour_logprobs``. Defaults: tau = 10
     (logL script; the Lratio script uses tau = 1). Rows with L = 0 are in neither set.
     """
     g, r, score, n_tok, pos, negs, metrics = binary_sets(batch, "disco")
@@ -54,3 +56,6 @@ def disco(batch: Rollouts, *, tau: PosFloat = 10.0, neg: Literal["softmax", "mea
     p_neg = _group_softmax(score / tau if neg == "softmax" else torch.zeros_like(r), negs, g.index, g.num)
     scale = float((n_tok > 0).sum()) / g.num
     return result("disco", scale * (p_pos - p_neg), batch, g, metrics=metrics)
+
+
+disco.exact_surrogate = "disco"  # several updates per batch: the surrogate that recomputes the loss (compat.check_algo)

@@ -22,7 +22,7 @@ from covey.algos.advantages._groups import (
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts
 
-__all__ = ["drpo"]
+__all__ = ["binary_masks", "drpo"]
 
 
 def _group_softmax(z: torch.Tensor, member: torch.Tensor, gidx: torch.Tensor, num: int) -> torch.Tensor:
@@ -35,19 +35,25 @@ def _group_softmax(z: torch.Tensor, member: torch.Tensor, gidx: torch.Tensor, nu
     return e / tot[gidx].clamp(min=torch.finfo(z.dtype).tiny)
 
 
+def binary_masks(gidx: torch.Tensor, num: int, r: torch.Tensor, nonempty: torch.Tensor):
+    """DRPO/DisCO's sets as [N] bool masks (pos, neg) and [B] bool `valid`: rows with reward 1 / 0 and
+    at least one token, in groups that hold both (the released `valid_mask`)."""
+    pos = (r == 1) & nonempty
+    neg = (r == 0) & nonempty
+    size = lambda m: torch.zeros(num, dtype=F64, device=r.device).index_add_(0, gidx, m.to(F64))  # noqa: E731
+    valid = (size(pos) > 0) & (size(neg) > 0)  # [B]
+    return pos & valid[gidx], neg & valid[gidx], valid
+
+
 def binary_sets(batch: Rollouts, who: str):
-    """DRPO/DisCO's sets: (groups, r, score, n_tok, pos, neg, valid, metrics). pos/neg are the rows with
-    reward 1 / 0 and at least one token, in groups that hold both (`valid` [B]); score is each row's
-    mean behaviour log-prob."""
+    """DRPO/DisCO's sets on a batch: (groups, r, score, n_tok, pos, neg, metrics) (see `binary_masks`);
+    score is each row's mean behaviour log-prob."""
     g = groups_of(batch)
     r = scalar_rewards(batch)
     score, n_tok = seq_mean_logprob(batch, who)
-    nonempty = n_tok > 0
-    pos = (r == 1) & nonempty
-    neg = (r == 0) & nonempty
-    valid = (g.sum(pos.to(F64)) > 0) & (g.sum(neg.to(F64)) > 0)  # [B]
+    pos, neg, valid = binary_masks(g.index, g.num, r, n_tok > 0)
     metrics = {"valid_groups": float(valid.to(F64).mean()), "non_binary_frac": float(((r != 0) & (r != 1)).to(F64).mean())}
-    return g, r, score, n_tok, pos & valid[g.index], neg & valid[g.index], metrics
+    return g, r, score, n_tok, pos, neg, metrics
 
 
 @register_advantage(

@@ -86,9 +86,12 @@ def dcpo(
     requires=("reinforce_rows",),
 )  # fmt: skip
 def aepo_entropy(batch: Rollouts, *, eps: PosFloat = 1e-6) -> AdvantageResult:
-    """AEPO: GRPO on the step's rows; the REINFORCE rows the `aepo_entropy` strategy added (sampled at
-    the controller's temperature, `batch.fixed_advantage` = 1, each in a group of its own) keep their
-    fixed advantage. Shapes: r [N] -> A [N].
+    """AEPO: GRPO on the step's rows; rows whose advantage the `aepo_entropy` strategy fixed keep it:
+    the REINFORCE rows (sampled at the controller's temperature, `batch.fixed_advantage` = 1, each in a
+    group of its own) and, under the strategy's `mode: replace`, the main rows kept, whose GRPO the
+    strategy took on their full groups before the first k rows were replaced (597358816/DCPO @
+    33f8073e302db6cc04a1e064df89242ba8f236b0, `verl/trainer/ray_trainer.py::fit`, branch AEPO).
+    Shapes: r [N] -> A [N].
 
         A_i = fixed_i                 where fixed_advantage_i is not NaN
             = grpo_i                  otherwise   (r - mean_g) / (std_g + eps), unbiased std
@@ -103,4 +106,4 @@ def aepo_entropy(batch: Rollouts, *, eps: PosFloat = 1e-6) -> AdvantageResult:
         is_fixed = ~torch.isnan(fixed)
         n_fixed = int(is_fixed.sum())
         adv = torch.where(is_fixed, fixed, adv)
-    return result("aepo_entropy", adv, batch, g, metrics={"reinforce_rows": float(n_fixed)})
+    return result("aepo_entropy", adv, batch, g, metrics={"fixed_rows": float(n_fixed)})

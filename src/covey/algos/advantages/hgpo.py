@@ -1,8 +1,13 @@
 """HGPO: Hierarchy-of-Groups Policy Optimization (steps grouped by shared history of each depth k).
 
-Paper: arXiv 2602.22817. Status CODE-3P: checked against a third-party port of verl-agent's
-`recipe/hgpo` (`compute_hgpo_advantage`, `_build_exact_history_clusters`, `_aggregate_items`,
-`_compute_trajectory_advantages`; the official recipe was not reachable). Similarity clustering (SequenceMatcher / LLM) is not built.
+Paper: arXiv 2602.22817 (He, Feng, Wei, Cheng, Feng, An; ICLR 2026). Checked against the authors' recipe
+`recipe/hgpo` for verl-agent (`core_hgpo.py::hgpo_advantage_estimate`, `trajectory_advantages`,
+`config/hgpo_trainer.yaml`, `run_qwen2.5_1.5b_alfworld_train.sh`), read in the copy at
+zzj1111/alfworldauto @ 51c1a039c38f1af54b09c05b81b76ce52d72c383 (its README is the authors'; upstream
+langfengQ/verl-agent is not in the code store). The recipe weights each group by L^alpha with L = k + 1
+("L=k+1 used for weight") and trains with mode mean_std_norm, alpha 1, base_group false, gamma 0.95.
+Similarity clustering (SequenceMatcher / LLM, in a later third-party port) is not built.
+
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ __all__ = ["aggregate", "hgpo"]
 
 
 def aggregate(items: list[tuple[int, float]], alpha: float, epsilon: float) -> float:
-    """The port's `_aggregate_items`: drop zero advantages, weight the rest by (k + 1) ** alpha,
+    """The recipe's `aggregate_items`: drop zero advantages, weight the rest by (k + 1) ** alpha,
     normalised by (sum + epsilon); 0 when nothing is left."""
     kept = [(k, a) for k, a in items if a != 0]
     if not kept:
@@ -40,6 +45,7 @@ def hgpo(
     mode: Literal["mean_norm", "mean_std_norm"] = "mean_std_norm",
     gamma: NonNegFloat = 1.0,
     epsilon: NonNegFloat = 1e-6,
+    base_std: Literal["unbiased", "population"] = "unbiased",
 ) -> AdvantageResult:
     """HGPO step advantage on each step's tokens ([N, T]).
 
@@ -48,7 +54,9 @@ def hgpo(
     within one episode count). Each group of >= 2 steps normalises the discounted returns R (mean_norm:
     R - mean; mean_std_norm: (R - mean) / (population std + epsilon)). A step's advantage aggregates
     its (k, A_k) items (`aggregate`, weights (k + 1) ** alpha); base_group adds (0, the episode's
-    reward normalised over the group's steps, population std, one step -> mean 0 std 1) first.
+    reward normalised over the group's steps, one step -> mean 0 std 1) first. The base's std is the
+    recipe's `torch.std` (unbiased, `base_std="unbiased"`); "population" is covey's earlier choice (and
+    a third-party port's). gamma 1.0 is the function's default; the recipe's scripts pass 0.95.
     """
     st = step_table(batch, "hgpo")
     g = groups_of(batch)
@@ -67,7 +75,7 @@ def hgpo(
         a = x - x.mean() if mode == "mean_norm" else (x - x.mean()) / (x.std(unbiased=False) + epsilon)
         for m, v in zip(members, a.tolist()):
             items.setdefault(m, []).append((k, v))
-    base = _base(st.score, st.group, [len(r) for r in st.rewards], mode, epsilon) if base_group else None
+    base = _base(st.score, st.group, [len(r) for r in st.rewards], mode, epsilon, base_std == "unbiased") if base_group else None
     values = []
     for j, r in enumerate(st.rewards):
         row = []
@@ -78,13 +86,14 @@ def hgpo(
     multi = float(sum(len(m) > 1 for m in clusters.values()))
     return result("hgpo", to_tokens(batch, st, values), batch, g, metrics={"groups_multi": multi})
 
-def _base(score: list[float], group: list[int], turns: list[int], mode: str, epsilon: float) -> list[float]:
-    """The port's `_compute_trajectory_advantages` (statistics over steps, population std)."""
+
+def _base(score: list[float], group: list[int], turns: list[int], mode: str, epsilon: float, unbiased: bool) -> list[float]:
+    """The recipe's `trajectory_advantages` (statistics over the group's steps, compute_mean_std_cross_steps)."""
     out = [0.0] * len(score)
     for gid in set(group):
         rows = [i for i in range(len(score)) if group[i] == gid]
         x = torch.tensor([score[i] for i in rows for _ in range(turns[i])], dtype=F64)
-        mean, std = (x.mean(), x.std(unbiased=False)) if x.numel() > 1 else (torch.zeros((), dtype=F64), torch.ones((), dtype=F64))
+        mean, std = (x.mean(), x.std(unbiased=unbiased)) if x.numel() > 1 else (torch.zeros((), dtype=F64), torch.ones((), dtype=F64))
         for i in rows:
             c = score[i] - float(mean)
             out[i] = c if mode == "mean_norm" else c / (float(std) + epsilon)

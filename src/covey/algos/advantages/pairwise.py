@@ -28,7 +28,7 @@ from covey.algos.aggregation import masked_row_mean
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts, RolloutsError
 
-__all__ = ["dagrpo_provisional", "trpa"]
+__all__ = ["dagrpo_provisional", "trpa", "trpa_pairs"]
 
 TIE_TOL = 1e-6  # rewards are float32: a gap of exactly tau (0.9 - 0.8 in float32 is 0.09999996) counts as reaching it
 
@@ -48,6 +48,14 @@ def _column(batch: Rollouts, name: str, param: str, method: str) -> Tensor:
         raise RolloutsError(f"advantage {method!r} parameter {param}={name!r} is not a reward column; "
                             f"columns are {list(batch.reward_names)}")  # fmt: skip
     return cols[:, batch.reward_names.index(name)]
+
+
+def trpa_pairs(gidx: Tensor, level: Tensor, nonempty: Tensor, beta: float, anisotropy: float) -> tuple[Tensor, Tensor]:
+    """TRPA's pairs: `win` [N, N] bool, row w beats row l (same group, level_w < level_l, both rows
+    non-empty; 1 is the best level), and `coef` [N, 1] = c_w beta, c_w = anisotropy if level_w == 1 else 1."""
+    win = (gidx[:, None] == gidx[None, :]) & (level[:, None] < level[None, :]) & nonempty[:, None] & nonempty[None, :]
+    coef = torch.where(level == 1, torch.full_like(level, anisotropy), torch.ones_like(level))[:, None] * beta
+    return win, coef
 
 
 @register_advantage(
@@ -118,7 +126,9 @@ def trpa(
     TRPA uses no scalar reward). Defaults beta 0.1, anisotropy 2.5 (`main_TRPA.sh`).
     TRPA's trust region, a low-variance KL to pi_old with coefficient 0.001, is the regularizer `kl_old`.
     Edge cases: rows with L = 0 are in no pair; a group of one row or of a single level has no pair
-    (the reference raises on groups of one); with several updates per batch the form is approximate.
+    (the reference raises on groups of one). Exact for one update per batch only: with several the
+    config is refused unless `algo.surrogate` is the exact `trpa` surrogate (`covey.algos.group_losses`),
+    which recomputes the loss on every mini-batch as the reference does.
     """
     g = groups_of(batch)
     level = _column(batch, level_column, "level_column", "trpa")
@@ -128,8 +138,7 @@ def trpa(
     ratio = score - masked_row_mean(ref, mask)  # l_i
     nonempty = n_tok > 0
     n_seq = float(nonempty.sum())
-    win = _same_group(g) & (level[:, None] < level[None, :]) & nonempty[:, None] & nonempty[None, :]
-    coef = torch.where(level == 1, torch.full_like(level, anisotropy), torch.ones_like(level))[:, None] * beta  # c_p beta
+    win, coef = trpa_pairs(g.index, level, nonempty, beta, anisotropy)  # [N, N], [N, 1] = c_p beta
     h = coef * (ratio[:, None] - ratio[None, :])
     w = torch.where(win, (1 - torch.sigmoid(h)) * coef, torch.zeros((), dtype=F64, device=h.device))  # [N, N]
     pairs = float(win.sum())
@@ -142,3 +151,6 @@ def trpa(
         adv = torch.where(rows, (n_seq / n_f) * (1 - torch.sigmoid(sign * ratio)) * sign, torch.zeros_like(ratio))
     metrics = {"pairs": pairs, "fallback": float(pairs == 0), "log_ratio_mean": float(ratio[nonempty].mean()) if n_seq else 0.0}
     return result("trpa", adv, batch, g, metrics=metrics)
+
+
+trpa.exact_surrogate = "trpa"  # several updates per batch: the surrogate that recomputes the loss (compat.check_algo)

@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from covey.algos.advantages._groups import F64, NonNegFloat, groups_of, lengths, result, scalar_rewards, whiten
+from covey.algos.advantages._groups import F64, NonNegFloat, PosFloat, groups_of, lengths, result, scalar_rewards, whiten
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts, RolloutsError
 
@@ -149,6 +149,7 @@ def branch_grpo(
     fusion: Literal["uniform", "prob_weighted", "path_prob"] = "uniform",
     edges: Literal["once", "per_leaf"] = "once",
     eps: NonNegFloat = 1e-8,
+    adv_clip: PosFloat | None = 5.0,
 ) -> AdvantageResult:
     """BranchGRPO depth-wise advantage, checked against the released code: Fredreic1849/BranchGRPO @
     19fbb9fc92ad1857212f3b664d6e9ff80c8b3804 (`fastvideo/train_branchgrpo_flux.py`:
@@ -165,7 +166,9 @@ def branch_grpo(
     parent->child transition is one training sample): a segment shared by several leaves is trained
     in the first of them only (`sample_mask` [N, T] is 0 on its copies); "per_leaf" (covey's variant)
     trains each leaf's whole path, so a shared token counts once per leaf below it. Segment length
-    from `batch.segment_tokens` (set by the `branch` strategy).
+    from `batch.segment_tokens` (set by the `branch` strategy). adv_clip: every node's A is clamped to
+    [-adv_clip, adv_clip] (the code's `--adv_clip_max 5.0`, applied to each transition's advantage in
+    the loss); None leaves it unclipped (covey's behaviour before round two).
     """
     paths = _paths(batch, "branch_grpo")
     seg = batch.segment_tokens
@@ -200,7 +203,8 @@ def branch_grpo(
     for node, v in value.items():
         vs = by_depth[(node[0], len(node) - 1)]
         std = float(torch.tensor(vs, dtype=F64).std()) if len(vs) > 1 else 0.0
-        adv_of[node] = 0.0 if len(vs) < 2 or std < 1e-6 else (v - sum(vs) / len(vs)) / (std + eps)
+        a = 0.0 if len(vs) < 2 or std < 1e-6 else (v - sum(vs) / len(vs)) / (std + eps)
+        adv_of[node] = a if adv_clip is None else max(-adv_clip, min(adv_clip, a))
     adv = torch.zeros(n, t, dtype=F64)
     keep = torch.ones(n, t, dtype=torch.float32)
     trained: set[tuple] = set()

@@ -15,8 +15,8 @@ NonNeg = Annotated[float, Field(ge=0.0)]
 
 @register_regularizer(
     "epo",
-    paper="EPO: Entropy-regularized Policy Optimization for LLM Agents Reinforcement Learning (VERIFIED-CODE, "
-          "smoothing gradient: covey option)",
+    paper="EPO: Entropy-regularized Policy Optimization for LLM Agents Reinforcement Learning (VERIFIED-CODE; "
+          "penalty with a gradient: covey option)",
     arxiv="2509.22576",
     requires=("stat:entropy",),
 )  # fmt: skip
@@ -24,7 +24,7 @@ class EPO(Regularizer):
     """EPO: an entropy bonus minus an entropy-smoothing penalty that holds each turn's entropy near its
     historical average. Returns [N, T] (reduced with the policy loss's aggregation, as verl's agg_loss).
 
-    Released (WujiangXu/EPO `5b6fa98e0346`, `verl/workers/actor/dp_actor.py` `update_policy`,
+    Checked against WujiangXu/EPO @ 5b6fa98e034639b95afbfb24f98d1cb1e5197542 (`verl/workers/actor/dp_actor.py` `update_policy`,
     `generate_entropy_penalty`; `verl/trainer/ppo/ray_trainer.py` entropy_history; defaults
     `examples/general_running_server.sh`):
 
@@ -34,11 +34,13 @@ class EPO(Regularizer):
         P_t     = out_range_penalty * 1[H_t outside the band]                  (penalty="released")
         loss_t  = -coef * (H_t - smooth_coef * P_t)
 
-    In the released code P is a constant mask (torch.where(in_band, 0, 0.1)): it changes the logged
-    loss but not the gradient. ``penalty="deviation"`` (default) is covey's reading of the paper's
-    "penalizes deviations from historical averages": P_t = out_range_penalty * 1[out of band] *
-    |H_t - Hbar_k|, which pulls out-of-band entropy back toward the band. UNVERIFIED against the paper.
-    ``smooth=False`` is the plain entropy bonus (EPO's first mechanism, verl entropy_coeff).
+    The released script ships with `entropy_smooth=False`: the default ``smooth=False`` is the plain
+    entropy bonus (EPO's first mechanism, verl entropy_coeff). With ``smooth=True`` the default
+    ``penalty="released"`` is the released constant mask (torch.where(in_band, 0, 0.1)): it changes the
+    logged loss but not the gradient. ``penalty="deviation"`` (covey's default before round two) is
+    covey's reading of the paper's "penalizes deviations from historical averages": P_t =
+    out_range_penalty * 1[out of band] * |H_t - Hbar_k|, which pulls out-of-band entropy back toward
+    the band. UNVERIFIED against the paper.
 
     covey's choices (documented departures): the history is kept per turn index with its own count
     (the released trainer left-pads short step lists with zeros and averages them in); it is the
@@ -56,12 +58,12 @@ class EPO(Regularizer):
         self,
         *,
         coef: NonNeg = 0.001,
-        smooth: bool = True,
+        smooth: bool = False,
         smooth_coef: NonNeg = 1.0,
         min_ratio: NonNeg = 0.5,
         max_ratio: NonNeg = 1.5,
         out_range_penalty: NonNeg = 0.1,
-        penalty: Literal["deviation", "released"] = "deviation",
+        penalty: Literal["released", "deviation"] = "released",
         level: Literal["token", "seq"] = "token",
         from_turn: Annotated[int, Field(ge=0)] = 0,
     ):

@@ -16,9 +16,9 @@ bidirectional judge). A match ``judge(p, q)`` asks the judge twice, in both orde
                         points; r_i = 1 - rank_i / (G - 1)
     then                z_i = (r_i - mean r) / (std_unbiased r + 1e-6)     (the reward is pre-normalised)
 
-Departures: G = 1 gives 0.0 (the reference divides by zero); the anchor row is the group's first row
-as sampled -- the reference decodes it greedily, a rollout option (``greedy_first``) covey does not have
-yet. Double elimination and Swiss exist in qqr and are not built here. Judge failure (no parse after
+Departures: G = 1 gives 0.0 (the reference divides by zero). The anchor row is the group's first row;
+the reference decodes it greedily (qqr 8653a9a ``qqr/rollout/agent_rollout.py``): use
+``rollout.strategy: {name: group, greedy_first: true}`` (the reward `prefers` it: a warning otherwise). Double elimination and Swiss exist in qqr and are not built here. Judge failure (no parse after
 the retries): ``on_fail: tie`` (default, the reference's ``return_on_failure=(5.0, 5.0)``) scores that
 order ``(tie_score, tie_score)``; ``none`` fails the whole group (NaN, counted by the runner).
 """
@@ -149,6 +149,7 @@ class ArenaReward(JudgeHolder):
 
     group_aware = True
     prenormalized = True
+    prefers = ("greedy_first",)  # covey.compat: the reference's anchor row is decoded greedily
 
     def __init__(self, backend, topology: str = "single_elimination", template: str = "pairwise_scores",
                  parser="json_pair", max_new_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
