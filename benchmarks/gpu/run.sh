@@ -4,12 +4,12 @@
 # (so a timeout still brings back what was done). First, on the CPU dev machine:
 #     benchmarks/gpu/prepare.sh
 # then one device `run`, carry [".whl", ".gpu"], timeout_s 480:
-#     benchmarks/gpu/run.sh                 # every part, in this order:
+#     benchmarks/gpu/run.sh                 # every part, in this order (the newest checks first):
+#   fsdp2      the fsdp2 learner, 1 rank on CUDA (bf16 gathers, fp32 reduction) vs the plain learner, 8 x 8 x 256
 #   tests      pytest tests/gpu
-#   quick      the quickstart (SFT-warmed tiny Llama) for 4 steps on CUDA and on the CPU, fp32, metrics side by side
-#   generate   covey's engine vs HF generate (dynamic and static cache), SmolLM2's architecture, 64 x 256 new, bf16
 #   steps      one covey step vs one TRL step, 8 prompts x 8 x 256 new (SmolLM2's architecture)
-#   fsdp2      the quickstart for 2 steps with the fsdp2 learner, 1 rank on CUDA (bf16 mixed precision)
+#   generate   covey's engine vs HF generate (dynamic and static cache), SmolLM2's architecture, 64 x 256 new, bf16
+#   quick      the quickstart (SFT-warmed tiny Llama) for 4 steps on CUDA and on the CPU, fp32, metrics side by side
 #     benchmarks/gpu/run.sh generate steps  # only those parts (a rerun of what timed out)
 # $OUT (else ./gpu-out) receives at most 8 files (the device tool's limit): machine.txt, results.jsonl
 # (one JSON line per measured figure, and one {"part", "rc", "seconds"} line per part), log.txt (every
@@ -33,7 +33,7 @@ else DEV=cuda; MODEL=/tmp/smollm2; NEW=256; REP=3; THREADS=4; T=0; SBUDGET=50; f
 QUICK=$( [ -d .gpu/sft-tiny ] && echo "$PWD/.gpu/sft-tiny" || echo tiny-llama )  # SFT-warmed tiny model (prepare.sh)
 RUNS=/tmp/covey-gpu-runs
 rm -rf "$RUNS"
-PARTS=${*:-tests quick generate steps fsdp2}
+PARTS=${*:-fsdp2 tests steps generate quick}
 RESULTS="$OUT/results.jsonl"
 LOG="$OUT/log.txt"
 
@@ -102,18 +102,14 @@ part_steps() {
     | tee -a "$RESULTS"
 }
 
-part_fsdp2() {  # the sharded learner's CUDA path: fully_shard with bf16 parameters, fp32 reduction, 1 rank
-  covey train examples/quickstart.yaml model.name=$QUICK steps=2 eval.size=0 device=$DEV threads=$THREADS \
-    runtime.executor=ray runtime.learner_workers=1 runtime.sharding=fsdp2 --run-dir "$RUNS/fsdp2" || return 1
-  $PY -c "
-import json, os
-rows = [json.loads(l) for l in open('$RUNS/fsdp2/metrics.jsonl')]
-print(json.dumps({'fsdp2': '$DEV', 'steps': len(rows), 'loss': [r.get('learn/loss') for r in rows],
-                  'peak_gb': max(r.get('memory/peak_gb', 0) for r in rows)}))" | tee -a "$RESULTS"
+part_fsdp2() {  # the sharded learner's device path, 1 rank (NCCL on CUDA: bf16 gathers, fp32 reduction) vs the plain
+  # learner in the same process; bucketed gather and a sharded checkpoint round trip (benchmarks/gpu/fsdp2_smoke.py)
+  if [ -n "${SMOKE:-}" ]; then ARGS="$MODEL cpu 2 2 8 1"; else ARGS="$MODEL cuda:0 8 8 $NEW 3"; fi
+  $PY benchmarks/gpu/fsdp2_smoke.py $ARGS | tee -a "$RESULTS"
 }
 export -f part_tests part_quick part_generate part_steps part_fsdp2
 
-declare -A LIMIT=([tests]=75 [quick]=100 [generate]=110 [steps]=100 [fsdp2]=50)
+declare -A LIMIT=([tests]=60 [quick]=90 [generate]=110 [steps]=100 [fsdp2]=60)
 for p in $PARTS; do
   [ -n "${LIMIT[$p]:-}" ] || { echo "usage: benchmarks/gpu/run.sh [tests quick generate steps fsdp2]" >&2; exit 2; }
   part "$p" "${LIMIT[$p]}"
