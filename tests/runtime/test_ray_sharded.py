@@ -139,3 +139,13 @@ def test_broadcast_weight_sync_trains_as_object_store(tmp_path, fsdp2_run):
     params = sum(p.numel() * 4 for p in w_straight.values())
     synced = [m for m in rows if "weight_sync/bytes" in m]
     assert synced and all(m["weight_sync/bytes"] == params and m["time/weight_sync"] > 0 for m in synced)
+
+
+def test_colocated_engines_and_learners_train_as_separate_pools(tmp_path, fsdp2_run):
+    """runtime.colocate: engine i and learner rank i share bundle i (1 CPU each pair here); where the
+    actors sit changes no number: metrics and weights equal the separate-pools run's exactly."""
+    _, straight, w_straight = fsdp2_run
+    rows, weights = _train(_cfg(tmp_path, *FSDP2, "runtime.colocate=true"), tmp_path / "c")
+    assert [_comparable(m) for m in rows] == [_comparable(m) for m in straight]
+    for n, p in w_straight.items():
+        assert torch.equal(p, weights[n]), n
