@@ -91,6 +91,11 @@ class RuntimeConfig(BaseModel):
     """executor ray, device cuda: GPUs per learner actor (a fraction shares a GPU, e.g. with colocate)."""
     engine_gpus: float = Field(1.0, gt=0)
     """executor ray, device cuda: GPUs per engine actor."""
+    engine_resources: dict[str, float] = {}
+    """executor ray: custom Ray resources each engine actor's bundle asks for beside its CPUs/GPUs (e.g. a node
+    label given to `ray start --resources='{"rollout_node": 1}'`: {rollout_node: 0.01} keeps engines there)."""
+    learner_resources: dict[str, float] = {}
+    """executor ray: custom Ray resources each learner actor's bundle asks for (as engine_resources)."""
     sync_bucket_mb: float = Field(256.0, gt=0)
     """executor ray: the weight sync gathers and sends the learner's weights in buckets of at most this many
     MB (one tensor larger than a bucket goes alone), so no rank holds a second full copy of the model."""
@@ -174,7 +179,8 @@ def _check_learner_group(cfg) -> None:
 
 
 _RAY_ONLY = ("engine_workers", "weight_sync", "learner_workers", "reward_workers", "actor_cpus", "sharding", "fsdp_offload",
-             "colocate", "placement_strategy", "learner_gpus", "engine_gpus", "sync_bucket_mb")
+             "colocate", "placement_strategy", "learner_gpus", "engine_gpus", "sync_bucket_mb", "engine_resources",
+             "learner_resources")
 
 
 def check_runtime(cfg) -> None:

@@ -9,6 +9,8 @@
       engine_gpus: 1         # on CUDA: GPUs per engine actor (a fraction shares a GPU)
       learner_gpus: 1        # on CUDA: GPUs per learner actor
       actor_cpus: 1          # on the CPU: CPUs per actor
+      engine_resources: {}   # custom Ray resources per engine actor, e.g. {rollout_node: 0.01} (a node label)
+      learner_resources: {}  # the same per learner actor
 
 Separate pools (`colocate: false`, AReaL's layout): bundles [engine 0..E-1, learner 0..L-1, reward
 0..R-1]. Colocated (`colocate: true`, needs L == E): bundle i holds engine i and learner rank i, with
@@ -35,7 +37,7 @@ class Placement:
     engine: list[int]  # bundle index of each engine worker
     learner: list[int]  # bundle index of each learner rank (empty: the driver's learner)
     reward: list[int]  # bundle index of each reward actor
-    engine_resources: dict[str, float] = field(default_factory=dict)  # an engine actor's num_cpus / num_gpus
+    engine_resources: dict = field(default_factory=dict)  # an engine actor's num_cpus, num_gpus, resources (custom)
     learner_resources: dict[str, float] = field(default_factory=dict)
     reward_resources: dict[str, float] = field(default_factory=dict)
     strategy: str = "PACK"
@@ -49,10 +51,12 @@ class Placement:
         return out
 
 
-def _bundle(*actors: dict[str, float]) -> dict[str, float]:
-    cpus = sum(a["num_cpus"] for a in actors)
-    gpus = sum(a["num_gpus"] for a in actors)
-    return {k: v for k, v in (("CPU", cpus), ("GPU", gpus)) if v > 0}
+def _bundle(*actors: dict) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for a in actors:
+        for k, v in (("CPU", a["num_cpus"]), ("GPU", a["num_gpus"]), *a.get("resources", {}).items()):
+            out[k] = out.get(k, 0.0) + float(v)
+    return {k: v for k, v in out.items() if v > 0}
 
 
 def plan(cfg) -> Placement:
@@ -60,9 +64,11 @@ def plan(cfg) -> Placement:
     rt = cfg.runtime
     cuda = str(cfg.resolved_device()).startswith("cuda")
     engines, learners, rewards = rt.engine_workers, rt.learner_workers if rt.learner_workers >= 2 else 0, rt.reward_workers
-    eng = {"num_cpus": 0.0 if cuda else rt.actor_cpus, "num_gpus": rt.engine_gpus if cuda else 0.0}
-    lrn = {"num_cpus": 0.0 if cuda else rt.actor_cpus, "num_gpus": rt.learner_gpus if cuda else 0.0}
-    rew = {"num_cpus": rt.actor_cpus, "num_gpus": 0.0}
+    eng = {"num_cpus": 0.0 if cuda else rt.actor_cpus, "num_gpus": rt.engine_gpus if cuda else 0.0,
+           "resources": dict(rt.engine_resources)}  # fmt: skip
+    lrn = {"num_cpus": 0.0 if cuda else rt.actor_cpus, "num_gpus": rt.learner_gpus if cuda else 0.0,
+           "resources": dict(rt.learner_resources)}  # fmt: skip
+    rew = {"num_cpus": rt.actor_cpus, "num_gpus": 0.0, "resources": {}}
     if rt.colocate:
         bundles = [_bundle(eng, lrn) for _ in range(engines)]
         engine_at, learner_at = list(range(engines)), list(range(learners))
@@ -99,8 +105,9 @@ def check_cluster(placement: Placement, available: dict[str, float], nodes: int)
         raise ValueError(f"runtime.placement_strategy STRICT_SPREAD puts each of the {len(placement.bundles)} bundles on its "
                          f"own node, but the Ray cluster has {nodes}: use SPREAD or PACK, or add nodes")  # fmt: skip
     want = placement.total()
-    for key, label in (("GPU", "GPUs"), ("CPU", "CPUs")):
-        need, have = want.get(key, 0.0), float(available.get(key, 0.0))
+    for key in sorted(want, key=lambda k: (k not in ("GPU", "CPU"), k)):
+        need, have = want[key], float(available.get(key, 0.0))
+        label = {"GPU": "GPUs", "CPU": "CPUs"}.get(key, f"of resource {key!r}")
         if need > have + 1e-9:
             raise ValueError(f"runtime asks for {need:g} {label} in its placement group ({len(placement.bundles)} bundles: "
                              f"{placement.bundles}) but the Ray cluster has {have:g} on {nodes} node(s): lower "

@@ -136,6 +136,7 @@ class RayEngine:
             res = placement.engine_resources
             for i, actor in enumerate(self.actor_names):
                 self._actors.append(cls.options(name=actor, num_cpus=res["num_cpus"], num_gpus=res["num_gpus"],
+                                                resources=res.get("resources") or None,
                                                 scheduling_strategy=self.bundle_strategy(placement.engine[i]))
                                     .remote(name, dict(params), model_ref, tokenizer, self.sync, placement.colocate))  # fmt: skip
             infos = self._gather([a.info.remote() for a in self._actors], "start")

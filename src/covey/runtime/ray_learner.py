@@ -154,6 +154,7 @@ class LearnerGroup:
             for r, name in enumerate(self.names):
                 res = engine.layout.learner_resources
                 self._actors.append(cls.options(name=name, num_cpus=res["num_cpus"], num_gpus=res["num_gpus"],
+                                                resources=res.get("resources") or None,
                                                 scheduling_strategy=engine.bundle_strategy(engine.layout.learner[r]))
                                     .remote(r, self.world, model_ref, cfg.algo, options, cfg.optim, cfg.steps, cuda,
                                             cfg.threads, sharding))  # fmt: skip
