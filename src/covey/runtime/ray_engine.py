@@ -111,8 +111,8 @@ class RayEngine:
         self.sync = sync if sync is not None else ObjectStoreSync(timeout_s)
         self._started = not ray.is_initialized() if owns_ray is None else owns_ray
         if not ray.is_initialized():
-            address = address or os.environ.get("RAY_ADDRESS")
-            ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+            address = address or os.environ.get("RAY_ADDRESS") or "local"  # never another run's local cluster
+            ray.init(address=address, num_cpus=num_cpus if address == "local" else None, include_dashboard=False,
                      log_to_driver=False, ignore_reinit_error=True)  # fmt: skip
         if placement is None:
             gpu = str(params.get("device", "cpu")).startswith("cuda")

@@ -8,7 +8,11 @@ starts the learner actors (`runtime.learner_workers >= 2`). The trainer names no
 
 from __future__ import annotations
 
+import logging
+import math
 from pathlib import Path
+
+log = logging.getLogger("covey")
 
 __all__ = ["build_engine", "build_learner_group", "connect", "weight_sync"]
 
@@ -40,11 +44,18 @@ def connect(cfg) -> bool:
     if ray.is_initialized():
         started = False
     else:
-        address = rt.ray_address or os.environ.get("RAY_ADDRESS")
-        if address and address not in ("auto", "local"):
+        address = rt.ray_address or os.environ.get("RAY_ADDRESS") or "local"  # local: a Ray of this run's own
+        if address not in ("auto", "local"):
             _probe(address, min(rt.timeout_s, 15.0))
+        cpus = None
+        if address == "local":  # a laptop's Ray: enough logical CPUs for the run's bundles (actors share the cores)
+            need = math.ceil(plan(cfg).total().get("CPU", 0.0))
+            cpus = max(os.cpu_count() or 1, need)
+            if need > (os.cpu_count() or 1):
+                log.info("runtime: the local Ray gets %d logical CPUs for %g CPUs of actors on %d cores", cpus, need,
+                         os.cpu_count() or 1)  # fmt: skip
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+            ray.init(address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         except (ConnectionError, TimeoutError, RuntimeError) as e:
             raise ValueError(f"runtime.ray_address {address!r}: could not join the Ray cluster: "
                              f"{' '.join(str(e).split())[:200]}") from None  # fmt: skip
