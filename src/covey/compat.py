@@ -17,13 +17,16 @@ Reward columns a component reads by name (a parameter whose name ends in `_colum
 A requirement "x" needs some component of the run to provide x; "!x" needs none to. `dynamic`'s
 requirements apply to the strategy it wraps. A missing `requires` is a contradiction: the config is
 refused by name (what needs what, who provides it). A missing `prefers` wastes compute: a warning.
-The trainer itself provides `ref_logprobs`, `entropies`, `old_logprobs`, `probe_logprobs` and `sum_p2`.
+The trainer itself provides the fields of `covey.learner.fillers.FILLERS` (`ref_logprobs`, `sum_p2`,
+`probe_logprobs`, `entropies`, `old_logprobs`).
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+from covey.learner.fillers import FILLERS
 
 __all__ = ["FEATURES", "check_algo", "check_column_params", "check_combination", "features_of"]
 
@@ -38,7 +41,7 @@ FEATURES = {
     "single_rows": "every group holds one row",
     "group_relative": "a group-relative advantage estimator",
 }
-TRAINER = frozenset({"ref_logprobs", "entropies", "old_logprobs", "probe_logprobs", "sum_p2"})
+TRAINER = frozenset(FILLERS)
 
 
 def features_of(component: Any, attr: str, params: dict[str, Any]) -> set[str]:

@@ -184,7 +184,7 @@ class OptimConfig(_Strict):
     skip_zero_advantage: bool = True
     """Leave rows whose advantages are all 0 out of the forward/backward passes (the batch totals that
     normalise the loss still count them). Exact, so applied only where such a row adds nothing to the
-    update: a surrogate marked `zero_at_zero_advantage`, no KL loss, no entropy bonus, no regularizers, no LOOP high-KL stop,
+    update: a surrogate marked `zero_at_zero_advantage`, no KL loss, no entropy bonus, no regularizers, no high-KL stop,
     no group-coupled component, no diffusion likelihood. Surrogate metrics then cover the kept rows."""
 
 

@@ -13,6 +13,7 @@ from covey.train.config import ModelConfig, OptimConfig, RunConfig
 
 __all__ = [
     "Reference",
+    "build_objective",
     "build_optimizer",
     "build_reference",
     "build_rewards",
@@ -113,7 +114,7 @@ class Reference:
                 yield self._policy
 
     def reset_to_policy(self) -> None:
-        """pi_ref <- pi_theta: copy the policy's weights into the frozen copy (ProRL's reset)."""
+        """pi_ref <- pi_theta: copy the policy's weights into the frozen copy (`algo.reference_reset`)."""
         if self._copy is None:
             raise ValueError("a reference reset needs a full reference copy; with LoRA the reference is the base model")
         self._copy.load_state_dict(self._policy.state_dict())
@@ -152,6 +153,18 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
+def build_objective(cfg: RunConfig, policy: torch.nn.Module, device):
+    """The loss the learner's update trains (`covey.learner.objective`): the preference loss on pairs in
+    preference mode, else the policy-gradient loss of the algorithm axes."""
+    if cfg.preference is not None:
+        from covey.preference.objective import PreferenceLoss, load_guide
+
+        return PreferenceLoss(cfg.preference, load_guide(cfg.preference, policy, device))
+    from covey.learner.policy_loss import PolicyLoss
+
+    return PolicyLoss(cfg.algo, max_new_tokens=cfg.sampling.max_new_tokens, skip_zero_advantage=cfg.optim.skip_zero_advantage)
+
+
 def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, workers: int | None = None):
     """The reward runner: the task's verifier as column `accuracy` (when the task has one), the
     configured rewards, then `reward_funcs` (callables or import paths, from the Python API)."""
@@ -181,6 +194,7 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
     import logging
 
     from covey.algos import ADVANTAGES
+    from covey.algos.hooks import check_hooks
     from covey.tasks import get_task
 
     if task is None:
@@ -203,9 +217,7 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if importlib.util.find_spec("wandb") is None:
             raise ValueError("log.report_to has wandb but the wandb package is not installed: pip install wandb, "
                              "or remove it from log.report_to")  # fmt: skip
-    if cfg.algo.reference_reset is not None and cfg.model.lora is not None:
-        raise ValueError("algo.reference_reset copies the policy into the reference model, but with model.lora the "
-                         "reference is the base model under the adapters: drop one of them")  # fmt: skip
+    check_hooks(cfg)  # each step hook's own refusals (algo.reference_reset x model.lora)
     singleton = {**advantage.defaults, **cfg.algo.advantage.params}.get("singleton", "zero")
     if cfg.preference is None and advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
         logging.getLogger("covey").warning(
