@@ -189,7 +189,7 @@ def config_show(
     typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
-def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
+def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str, str]]]]:
     """(kind, config key, rows of (name, summary, paper/arXiv, parameters)) for every registry and
     preset table, in the order a config file reads."""
     from covey.algos import REGISTRIES
@@ -209,11 +209,11 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
             e = registry[name]
             paper = ", ".join(x for x in (e.paper, f"arXiv {e.arxiv}" if e.arxiv else "") if x)
             params = ", ".join(f"{k}={_short(v)}" for k, v in e.defaults.items())
-            out.append((name, e.summary, paper, params))
+            out.append((name, e.summary, paper, params, _declared(e.caps)))
         return out
 
     kinds = [("task", "task", rows(TASKS)), ("reward", "rewards", rows(REWARDS)), ("sampler", "sampler", rows(SAMPLERS)),
-             ("sampler preset", "sampler", [(n, p["about"], "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
+             ("sampler preset", "sampler", [(n, p["about"], "", "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
              ("strategy", "rollout.strategy", rows(STRATEGIES)), ("environment", "env", rows(ENVS)),
              ("engine", "engine", rows(ENGINES))]  # fmt: skip
     kinds += [(axis, "algo.regularizers" if axis == "regularizer" else f"algo.{axis}", rows(registry))
@@ -221,7 +221,7 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     from covey.likelihood import LIKELIHOODS
 
     kinds.append(("likelihood", "algo.likelihood", rows(LIKELIHOODS)))  # masked-diffusion models (docs/diffusion.md)
-    kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
+    kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "", "") for n in sorted(PRESETS)]))
     kinds += [("preference loss", "preference.loss", rows(PREFERENCE_LOSSES)), ("pair builder", "preference.pairs", rows(PAIRS)),
               ("sft loss", "covey sft --loss", rows(SFT_LOSSES))]
     return kinds
@@ -230,6 +230,20 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
 def _short(value, width: int = 24) -> str:
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _declared(caps) -> str:
+    """A registry entry's declared capabilities (those that differ from the defaults), e.g.
+    ``engine_protocols=(ForkingEngine), provides=(tree_path)``; a declared function shows as ``fn``."""
+
+    def plain(v) -> str:
+        if isinstance(v, type):
+            return v.__name__
+        if isinstance(v, tuple):
+            return "(" + ", ".join(plain(x) for x in v) + ")"
+        return "fn" if callable(v) else str(v)
+
+    return ", ".join(f"{k}={plain(v)}" for k, v in caps.declared().items())
 
 
 ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "regularizer", "likelihood", "preset")
@@ -247,12 +261,12 @@ def list_cmd(kinds: Annotated[Optional[list[str]], typer.Argument(help="Only the
     unknown = sorted(set(kinds or ()) - set(known))
     if unknown:
         _fail(f"unknown kind(s) {unknown}; kinds: {', '.join(known)}")
-    table = Table("kind (config key)", "name", "summary", "paper", "parameters (defaults)")
+    table = Table("kind (config key)", "name", "summary", "paper", "parameters (defaults)", "declares")
     for kind, key, entries in catalogue:
         if kinds and kind not in kinds:
             continue
-        for name, summary, paper, params in entries:
-            table.add_row(f"{kind} ({key})", name, summary, paper, params)
+        for name, summary, paper, params, declares in entries:
+            table.add_row(f"{kind} ({key})", name, summary, paper, params, declares)
     Console(width=220).print(table)
 
 
@@ -271,7 +285,7 @@ def algos():
         if kind not in ALGO_KINDS:
             continue
         arxiv = _arxiv_ids(kind)
-        for name, _summary, _paper, params in entries:
+        for name, _summary, _paper, params, _declares in entries:
             status, source = status_of(kind, name)
             table.add_row(f"{kind} ({key})", name, arxiv.get(name, ""), status, source, params)
     Console(width=220).print(table)

@@ -3,9 +3,11 @@
 
 Each component declares what it needs from the others and what it adds to a batch:
 
-    rollout strategies, samplers:  class attributes `requires`, `provides` (and `prefers`): sets of
-                                   feature names; a sampler's `provides` may also be a function of
-                                   its parameters (`spo`: single rows only when n = 1)
+    rollout strategies:            `StrategyCaps.requires`, `.provides` (and `.prefers`) on the
+                                   registry entry (`covey.strategies.base`)
+    samplers:                      `BaseSampler.requires`, `.provides` (and `.prefers`) class attributes
+                                   feature names, or for `provides` a function of the parameters
+                                   (`spo`: single rows only when n = 1)
     advantage estimators:          `requires` (the registry's, `register_advantage(requires=...)`)
                                    and `group_relative`: a group-relative estimator needs groups of
                                    two rows or more (unless its `singleton: raw`) and provides
@@ -14,8 +16,8 @@ Each component declares what it needs from the others and what it adds to a batc
 Reward columns a component reads by name (a parameter whose name ends in `_column`, e.g. dagrpo's
 `score_column`, trpa's `level_column`) must be columns of the run: `check_column_params`.
 
-A requirement "x" needs some component of the run to provide x; "!x" needs none to. `dynamic`'s
-requirements apply to the strategy it wraps. A missing `requires` is a contradiction: the config is
+A requirement "x" needs some component of the run to provide x; "!x" needs none to. A wrapping
+strategy's requirements apply to the strategy it wraps (`StrategyCaps.inner`). A missing `requires` is a contradiction: the config is
 refused by name (what needs what, who provides it). A missing `prefers` wastes compute: a warning.
 The trainer itself provides the fields of `covey.learner.fillers.FILLERS` (`ref_logprobs`, `sum_p2`,
 `probe_logprobs`, `entropies`, `old_logprobs`).
@@ -44,9 +46,17 @@ FEATURES = {
 TRAINER = frozenset(FILLERS)
 
 
-def features_of(component: Any, attr: str, params: dict[str, Any]) -> set[str]:
-    """A component's declared `requires` / `provides` / `prefers` (a set, or a function of its params)."""
-    value = getattr(component, attr, ())
+def features_of(entry: Any, attr: str, params: dict[str, Any]) -> set[str]:
+    """The `requires` / `provides` / `prefers` a strategy or sampler registry entry declares (its
+    `StrategyCaps`, or its `BaseSampler` class attributes), evaluated for `params` when it is a function."""
+    from covey.samplers import BaseSampler
+    from covey.strategies.base import StrategyCaps
+
+    if isinstance(entry.caps, StrategyCaps):
+        declares = entry.caps
+    else:  # a sampler: what its class declares (a factory that is no BaseSampler subclass declares nothing)
+        declares = entry.fn if isinstance(entry.fn, type) and issubclass(entry.fn, BaseSampler) else BaseSampler
+    value = {"requires": declares.requires, "provides": declares.provides, "prefers": declares.prefers}[attr]
     if callable(value):
         value = value(params)
     return set(value or ())
@@ -58,18 +68,18 @@ def check_combination(cfg) -> list[str]:
     from covey.algos.registry import ADVANTAGES
     from covey.likelihood.checks import check_family
     from covey.samplers import SAMPLERS
-    from covey.strategies import STRATEGIES
+    from covey.strategies.base import strategy_chain
 
     check_family(cfg)  # model.family x engine x likelihood x sampling (masked diffusion: docs/diffusion.md)
     warnings = check_algo(cfg)
     sampler = cfg.sampler_spec()
     strategy = cfg.strategy_spec()
-    parts: list[tuple[str, str, Any, dict[str, Any]]] = [("sampler", sampler.name, SAMPLERS.get(sampler.name).fn, sampler.params)]
-    parts.append(("rollout.strategy", strategy.name, STRATEGIES.get(strategy.name).fn, strategy.params))
-    wraps = getattr(parts[-1][2], "inner_strategy", None)  # dynamic: its own needs apply to what it wraps
-    if wraps is not None:
-        inner, inner_params = wraps(strategy.params)
-        parts.append(("rollout.strategy", f"{strategy.name}(inner={inner})", STRATEGIES.get(inner).fn, inner_params))
+    parts: list[tuple[str, str, Any, dict[str, Any]]] = [("sampler", sampler.name, SAMPLERS.get(sampler.name), sampler.params)]
+    chain = strategy_chain(strategy.name, strategy.params)
+    parts.append(("rollout.strategy", strategy.name, chain[0][2], strategy.params))
+    if len(chain) > 1:  # a wrapper: its own needs apply to what it wraps (the next strategy)
+        inner, inner_params, inner_entry = chain[1]
+        parts.append(("rollout.strategy", f"{strategy.name}(inner={inner})", inner_entry, inner_params))
     adv = ADVANTAGES.get(cfg.algo.advantage.name)
     adv_params = {**adv.defaults, **cfg.algo.advantage.params}
     adv_requires = set(adv.requires) - TRAINER
@@ -179,8 +189,8 @@ def _fix(key: str, need: str) -> str:
             return (f"every advantage would be 0: choose an estimator that is not group-relative ({', '.join(fixes)}) "
                     "or a sampler/strategy that draws groups")  # fmt: skip
         return "dynamic sampling keeps only groups of two rows or more: turn off algo.dynamic_sampling (or drop dynamic)"
-    names = [f"rollout.strategy {n}" for n in STRATEGIES if need in features_of(STRATEGIES.get(n).fn, "provides", {})]
-    names += [f"sampler {n}" for n in SAMPLERS if need in features_of(SAMPLERS.get(n).fn, "provides", {})]
+    names = [f"rollout.strategy {n}" for n in STRATEGIES if need in features_of(STRATEGIES.get(n), "provides", {})]
+    names += [f"sampler {n}" for n in SAMPLERS if need in features_of(SAMPLERS.get(n), "provides", {})]
     return "provided by " + (", ".join(names) if names else "no registered component")
 
 

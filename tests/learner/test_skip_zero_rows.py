@@ -16,7 +16,7 @@ from covey.learner.policy_loss import rows_with_signal
 from covey.models import load
 from covey.rollouts import Rollouts
 
-MARKED = sorted(n for n in SURROGATES if getattr(SURROGATES[n].fn, "zero_at_zero_advantage", False))
+MARKED = sorted(n for n in SURROGATES if SURROGATES[n].caps.zero_at_zero_advantage)
 
 
 def _batch(vocab: int, adv: list[float], seed: int = 0, offpolicy_row: int | None = None) -> Rollouts:

@@ -34,7 +34,7 @@ from typing import Any
 
 from covey.envs.base import MissingExtra
 from covey.tasks._common import check_split
-from covey.tasks.registry import register_task
+from covey.tasks.registry import TaskCaps, register_task
 
 __all__ = ["VerifiersTask", "env_spec", "load_env", "rollout_input"]
 
@@ -85,7 +85,7 @@ def rollout_input(item: dict) -> dict:
     return {k: v for k, v in item.items() if k not in _COVEY_KEYS}
 
 
-@register_task("verifiers")
+@register_task("verifiers", caps=TaskCaps(strategy="verifiers"))
 class VerifiersTask:
     """A verifiers environment's dataset as covey items (see the module docstring). Params: env, args."""
 

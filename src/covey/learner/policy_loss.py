@@ -66,10 +66,10 @@ class PolicyLoss(Objective):
         self.likelihood = algo.likelihood is not None  # sequence-likelihood estimates (masked diffusion)
         if self.likelihood and (self.need_entropy or self.stats):
             raise ValueError("algo.likelihood gives sequence-likelihood estimates, no token entropies or logit statistics")
-        self.per_mc = self.likelihood and bool(getattr(surrogate.fn, "per_mc", False))
+        self.per_mc = self.likelihood and surrogate.caps.per_mc
         # rows whose advantages are all 0 add nothing to the update: leave them out (exact; see OptimConfig)
         self.skip_zero_rows = (
-            skip_zero_advantage and getattr(surrogate.fn, "zero_at_zero_advantage", False)
+            skip_zero_advantage and surrogate.caps.zero_at_zero_advantage
             and self.kl is None and not self.entropy_coef and not len(self.regularizers) and not self.need_group
             and not self.stats and not self.likelihood and not self.guards.reads_every_row
         )  # fmt: skip

@@ -56,11 +56,10 @@ from typing import Any, Literal
 
 import torch
 
-from covey.engine.base import Engine
 from covey.envs.base import ENVS, Action, Env, StepResult
 from covey.envs.tools import parse_tool_calls
 from covey.rollouts import Rollouts
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 
 __all__ = ["Episodes", "TemplateDelta", "TemplateError"]
 
@@ -258,7 +257,7 @@ def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float, *, worker
 class Episodes:
     """Multi-turn episodes against the `env` environment (given by the config's top-level ``env:``)."""
 
-    engine_protocols = (Engine,)
+    caps = StrategyCaps(takes_env=True, env_reward=True)
 
     def __init__(self, *, env: dict, max_turns: int = 8, max_context_tokens: int = 1024, max_invalid: int = 3,
                  step_timeout_s: float = 30.0, layout: Literal["auto", "concat", "per_step"] = "auto",

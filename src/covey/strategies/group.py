@@ -62,7 +62,6 @@ def item_columns(rows: list[dict]) -> dict[str, list]:
 class GroupStrategy:
     """GRPO's rollout: each draw's `n` i.i.d. completions in one sampling round."""
 
-    engine_protocols = (Engine,)
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         return sample_groups(ctx.engine, ctx.tokenizer, ctx.draws, ctx.sampling(0)), {}

@@ -36,12 +36,13 @@ def default_run_dir(cfg: RunConfig) -> Path:
 
 
 def _eval_episodes(cfg: RunConfig):
-    """The `episodes` strategy the held-out eval plays (the run's settings), or None without an env."""
+    """The episode strategy the held-out eval plays (the run's, with its `env:`), or None without an env."""
     if cfg.env is None or not cfg.eval.size:
         return None
     from covey.strategies import STRATEGIES
 
-    return STRATEGIES.build("episodes", {**cfg.rollout.strategy.params, "env": {"name": cfg.env.name, **cfg.env.params}})
+    spec = cfg.env_strategy()
+    return STRATEGIES.build(spec.name, spec.params)
 
 
 def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Trainer | None = None) -> dict:

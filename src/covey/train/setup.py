@@ -170,8 +170,11 @@ def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, worker
     configured rewards, then `reward_funcs` (callables or import paths, from the Python API)."""
     from covey.rewards import RewardRunner, RewardSpec
 
-    if cfg.rollout.strategy.name == "offline_pairs":  # the dataset labels the pairs: that is the only reward
-        return RewardRunner([{"name": "preference_label"}], workers=0)
+    from covey.strategies import STRATEGIES
+
+    label = STRATEGIES.get(cfg.rollout.strategy.name).caps.labelled_reward
+    if label is not None:  # the dataset labels the rows (preference pairs): that is the only reward
+        return RewardRunner([{"name": label}], workers=0)
     rewards: list = []
     if getattr(task, "reward", None) is not None:
         spec = RewardSpec(name="accuracy", weight=cfg.task_reward_weight, timeout_s=cfg.task_reward_timeout_s)

@@ -109,8 +109,8 @@ class Trainer:
         engine_params = dict(cfg.engine.params)
         if engine_params.get("dtype", "auto") == "auto" and engine_takes_dtype(cfg.engine.name):
             engine_params["dtype"] = chosen.get("engine") or self.learner.dtype  # follows model.dtype
-        # vllm's adapter sync: the engine is built from the PEFT model and every sync passes it (only the adapter moves)
-        syncs_adapter = getattr(ENGINES.get(cfg.engine.name).fn, "syncs_adapter", None)
+        # an adapter sync: the engine is built from the PEFT model and every sync passes it (only the adapter moves)
+        syncs_adapter = ENGINES.get(cfg.engine.name).caps.syncs_adapter
         self.adapter_sync = bool(syncs_adapter and syncs_adapter(cfg.engine.params, cfg.model.lora, cfg.runtime.executor,
                                                                       cfg.resolved_device()))
         source = self.model if self.adapter_sync else engine_model(self.model)
@@ -123,7 +123,7 @@ class Trainer:
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
         self.reference_engine = None  # an engine over the frozen reference, for a strategy that samples from it
-        if getattr(STRATEGIES.get(cfg.strategy_spec().name).fn, "needs_reference_engine", False):
+        if STRATEGIES.get(cfg.strategy_spec().name).caps.needs_reference_engine:
             self.reference = self.reference or build_reference(self.model, cfg.model)
             self.reference_engine = ENGINES.build(cfg.engine.name, engine_params, self.reference.engine_model(), self.tokenizer)
         self._sampler_lock = threading.RLock()  # the generator thread and the learner both call the sampler
@@ -327,7 +327,7 @@ class Trainer:
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep)
 
     def _engine_weights(self):
-        """What a weight sync passes the engine: the PEFT model under vllm's adapter sync, else
+        """What a weight sync passes the engine: the PEFT model under an adapter sync (`EngineCaps.syncs_adapter`), else
         `engine_state` (the model, or LoRA's merged weights)."""
         return self.model if self.adapter_sync else engine_state(self.model)
 
