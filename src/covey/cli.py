@@ -416,7 +416,9 @@ def eval_cmd(
         if m is not None:
             check_model_support(m, "torch")  # from its config.json, before anything loads
     rewards = build_rewards(run_cfg, t, workers=run_cfg.reward_workers) if same_task else None  # the run's columns
-    if rewards is None and getattr(t, "reward", None) is None:
+    from covey.tasks.base import hooks_of
+
+    if rewards is None and hooks_of(t).reward is None:
         _fail(f"task {name!r} has no verifier to score with (for `dataset`: give rows an answer column, see answer_key)")
     if samples_out is not None and rewards is not None and "accuracy" not in rewards.names:
         rewards.close()
@@ -484,7 +486,9 @@ def sft(
     except ValueError as e:
         _fail(f"--loss: {e}")
     t = get_task(task, **parse_overrides(task_param or []))
-    if getattr(t, "demonstration", None) is None:
+    from covey.tasks.base import hooks_of
+
+    if hooks_of(t).demonstration is None:
         _fail(f"task {task!r} has no demonstrations (a `demonstration(item)` method) to imitate")
     t.examples("train")  # the data loads
     check_name(model)  # an unknown model fails before anything loads

@@ -72,14 +72,17 @@ def evaluate(
         raise ValueError(f"ids has {len(ids)} entries for {len(items)} items")
     if by is not None and any(by not in it for it in items):
         raise ValueError(f"--by {by!r}: not a column of every item (columns: {sorted(items[0]) if items else []})")
-    verified = "accuracy" in rewards.names if rewards is not None else getattr(task, "reward", None) is not None
+    from covey.tasks.base import hooks_of
+
+    hooks = hooks_of(task)
+    verified = "accuracy" in rewards.names if rewards is not None else hooks.reward is not None
     if rewards is None and not verified:
         raise ValueError(f"task {getattr(task, 'name', task)!r} has no verifier to score with; pass the run's rewards")
     if samples_out is not None and not verified:
         raise ValueError("--samples-out needs a correctness source (the task's verifier or an accuracy reward)")
     done = open_samples(samples_out, meta or {}, n) if samples_out is not None else {}
     greedy = temperature == 0
-    extract = getattr(task, "extract_answer", None)
+    extract = hooks.extract_answer
     scores_of: dict[int, list[float]] = {pid: [float(r["score"]) for r in rs[:n]] for pid, rs in done.items()}
     answers_of: dict[int, list] = {pid: [r["answer"] for r in rs[:n]] for pid, rs in done.items()}
     nll_of: dict[int, list] = {pid: [(r["nll_sum"], r["nll_tokens"]) for r in rs[:n]] for pid, rs in done.items()} if nll_under else {}

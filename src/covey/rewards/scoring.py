@@ -30,7 +30,9 @@ __all__ = ["KLRewardPenalty", "OverlongShaping", "Scorer", "ShapingTerm", "check
 
 
 class ShapingTerm(Protocol):
-    name: str
+    name: str  # its reward column
+    key: str  # the AlgoConfig field that switches it on
+    reward: str | None  # the registered reward that computes the same penalty (never configure both), if any
 
     def __call__(self, batch: Rollouts) -> Tensor: ...
 
@@ -55,6 +57,8 @@ class KLRewardPenalty:
     `fill_ref(batch)` writes `batch.ref_logprobs` (the trainer's reference model)."""
 
     name = "kl_penalty"
+    key = "kl"
+    reward = None
 
     def __init__(self, estimator: Callable[[Tensor, Tensor], Tensor], coef: float, fill_ref: Callable[[Rollouts], None]):
         self.estimator, self.coef, self.fill_ref = estimator, coef, fill_ref
@@ -95,7 +99,7 @@ def check_reward_columns(rewards: Sequence, algo, max_new_tokens: int) -> list[s
                              "give one an alias")  # fmt: skip
         seen[spec.label] = f"rewards[{i}]"
     for term in terms:
-        same = getattr(term, "reward", None)
+        same = term.reward
         for i, spec in enumerate(rewards):
             if same is not None and REWARDS.get(spec.name).fn is REWARDS.get(same).fn:
                 key = f"algo.{term.key}"

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from covey.eval.episodes import evaluate_episodes
 from covey.eval.runner import eval_progress, evaluate
 from covey.train.checkpoint import latest_checkpoint, write_error
+from covey.tasks.base import hooks_of
 from covey.train.config import RunConfig
 from covey.train.export import export_model
 from covey.train.metrics import clock
@@ -184,9 +185,10 @@ def start_lines(cfg: RunConfig, trainer: Trainer, run_dir: Path, *, resume: bool
 
 def _reward_origin(cfg: RunConfig, task, name: str) -> str:
     """Where a reward column comes from, for the start lines."""
-    if name != "accuracy" or getattr(task, "reward", None) is None or any(r.alias == name or r.name == name for r in cfg.rewards):
+    hooks = hooks_of(task)
+    if name != "accuracy" or hooks.reward is None or any(r.alias == name or r.name == name for r in cfg.rewards):
         return "configured in rewards"
-    key = getattr(task, "answer_key", None)
+    key = hooks.answer_key
     if cfg.task.name == "dataset" and key is not None and cfg.task.params.get("verifier", "auto") == "auto":
         return f"added because the data has an {key!r} column; task.params.verifier=none turns it off"
     return f"the verifier of task {cfg.task.name!r}"

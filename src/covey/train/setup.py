@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import torch
 
 from covey.models import load as load_model
+from covey.tasks.base import hooks_of
 from covey.train.config import ModelConfig, OptimConfig, RunConfig
 
 __all__ = [
@@ -176,9 +177,10 @@ def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, worker
     if label is not None:  # the dataset labels the rows (preference pairs): that is the only reward
         return RewardRunner([{"name": label}], workers=0)
     rewards: list = []
-    if getattr(task, "reward", None) is not None:
+    verifier = hooks_of(task).reward
+    if verifier is not None:
         spec = RewardSpec(name="accuracy", weight=cfg.task_reward_weight, timeout_s=cfg.task_reward_timeout_s)
-        rewards.append((task.reward, spec))
+        rewards.append((verifier, spec))
     rewards += [r.model_dump() for r in cfg.rewards]
     for fn in reward_funcs or []:
         rewards.append({"name": fn} if isinstance(fn, str) else fn)
@@ -198,6 +200,7 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
 
     from covey.algos import ADVANTAGES
     from covey.algos.hooks import check_hooks
+    from covey.rewards.registry import reward_caps
     from covey.tasks import get_task
 
     if task is None:
@@ -209,9 +212,10 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
     advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     try:
         check_reward_columns(runner.entries, task.examples(cfg.task.split), cfg.task.split)
-        for e in runner.entries:  # a reward tied to an advantage checks it (writing_zero: brpo's reference row)
-            if hasattr(e.fn, "check_advantage"):
-                e.fn.check_advantage(advantage.name, {**advantage.defaults, **cfg.algo.advantage.params})
+        for e in runner.entries:  # a reward tied to an advantage estimator checks it
+            check = reward_caps(e.fn).check_advantage
+            if check is not None:
+                check(advantage.name, {**advantage.defaults, **cfg.algo.advantage.params})
     finally:
         runner.close()
     if "wandb" in cfg.log.report_to:
