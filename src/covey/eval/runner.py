@@ -18,7 +18,8 @@ from covey.eval.crossppl import summarize_nll
 from covey.eval.samples import append_records, open_samples
 from covey.rewards.scoring import Scorer
 from covey.samplers import Draw
-from covey.strategies import completion_texts, item_columns, sample_groups
+from covey.rollouts import item_columns
+from covey.strategies import completion_texts, sample_groups
 
 __all__ = ["eval_progress", "evaluate", "summarize"]
 

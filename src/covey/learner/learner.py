@@ -43,7 +43,7 @@ from covey.learner.logprobs import completion_logprobs_stats
 from covey.learner.objective import Objective
 from covey.learner.policy_loss import PolicyLoss
 from covey.learner.prefix import prompt_groups
-from covey.rollouts import Rollouts
+from covey.rollouts import Groups, Rollouts
 
 __all__ = ["Learner", "peak_memory_gb", "reset_peak_memory", "to_device"]
 
@@ -183,8 +183,9 @@ class Learner:
         n = len(batch)
         if not whole_groups:
             return list(torch.randperm(n, generator=generator, device="cpu").chunk(self.mini_batches))
-        _, inv = torch.unique(batch.group.cpu(), return_inverse=True)
-        order = torch.randperm(int(inv.max()) + 1 if n else 0, generator=generator, device="cpu")
+        groups = Groups.of(batch.group.cpu())
+        inv = groups.index
+        order = torch.randperm(groups.num, generator=generator, device="cpu")
         out = []
         for part in order.chunk(self.mini_batches):
             rank = torch.full((int(order.numel()),), -1, dtype=torch.long)

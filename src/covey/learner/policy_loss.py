@@ -219,13 +219,9 @@ def _row_values(batch: Rollouts) -> dict[str, Tensor]:
     """Per-row inputs of group-coupled components ("row:<name>" [N] float32, on the batch's device):
     the scalar reward and its whole-group mean and unbiased std (0 for a group of one)."""
     r = batch.scalar_rewards().double()
-    _, inv = torch.unique(batch.group, return_inverse=True)
-    k = int(inv.max()) + 1 if len(r) else 0
-    size = torch.zeros(k, dtype=r.dtype, device=r.device).index_add_(0, inv, torch.ones_like(r))
-    mean = torch.zeros(k, dtype=r.dtype, device=r.device).index_add_(0, inv, r) / size
-    ss = torch.zeros(k, dtype=r.dtype, device=r.device).index_add_(0, inv, (r - mean[inv]) ** 2)
-    std = torch.where(size > 1, (ss / (size - 1).clamp(min=1)).sqrt(), torch.zeros_like(ss))
-    return {"row:reward": r.float(), "row:group_mean": mean[inv].float(), "row:group_std": std[inv].float()}
+    g = batch.groups()
+    mean, std = g.mean(r)[g.index], g.std(r)[g.index]
+    return {"row:reward": r.float(), "row:group_mean": mean.float(), "row:group_std": std.float()}
 
 
 def _check_whole_groups(mb: Rollouts, chunks: list[Tensor]) -> None:

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from covey.algos.kl import kl_reward_penalty
 from covey.algos.shaping import overlong_penalty
-from covey.rollouts import Rollouts
+from covey.rollouts import Rollouts, item_columns
 
 __all__ = ["KLRewardPenalty", "OverlongShaping", "Scorer", "ShapingTerm", "check_reward_columns", "shaping_terms"]
 
@@ -129,8 +129,6 @@ class Scorer:
         self.runner, self.decode, self.shaping = runner, decode, list(shaping)
 
     def __call__(self, batch: Rollouts) -> dict[str, Any]:
-        from covey.strategies.group import item_columns
-
         if batch.items is None:
             raise ValueError("cannot score a batch without `items`: the rollout strategy must set the item of every row")
         rows = batch.items

@@ -43,7 +43,6 @@ class CogRethinker:
     show_wrong:  wrong answers shown in the refinement prompt.
     """
 
-
     def __init__(self, *, zero_reward: float = 0.0, show_wrong: int = 2, decompose: str = DECOMPOSE, refine: str = REFINE):
         if show_wrong < 1:
             raise ValueError(f"show_wrong must be >= 1, got {show_wrong}")

@@ -70,7 +70,6 @@ class DarsRollout:
     on_empty:  when the filter leaves no prompt: "skip" the step (the code) or "keep" the whole batch.
     """
 
-
     def __init__(self, *, schedule: Literal["et", "hw"] = "et", n_max: int = 32, use_std: bool = False,
                  filter: bool = True, upper: float = 1.0, on_empty: Literal["skip", "keep"] = "skip"):  # fmt: skip
         if schedule not in ("et", "hw"):

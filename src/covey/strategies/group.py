@@ -13,7 +13,7 @@ from covey.engine.base import Engine, SamplingParams
 from covey.models import apply_chat
 from covey.samplers.base import Draw
 from covey.strategies.base import RolloutContext, register_strategy
-from covey.rollouts import Rollouts
+from covey.rollouts import Rollouts, item_columns
 
 __all__ = ["GroupStrategy", "completion_texts", "item_columns", "sample_groups"]
 
@@ -52,16 +52,9 @@ def completion_texts(tokenizer, batch) -> list[str]:
     )
 
 
-def item_columns(rows: list[dict]) -> dict[str, list]:
-    """Reward-function keyword columns from the item of each row: every key but id and prompt."""
-    keys = dict.fromkeys(k for r in rows for k in r if k not in ("id", "prompt"))
-    return {k: [r.get(k) for r in rows] for k in keys}
-
-
 @register_strategy("group")
 class GroupStrategy:
     """GRPO's rollout: each draw's `n` i.i.d. completions in one sampling round."""
-
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         return sample_groups(ctx.engine, ctx.tokenizer, ctx.draws, ctx.sampling(0)), {}

@@ -38,7 +38,6 @@ class IGRPO:
     instruction: the text asking for a refinement.
     """
 
-
     def __init__(self, *, drafts: int | None = None, instruction: str = INSTRUCTION):
         if drafts is not None and drafts < 1:
             raise ValueError(f"drafts must be >= 1, got {drafts}")

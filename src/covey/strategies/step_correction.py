@@ -105,7 +105,6 @@ class StepCorrection:
     answer_column:  item column the judge's template reads as the ground truth.
     """
 
-
     def __init__(self, *, judge: Any, judge_template: str = "step_error_index", judge_parser: Any = "boxed_int",
                  judge_max_new_tokens: int = 512, judge_temperature: float = 0.0, corrector: Any = "policy",
                  corrector_max_new_tokens: int = 256, hint_column: str | None = "answer", answer_column: str = "answer"):  # fmt: skip

@@ -232,7 +232,7 @@ class Trainer:
             draws, metrics = self.sampler.before_rollout(draws, ctx)
         ctx.draws = _checked_draws(self.sampler, draws)
         if not draws:  # nothing left to roll out: the step is skipped
-            return _empty_batch(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
+            return Rollouts.empty(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
                                     "train/skipped_step": 1.0}  # fmt: skip
         batch, m = self.strategy.rollout([d.item for d in draws], ctx)
         metrics.update(m)
@@ -375,13 +375,6 @@ def _checked_draws(sampler, draws) -> list[Draw]:
         raise TypeError(f"sampler {type(sampler).__name__}: next() and before_rollout() must return a list of "
                         f"covey.samplers.Draw, got {got}")  # fmt: skip
     return draws
-
-
-def _empty_batch() -> Rollouts:
-    """A batch of no rows (a skipped step)."""
-    z = torch.zeros(0, 0)
-    return Rollouts(prompt_ids=[], completion_ids=z.long(), completion_mask=z, behaviour_logprobs=z,
-                    group=torch.zeros(0, dtype=torch.long), prompt_id=torch.zeros(0, dtype=torch.long), items=[])  # fmt: skip
 
 
 def _rollout_metrics(batch: Rollouts, gen_time: float) -> dict[str, float]:
