@@ -214,7 +214,7 @@ class GRPOTrainer:
 
     def save_model(self, path: str | os.PathLike) -> Path:
         """Save the current policy as a `save_pretrained` folder with its tokenizer (LoRA: merged)."""
-        from covey.train.setup import engine_model
+        from covey.models.state import engine_model
 
         path = Path(path)
         model = self.trainer.model

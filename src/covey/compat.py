@@ -30,7 +30,7 @@ from typing import Any
 
 from covey.learner.fillers import FILLERS
 
-__all__ = ["FEATURES", "check_algo", "check_column_params", "check_combination", "features_of"]
+__all__ = ["FEATURES", "check_algo", "check_column_params", "check_combination", "check_engine_config", "features_of"]
 
 FEATURES = {
     "tree_path": "each row's path in a rollout tree",
@@ -66,7 +66,7 @@ def check_combination(cfg) -> list[str]:
     """Refuse (ValueError) a run whose sampler, strategy and advantage contradict each other; return
     (and log) warnings for combinations that waste compute."""
     from covey.algos.registry import ADVANTAGES
-    from covey.likelihood.checks import check_family
+    from covey.family import check_family
     from covey.samplers import SAMPLERS
     from covey.strategies.base import strategy_chain
 
@@ -199,3 +199,27 @@ def _waste(name: str, want: str) -> str:
         return ("its filter drops groups whose rewards are all equal, which carry signal under this estimator: "
                 "the rounds that generated them are wasted")  # fmt: skip
     return f"it works best with {FEATURES.get(want, want)}"
+
+
+def check_engine_config(cfg) -> None:
+    """Raise ValueError (one line, starting "engine:") when engine `cfg.engine` cannot serve the run
+    `cfg` (a `covey.train.config.RunConfig`): the engine's declared ``check_config(params, sampling,
+    needs, device)`` (`EngineCaps`) sees its params, the `sampling:` section, the optional `Rollouts`
+    fields the algorithm and sampler read (``"entropies"``, ...) and the device the run resolves to
+    ("cpu", "cuda", "cuda:1"). Engines without the hook accept every run. An engine's optional
+    ``check_lora(params, model.lora, runtime.executor, device)`` checks how it syncs a LoRA policy."""
+    from covey.engine import ENGINES
+    from covey.samplers import SAMPLERS
+
+    caps = ENGINES.get(cfg.engine.name).caps
+    check, lora_check = caps.check_config, caps.check_lora  # vllm: lora_sync x model.lora
+    if check is None:
+        return
+    sampler = cfg.sampler_spec()
+    needs = set(cfg.algo.requires()) | features_of(SAMPLERS.get(sampler.name), "requires", sampler.params)
+    try:
+        check(dict(cfg.engine.params), cfg.sampling, needs, cfg.resolved_device())
+        if lora_check is not None:
+            lora_check(dict(cfg.engine.params), cfg.model.lora, cfg.runtime.executor, cfg.resolved_device())
+    except ValueError as e:
+        raise ValueError(f"engine: {e}") from None

@@ -107,7 +107,7 @@ def build(**kw):
 
 
 def sum_items(n=2, **args):
-    from covey.envs.verifiers_adapter import VerifiersTask
+    from covey.tasks.verifiers import VerifiersTask
 
     return VerifiersTask(env=EXAMPLE, args={"max_turns": 3, **args}).examples("train")[:n]
 
@@ -197,7 +197,7 @@ def test_a_crashing_environment_fails_its_episodes_not_the_run(smol_tok, monkeyp
 
 def test_the_task_reward_is_the_rubric_score_of_one_turn():
     pytest.importorskip("verifiers")
-    from covey.envs.verifiers_adapter import VerifiersTask
+    from covey.tasks.verifiers import VerifiersTask
 
     task = VerifiersTask(env=EXAMPLE, args={"kind": "single"})
     items = task.examples("test")[:2]

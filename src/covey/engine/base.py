@@ -364,7 +364,7 @@ class EngineCaps(Caps):
     """What an engine class declares beyond its protocols (its `caps`; defaults: a causal engine for
     every model, nothing to check). Checks run when the config is read, before a model loads.
 
-    family:         the model family it generates with ("causal", "masked_diffusion"; `covey.likelihood.checks`).
+    family:         the model family it generates with ("causal", "masked_diffusion"; `covey.family`).
     model_types:    the config.json ``model_type`` values it implements (None: any; `covey.engine.support`).
     check_config:   check_config(params, sampling, needs, device) raising ValueError for a run it cannot
                     serve (`needs`: the optional `Rollouts` fields the run reads, e.g. "entropies").

@@ -100,7 +100,7 @@ class MaskedDiffusionEngine:
 
     pad_token_id: int
     version: int
-    caps = EngineCaps(family="masked_diffusion")  # the model family it generates with (`covey.likelihood.checks`)
+    caps = EngineCaps(family="masked_diffusion")  # the model family it generates with (`covey.family`)
 
     def __init__(
         self,

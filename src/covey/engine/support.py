@@ -8,10 +8,8 @@ engine checks it when it is built) and refuses an unsupported model in one line.
 configuration (`covey.train.config.validate_config`) calls it, so `covey config show` and `covey
 train` refuse the same models before a run folder is made or a model loads.
 
-`check_engine_config` runs an engine class's own check of the run's settings, ``check_config(params,
-sampling, needs, device)`` (declared in its `EngineCaps`, raising ValueError; vllm: truncated sampling, entropies),
-so a combination the engine cannot serve is refused when the config is read, not at the first
-`generate`.
+An engine's own check of the run's settings (``EngineCaps.check_config``) runs in
+`covey.compat.check_engine_config`, with the other checks of one component against the rest of the run.
 
 `engine_takes_dtype` says whether an engine's factory has a ``dtype`` parameter: the trainer then
 gives it the learner's dtype (model.dtype) when ``engine.dtype`` is unset or ``auto``.
@@ -19,7 +17,7 @@ gives it the learner's dtype (model.dtype) when ``engine.dtype`` is unset or ``a
 
 from __future__ import annotations
 
-__all__ = ["UnsupportedModel", "check_engine_config", "check_model_support", "engine_model_types", "engine_takes_dtype"]
+__all__ = ["UnsupportedModel", "check_model_support", "engine_model_types", "engine_takes_dtype"]
 
 
 class UnsupportedModel(ValueError):
@@ -65,28 +63,3 @@ def check_model_support(model: str, engine: str) -> None:
         return
     raise UnsupportedModel(f"model {model!r} (model_type {kind}) is not supported by engine {engine!r}; "
                            f"supported: {', '.join(supported)}")  # fmt: skip
-
-
-def check_engine_config(cfg) -> None:
-    """Raise ValueError (one line, starting "engine:") when engine `cfg.engine` cannot serve the run
-    `cfg` (a `covey.train.config.RunConfig`): the engine's declared ``check_config(params, sampling,
-    needs, device)`` (`EngineCaps`) sees its params, the `sampling:` section, the optional `Rollouts`
-    fields the algorithm and sampler read (``"entropies"``, ...) and the device the run resolves to
-    ("cpu", "cuda", "cuda:1"). Engines without the hook accept every run. An engine's optional
-    ``check_lora(params, model.lora, runtime.executor, device)`` checks how it syncs a LoRA policy."""
-    from covey.compat import features_of
-    from covey.engine import ENGINES
-    from covey.samplers import SAMPLERS
-
-    caps = ENGINES.get(cfg.engine.name).caps
-    check, lora_check = caps.check_config, caps.check_lora  # vllm: lora_sync x model.lora
-    if check is None:
-        return
-    sampler = cfg.sampler_spec()
-    needs = set(cfg.algo.requires()) | features_of(SAMPLERS.get(sampler.name), "requires", sampler.params)
-    try:
-        check(dict(cfg.engine.params), cfg.sampling, needs, cfg.resolved_device())
-        if lora_check is not None:
-            lora_check(dict(cfg.engine.params), cfg.model.lora, cfg.runtime.executor, cfg.resolved_device())
-    except ValueError as e:
-        raise ValueError(f"engine: {e}") from None

@@ -141,7 +141,7 @@ class TorchEngine:
 
     @staticmethod
     def check_config(params: dict, sampling, needs: set[str], device: str) -> None:
-        """Config-time check (`covey.engine.support.check_engine_config`): int8 generation runs on
+        """Config-time check (`covey.compat.check_engine_config`): int8 generation runs on
         the CPU only."""
         if params.get("quantize") is not None and device.startswith("cuda"):
             raise ValueError(f"engine 'torch' quantize={params['quantize']!r} runs on the CPU only (torch's quantized "

@@ -137,7 +137,7 @@ class VllmEngine:
 
     @staticmethod
     def check_config(params: dict, sampling, needs: set[str], device: str) -> None:
-        """Config-time check (`covey.engine.support.check_engine_config`): the run's training sampling
+        """Config-time check (`covey.compat.check_engine_config`): the run's training sampling
         must be untruncated and nothing may need entropies (see the module docstring)."""
         why = _unsupported(sampling.top_p, sampling.top_k, sampling.min_p, "entropies" in needs)
         if why:
@@ -146,7 +146,7 @@ class VllmEngine:
     @staticmethod
     def check_lora(params: dict, lora, executor: str, device: str) -> None:
         """Config-time check of `lora_sync` / `max_lora_rank` against `model.lora` (None: full
-        fine-tuning), `runtime.executor` and the device (`covey.engine.support.check_engine_config`)."""
+        fine-tuning), `runtime.executor` and the device (`covey.compat.check_engine_config`)."""
         sync, rank = params.get("lora_sync"), params.get("max_lora_rank")
         if sync not in (None, "adapter", "merged"):
             raise ValueError(f"lora_sync must be adapter or merged, got {sync!r}")

@@ -7,6 +7,7 @@ and the mean of each reward column when a run's rewards are given.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from covey.samplers import Draw
 from covey.rollouts import item_columns
 from covey.strategies import completion_texts, sample_groups
 
-__all__ = ["eval_progress", "evaluate", "summarize"]
+__all__ = ["clock", "eval_progress", "evaluate", "summarize"]
 
 
 def evaluate(
@@ -173,6 +174,20 @@ def summarize(scores: list[list[float]], answers: list[list] | None, ks: tuple[i
     return out
 
 
+def clock(seconds: float) -> str:
+    """A duration for progress lines: ``1:02:03`` (hours) or ``2:03`` (minutes:seconds); ``?`` when unknown.
+
+    >>> clock(3723.4), clock(59.6), clock(float("nan"))
+    ('1:02:03', '1:00', '?')
+    """
+    if not math.isfinite(seconds):
+        return "?"
+    s = max(0, int(round(seconds)))
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
 @contextmanager
 def eval_progress(total: int, *, console=None, label: str = "eval", live: bool = True) -> Iterator[Callable[[int], None]]:
     """A `progress(done)` callback for `evaluate`: a rich bar when `console` (default: a rich Console
@@ -181,7 +196,6 @@ def eval_progress(total: int, *, console=None, label: str = "eval", live: bool =
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from covey.train.metrics import clock
 
     console = console or Console(stderr=True)
     started = time.perf_counter()

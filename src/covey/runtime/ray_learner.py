@@ -52,7 +52,7 @@ def _worker_class():
     @ray.remote
     class LearnerWorker:
         def __init__(self, rank: int, world: int, model, algo, options: dict, optim, steps: int, cuda: bool, threads: int):
-            from covey.train.setup import build_optimizer
+            from covey.learner.optim import build_optimizer
 
             if threads:
                 torch.set_num_threads(threads)
@@ -79,7 +79,7 @@ def _worker_class():
             return self.learner.dtype
 
         def update(self, batch, generator_state):
-            from covey.train.setup import trainable_state
+            from covey.models.state import trainable_state
 
             gen = torch.Generator()
             gen.set_state(generator_state)

@@ -33,7 +33,7 @@ __all__ = ["DiskSync", "InProcessSync", "ObjectStoreSync", "WEIGHT_SYNCS", "lora
 
 
 def _full_state(source) -> dict[str, Tensor]:
-    from covey.train.setup import engine_state
+    from covey.models.state import engine_state
 
     state = engine_state(source) if isinstance(source, torch.nn.Module) else source
     state = state.state_dict() if hasattr(state, "state_dict") else dict(state)

@@ -370,7 +370,7 @@ class RunConfig(_Strict):
     @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
         from covey.engine import ENGINES
-        from covey.engine.support import check_engine_config
+        from covey.compat import check_engine_config
         from covey.samplers import SAMPLERS
         from covey.strategies import STRATEGIES
         from covey.strategies.base import check_engine_protocols

@@ -14,12 +14,11 @@ from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from covey.eval.episodes import evaluate_episodes
-from covey.eval.runner import eval_progress, evaluate
+from covey.eval.runner import clock, eval_progress, evaluate
 from covey.train.checkpoint import latest_checkpoint, write_error
 from covey.tasks.base import hooks_of
 from covey.train.config import RunConfig
 from covey.train.export import export_model
-from covey.train.metrics import clock
 from covey.train.plots import plot_run
 from covey.train.provenance import write_provenance
 from covey.train.trainer import Trainer

@@ -1,30 +1,19 @@
-"""Building the pieces a run needs from its config: policy (+LoRA), reference, rewards, optimizer."""
+"""Building the pieces a run needs from its config: policy (+LoRA), reference, rewards, the learner's
+objective. The optimizer is `covey.learner.optim`; the model-state helpers are `covey.models.state`."""
 
 from __future__ import annotations
 
 import copy
-import math
 from contextlib import contextmanager
 
 import torch
 
 from covey.models import load as load_model
+from covey.models.state import engine_model, trainable_state
 from covey.tasks.base import hooks_of
-from covey.train.config import ModelConfig, OptimConfig, RunConfig
+from covey.train.config import ModelConfig, RunConfig
 
-__all__ = [
-    "Reference",
-    "build_objective",
-    "build_optimizer",
-    "build_reference",
-    "build_rewards",
-    "check_run",
-    "engine_model",
-    "engine_state",
-    "load_policy",
-    "load_run_policy",
-    "trainable_state",
-]
+__all__ = ["Reference", "build_objective", "build_reference", "build_rewards", "check_run", "load_policy", "load_run_policy"]
 
 
 def load_policy(cfg: ModelConfig, *, model=None, tokenizer=None, device: str | torch.device = "cpu"):
@@ -57,39 +46,6 @@ def load_policy(cfg: ModelConfig, *, model=None, tokenizer=None, device: str | t
         )
     model.eval()  # dropout off while sampling; the learner switches to train() for updates
     return model, tokenizer
-
-
-def engine_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The plain HF model an engine is built from. With LoRA the engine gets its own copy of the
-    base model (it must never write merged weights into the learner's base weights)."""
-    if hasattr(model, "get_base_model"):
-        return copy.deepcopy(model).merge_and_unload()
-    return model
-
-
-def engine_state(model: torch.nn.Module):
-    """What `engine.load_weights` loads: the model itself, or for LoRA the merged weights
-    W + scale * B @ A under the base model's parameter names (computed, the learner is untouched)."""
-    if not hasattr(model, "get_base_model"):
-        return model
-    from peft.tuners.lora import LoraLayer
-
-    out = {}
-    with torch.no_grad():
-        for name, module in model.get_base_model().named_modules():
-            if isinstance(module, LoraLayer):
-                weight = module.get_base_layer().weight
-                delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
-                out[f"{name}.weight"] = weight + delta
-        for name, p in model.get_base_model().named_parameters():
-            if "lora_" not in name and ".base_layer." not in name:
-                out[name] = p
-    return out
-
-
-def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The weights a checkpoint must hold: every trainable parameter (all weights, or the LoRA adapter)."""
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
 class Reference:
@@ -130,28 +86,6 @@ class Reference:
 
 def build_reference(policy: torch.nn.Module, cfg: ModelConfig) -> Reference:
     return Reference(policy, lora=cfg.lora is not None)
-
-
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
-    """AdamW over trainable weights and a warmup + constant/linear/cosine schedule (per optimizer step)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    # fused: one kernel over all tensors. On CPU torch otherwise picks the per-tensor loop, which
-    # took 12.7 s vs 0.11 s per step for SmolLM2-135M (same update up to float rounding).
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True)
-    updates = max(1, total_steps * cfg.epochs * cfg.mini_batches)
-    warm = cfg.warmup_steps * cfg.epochs * cfg.mini_batches
-
-    def factor(i: int) -> float:
-        if i < warm:
-            return (i + 1) / warm
-        frac = (i - warm) / max(1, updates - warm)
-        if cfg.schedule == "linear":
-            return max(0.0, 1.0 - frac)
-        if cfg.schedule == "cosine":
-            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
-        return 1.0
-
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
 def build_objective(cfg: RunConfig, policy: torch.nn.Module, device):

@@ -43,10 +43,9 @@ from covey.learner.fillers import fill_fields, needs_reference
 from covey.learner.learner import Learner, reset_peak_memory
 from covey.train.metrics import MetricsLogger, sample_rows
 from covey.train.runlock import RunLock
-from covey.train.setup import (
-    build_objective, build_optimizer, build_reference, build_rewards, check_run, engine_model, engine_state, load_policy,
-    trainable_state,
-)  # fmt: skip
+from covey.learner.optim import build_optimizer
+from covey.models.state import engine_model, engine_state, trainable_state
+from covey.train.setup import build_objective, build_reference, build_rewards, check_run, load_policy
 
 __all__ = ["Trainer"]
 

@@ -7,7 +7,6 @@ import functools
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -37,7 +36,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
             RayActorFailed)  # fmt: skip
 
 
-_COVEY_SRC = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_COVEY_SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # src/covey/
 
 
 # A file covey was told to use cannot be written (read-only file system, no permission, full disk or
@@ -589,7 +588,7 @@ def models_prepare(
 
 
 def _register_compare() -> None:
-    from covey.eval.compare import COMMANDS
+    from covey.cli.compare import COMMANDS
 
     for name, fn in COMMANDS.items():
         compare_app.command(name)(fn)
@@ -600,7 +599,3 @@ _register_compare()
 
 def main() -> None:  # pragma: no cover
     app(prog_name="covey")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
