@@ -244,3 +244,26 @@ def test_every_registered_entry_declares_valid_caps_of_its_kind():
     assert STRATEGIES.get("dynamic").caps.inner({"inner": "treepo"}) == ("treepo", {})
     assert STRATEGIES.get("group").caps == StrategyCaps()
     assert ENGINES.get("masked_diffusion").caps.family == "masked_diffusion" and ENGINES.get("torch").caps.family == "causal"
+
+
+def test_capabilities_set_as_separate_attributes_still_count_with_a_warning(caplog):
+    from covey.engine.base import ForkingEngine
+    from covey.strategies.base import StrategyCaps
+
+    reg = Registry("rollout strategy", caps=StrategyCaps)
+
+    @reg.register("old")
+    class Old:
+        """Declares its needs the way strategies did before `caps`."""
+
+        engine_protocols = (ForkingEngine,)
+        carries_rollouts = True
+
+        @staticmethod
+        def inner_strategy(params):
+            return "group", {}
+
+    with caplog.at_level("WARNING", logger="covey"):
+        caps = reg.get("old").caps
+    assert caps.engine_protocols == (ForkingEngine,) and caps.carries_rollouts and caps.inner({}) == ("group", {})
+    assert "declares carries_rollouts, engine_protocols, inner as attributes, which is deprecated" in caplog.text

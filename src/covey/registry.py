@@ -38,11 +38,12 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -104,6 +105,7 @@ class Caps(BaseModel):
                   (an optional dependency is missing: vllm)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    renamed: ClassVar[dict[str, str]] = {}  # old attribute name -> field, for the deprecated spelling
 
     check_ready: Callable[[dict], None] | None = None
 
@@ -157,6 +159,8 @@ class Entry:
         Read when first needed, so a `caps` set after the class or function is defined counts."""
         model = self.registry.caps if self.registry is not None else Caps
         declared = self.given_caps if self.given_caps is not None else getattr(self.fn, "caps", None)  # the one declared attribute
+        if declared is None:
+            declared = _attribute_caps(self, model)
         if declared is None:
             return model()
         if isinstance(declared, Mapping):
@@ -255,6 +259,20 @@ class Entry:
         if protocol is not None and not isinstance(obj, protocol):
             raise RegistryError(f"{self.kind} {self.name!r} built a {type(obj).__name__}, which is not a {protocol.__name__}")
         return obj
+
+
+def _attribute_caps(entry: Entry, model: type[Caps]) -> dict[str, Any] | None:
+    """Deprecated spelling, read for one more release: capabilities set as separate attributes of the
+    component (``engine_protocols = (...)``, ``inner_strategy``, ``fn.zero_at_zero_advantage = True``)
+    instead of one `caps`; a one-line warning names the component."""
+    names = {**{f: f for f in model.model_fields}, **model.renamed}
+    found = {field: getattr(entry.fn, attr) for attr, field in names.items() if attr != "caps" and hasattr(entry.fn, attr)}
+    if not found:
+        return None
+    logging.getLogger("covey").warning(
+        "%s %r declares %s as attributes, which is deprecated: declare `caps = %s(%s)` instead",
+        entry.kind, entry.name, ", ".join(sorted(found)), model.__name__, ", ".join(f"{k}=..." for k in sorted(found)))
+    return found
 
 
 # ---------------------------------------------------------------------------- registries

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from covey.engine.base import ENGINE_PROTOCOLS, ENGINES, Engine, SamplingParams, missing_protocols
 from covey.registry import Caps, Entry, Registry, RegistryError
@@ -110,6 +110,8 @@ class StrategyCaps(Caps):
     makes_pairs:             it makes preference pairs: it needs a `preference:` section.
     requires, provides, prefers:  `covey.compat` features, a tuple or a function of its parameters.
     """
+
+    renamed: ClassVar[dict[str, str]] = {"inner_strategy": "inner"}
 
     engine_protocols: tuple[type, ...] = (Engine,)
     inner: Callable[[dict], tuple[str, dict]] | None = None
