@@ -65,12 +65,13 @@ def test_rows_merge_turns_whose_prompt_extends_and_split_where_it_does_not():
 
 def test_a_missing_verifiers_package_is_a_one_line_config_error(monkeypatch):
     from covey.envs import verifiers_adapter
+    from covey.tasks.verifiers import VerifiersTask
     from covey.train.config import RunConfig
 
     monkeypatch.setitem(sys.modules, "verifiers", None)  # import verifiers raises ImportError
     monkeypatch.setattr(verifiers_adapter, "_ENVS", {})
     with pytest.raises(MissingExtra, match=r"pip install 'covey\[verifiers\]'"):
-        verifiers_adapter.VerifiersTask(env=EXAMPLE)
+        VerifiersTask(env=EXAMPLE)
     with pytest.raises(ValueError, match=r"^1 validation error[\s\S]*verifiers environments need the verifiers package: pip install"):
         RunConfig.model_validate({"task": {"name": "verifiers", "params": {"env": EXAMPLE}},
                                   "rollout": {"strategy": {"name": "verifiers"}}, "algo": {"preset": "grpo", "kl": None}})  # fmt: skip

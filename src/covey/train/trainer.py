@@ -103,7 +103,7 @@ class Trainer:
             self.model, self.optimizer, self.scheduler, cfg.algo, objective=self.objective,
             temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens,
             epochs=o.epochs, mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
-            grad_clip=o.grad_clip, dtype=learner_dtype, skip_zero_advantage=o.skip_zero_advantage,
+            grad_clip=o.grad_clip, dtype=learner_dtype,
         )  # fmt: skip
         engine_params = dict(cfg.engine.params)
         if engine_params.get("dtype", "auto") == "auto" and engine_takes_dtype(cfg.engine.name):
