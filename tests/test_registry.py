@@ -267,3 +267,12 @@ def test_capabilities_set_as_separate_attributes_still_count_with_a_warning(capl
         caps = reg.get("old").caps
     assert caps.engine_protocols == (ForkingEngine,) and caps.carries_rollouts and caps.inner({}) == ("group", {})
     assert "declares carries_rollouts, engine_protocols, inner as attributes, which is deprecated" in caplog.text
+
+
+def test_every_integration_module_of_the_test_tiers_exists():
+    from pathlib import Path
+
+    from tests.conftest import INTEGRATION
+
+    tests = Path(__file__).parent
+    assert not [m for m in sorted(INTEGRATION) if not (tests / m).is_file()]

@@ -19,8 +19,7 @@ class attribute: ``caps = StrategyCaps(engine_protocols=(ForkingEngine,), provid
 A strategy reaches the engine only through the engine protocols it declares there (default
 ``(Engine,)``; `covey.engine.base`); a strategy that runs another one names it with
 ``inner=lambda params: (name, params)`` and needs what that one needs too (`strategy_chain`).
-`check_engine_protocols` refuses, when the config is read, an engine class that lacks one. A
-strategy without state derives from `BaseStrategy` (no-op `state_dict` / `load_state_dict`).
+`check_engine_protocols` refuses, when the config is read, an engine class that lacks one.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from covey.rollouts import Rollouts
 
 __all__ = [
     "STRATEGIES",
-    "BaseStrategy",
     "RolloutContext",
     "RolloutStrategy",
     "StrategyCaps",
@@ -128,19 +126,6 @@ class StrategyCaps(Caps):
     requires: Features = ()
     provides: Features = ()
     prefers: Features = ()
-
-
-class BaseStrategy:
-    """A rollout strategy without state to checkpoint (the `RolloutStrategy` protocol's state hooks as
-    no-ops); `caps` declares what it needs (`StrategyCaps`)."""
-
-    caps = StrategyCaps()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
 
 
 STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy, caps=StrategyCaps)
