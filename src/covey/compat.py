@@ -126,27 +126,34 @@ def check_column_params(algo, columns: list[str]) -> None:
             if value not in columns:
                 raise ValueError(f"algo.{axis} {spec.name!r}: {key}={value!r} is not a reward column (columns are {columns}); "
                                  f"add a reward with that name or alias (weight 0 if it only feeds {spec.name})")  # fmt: skip
+
+
 def check_algo(cfg) -> list[str]:
     """Refuse (ValueError) algorithm choices that contradict each other or the optimisation settings;
     return (and log) warnings for terms that cannot act.
 
-    * surrogate r2vpo_provisional has no clip: its trust region is the regularizer of the same name;
-    * regularizer epo holds the entropy bonus: with algo.entropy_coef it would count twice;
+    * a surrogate without a clip names its trust region, a regularizer the config must list
+      (`SurrogateCaps.trust_region`: r2vpo_provisional);
+    * a regularizer that holds the entropy bonus (`RegularizerCaps.entropy_bonus`: epo) with
+      algo.entropy_coef would count it twice;
     * a component that reads whole groups ("group") needs a micro-batch of at least one group;
-    * a trust region to pi_old (disco_kl, kl_old, r2vpo_provisional, llds) with one update per batch
-      compares the policy with itself: it never acts (a warning).
+    * a trust region to pi_old (`RegularizerCaps.old_policy_trust_region`: disco_kl, kl_old,
+      r2vpo_provisional, llds) with one update per batch compares the policy with itself: it never
+      acts (a warning).
     """
     from covey.algos.regularizers import REGULARIZERS
     from covey.algos.registry import SURROGATES
 
     algo = cfg.algo
     regs = [s.name for s in algo.regularizers]
-    if algo.surrogate.name == "r2vpo_provisional" and "r2vpo_provisional" not in regs:
-        raise ValueError("algo.surrogate 'r2vpo_provisional' is an unclipped ratio term whose trust region is the regularizer "
-                         "of the same name: add algo.regularizers: [{name: r2vpo_provisional}] (or choose a clipped surrogate)")  # fmt: skip
-    if "epo" in regs and algo.entropy_coef:
-        raise ValueError(f"algo.regularizers 'epo' holds the entropy bonus (its coef); algo.entropy_coef={algo.entropy_coef} "
-                         "would add it a second time: set algo.entropy_coef to 0 (or drop epo)")  # fmt: skip
+    region = SURROGATES.get(algo.surrogate.name).caps.trust_region
+    if region is not None and region not in regs:
+        raise ValueError(f"algo.surrogate {algo.surrogate.name!r} is an unclipped ratio term whose trust region is the regularizer "
+                         f"{region!r}: add algo.regularizers: [{{name: {region}}}] (or choose a clipped surrogate)")  # fmt: skip
+    for n in regs:
+        if REGULARIZERS.get(n).caps.entropy_bonus and algo.entropy_coef:
+            raise ValueError(f"algo.regularizers {n!r} holds the entropy bonus (its coef); algo.entropy_coef={algo.entropy_coef} "
+                             f"would add it a second time: set algo.entropy_coef to 0 (or drop {n})")  # fmt: skip
     group = cfg.rollout.group_size + algo.group_size_extra
     micro = cfg.optim.micro_batch_size
     if "group" in algo.requires() and micro is not None and micro < group:
@@ -156,7 +163,7 @@ def check_algo(cfg) -> list[str]:
                          f"below the group size {group}: set optim.micro_batch_size >= {group} (or leave it unset)")  # fmt: skip
     warnings: list[str] = []
     updates = cfg.optim.epochs * cfg.optim.mini_batches
-    idle = [n for n in regs if n in ("disco_kl", "kl_old", "r2vpo_provisional", "llds")]
+    idle = [n for n in regs if REGULARIZERS.get(n).caps.old_policy_trust_region]
     if idle and updates == 1:
         msg = (f"algo.regularizers {idle}: a term on pi_theta vs pi_old never acts with one update per batch "
                "(optim.epochs * optim.mini_batches = 1: the policy is pi_old); raise optim.mini_batches or optim.epochs")  # fmt: skip

@@ -176,10 +176,13 @@ class SurrogateCaps(Caps):
                              (`optim.skip_zero_advantage`).
     per_mc:                  applied to one Monte Carlo term of a likelihood estimate at a time (one
                              forward and backward per term; masked-diffusion models only).
+    trust_region:            the regularizer that is its trust region (it has no clip of its own): the
+                             config must list it in `algo.regularizers`.
     """
 
     zero_at_zero_advantage: bool = False
     per_mc: bool = False
+    trust_region: str | None = None
 
 
 def _axis(kind: str, context: tuple[str, ...], signature: str, caps: type[Caps] = Caps) -> Registry:

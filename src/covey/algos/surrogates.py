@@ -586,5 +586,6 @@ bgpo.caps = SurrogateCaps(per_mc=True)  # the learner applies it to each Monte C
 # advantages are all 0 adds nothing to the update, so the learner may leave it out of the forward and
 # backward passes (`optim.skip_zero_advantage`). Not hapo (its entropy statistics pool the micro-batch's
 # rows), bgpo (per Monte Carlo term), nor the regression surrogates (they pull a ratio towards a target).
-for _fn in (ppo_clip, reinforce, cispo, sapo, gspo, gspo_token, luspo, dhpo, etr_provisional, r2vpo_provisional):
+for _fn in (ppo_clip, reinforce, cispo, sapo, gspo, gspo_token, luspo, dhpo, etr_provisional):
     _fn.caps = SurrogateCaps(zero_at_zero_advantage=True)
+r2vpo_provisional.caps = SurrogateCaps(zero_at_zero_advantage=True, trust_region="r2vpo_provisional")  # unclipped

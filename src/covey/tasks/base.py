@@ -6,8 +6,8 @@ the reward signature TRL users write: ``reward(prompts, completions, **columns) 
 
 What a task may add beyond the protocol is declared in `TaskHooks` (read once with `hooks_of(task)`,
 so callers never probe a task's attributes): its verifier (a task without one takes its rewards from
-`rewards:`), the answer maj@k votes on, a demonstration for `covey sft`, the column holding the
-reference answer, a cap on prompt tokens.
+`rewards:`), the answer maj@k votes on, a demonstration for `covey sft`, a cap on prompt tokens,
+where its verifier comes from.
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ class TaskHooks:
                         (column `accuracy`); a task without one needs `rewards:`.
     extract_answer:     extract_answer(completion) -> str | None, the final answer maj@k votes on (`covey eval`).
     demonstration:      demonstration(item) -> str, a target completion for `covey sft`.
-    answer_key:         the item column that holds the reference answer (shown where the column comes from).
     max_prompt_tokens:  the longest prompt the task allows, in tokens.
+    reward_origin:      where the verifier comes from, for the start lines (None: "the verifier of task X").
     """
 
     reward: Callable[..., list] | None = None
     extract_answer: Callable[[str], Any] | None = None
     demonstration: Callable[[dict], str] | None = None
-    answer_key: str | None = None
     max_prompt_tokens: int | None = None
+    reward_origin: str | None = None
 
 
 def hooks_of(task: Any) -> TaskHooks:

@@ -187,10 +187,7 @@ def _reward_origin(cfg: RunConfig, task, name: str) -> str:
     hooks = hooks_of(task)
     if name != "accuracy" or hooks.reward is None or any(r.alias == name or r.name == name for r in cfg.rewards):
         return "configured in rewards"
-    key = hooks.answer_key
-    if cfg.task.name == "dataset" and key is not None and cfg.task.params.get("verifier", "auto") == "auto":
-        return f"added because the data has an {key!r} column; task.params.verifier=none turns it off"
-    return f"the verifier of task {cfg.task.name!r}"
+    return hooks.reward_origin or f"the verifier of task {cfg.task.name!r}"
 
 
 def step_line(step: int, total: int, m: dict, elapsed: float, done_here: int) -> str:
