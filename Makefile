@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.covey-installed
 
-.PHONY: test demo install clean test-vllm test-triton
+.PHONY: test test-fast demo install clean test-vllm test-triton
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The developer tier: unit tests only (no real model, no Ray, nothing trained end to end; markers in
+# pyproject.toml, the integration modules in tests/conftest.py). `make test` stays the whole suite.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not ray and not integration"
 
 # DEMO_ARGS: extra key=value overrides (tests/test_make_demo.py runs this target cut to one step, also on tiny-llama).
 demo: $(STAMP)

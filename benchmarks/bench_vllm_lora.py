@@ -24,7 +24,7 @@ import torch
 from covey.engine import SamplingParams
 from covey.engine.vllm_engine import VllmEngine
 from covey.models import load
-from covey.train.setup import engine_model, engine_state
+from covey.models.state import engine_model, engine_state
 
 
 def _randomise_b(model, gen):

@@ -3,6 +3,7 @@ oversubscribed CPU two OpenMP threads waiting on each other make small ops many 
 (measured: the engine and model tests took 156 s with 2 threads, ~10 s with 1)."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +30,31 @@ def pytest_runtest_makereport(item, call):
         if call.excinfo.errisinstance(SandboxUnavailable):
             report.outcome = "skipped"
             report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {call.excinfo.value}")
+
+
+# Modules whose tests train, score or evaluate end to end (a Trainer, a `covey` subprocess, the code
+# sandbox, reward workers): marked `integration`, so `make test-fast` (-m "not slow and not ray and not
+# integration") leaves them to `make test`. Chosen by measured duration: each held over 1.5 s of tests
+# that take more than a second each (docs/development.md, "Tests").
+INTEGRATION = frozenset({
+    "bench/test_trl.py", "engine/test_quantize.py", "engine/test_vllm_engine.py", "envs/test_env_concurrency.py",
+    "envs/test_verifiers.py", "eval/test_eval_run_cli.py", "eval/test_eval_samples.py", "likelihood/test_diffusion_sft.py",
+    "likelihood/test_presets_train.py", "preference/test_preference_train.py", "rewards/test_groupwise.py",
+    "rewards/test_judge_examples.py", "rewards/test_judge_local.py", "rewards/test_judge_openai.py",
+    "rewards/test_judge_policy.py", "rewards/test_runner.py", "rewards/test_runner_guards.py",
+    "rewards/test_runner_reliability.py", "rewards/test_sandbox.py", "rewards/test_sandbox_program_process.py",
+    "rewards/test_table_latex.py", "rewards/test_triton_exec.py", "runtime/test_data_parallel.py",
+    "runtime/test_thread_trainer.py", "strategies/test_episodes.py", "tasks/test_dataset_cli.py", "test_api.py",
+    "test_cli_errors.py", "test_examples.py", "train/test_export.py", "train/test_hooks_resume.py", "train/test_logging.py",
+    "train/test_run_reliability.py", "train/test_sft.py", "train/test_trainer_e2e.py",
+})  # fmt: skip
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.relative_to(TESTS).as_posix() in INTEGRATION:
+            item.add_marker(pytest.mark.integration)
 
 
 TOY_REWARDS = '''

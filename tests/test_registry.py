@@ -164,3 +164,117 @@ def test_covey_list_shows_every_registry_and_algos_is_its_algorithm_part():
     assert "dapo" in only.output and "ppo_clip" not in only.output
     bad = runner.invoke(app, ["list", "bogus"])
     assert bad.exit_code == 2 and "unknown kind(s) ['bogus']" in bad.output
+
+
+def test_caps_are_declared_on_the_entry_validated_and_defaulted():
+    from covey.registry import Caps
+
+    class Flags(Caps):
+        fast: bool = False
+        sizes: tuple[int, ...] = ()
+
+    reg = Registry("widget", caps=Flags)
+
+    @reg.register("plain")
+    def plain():
+        """No declaration."""
+
+    @reg.register("given", caps=Flags(fast=True))
+    def given():
+        """Declared at registration."""
+
+    @reg.register("attr")
+    class Attr:
+        """Declared as a class attribute, inherited by a subclass."""
+
+        caps = Flags(sizes=(2, 3))
+
+    @reg.register("sub")
+    class Sub(Attr):
+        """Inherits its base's declaration."""
+
+    @reg.register("later")
+    def later():
+        """Declared after registration (read when first needed)."""
+
+    later.caps = {"fast": True}
+
+    @reg.register("wrong")
+    def wrong():
+        """Declares another kind's model."""
+
+    wrong.caps = Caps()
+
+    @reg.register("typo")
+    def typo():
+        """Declares a field its kind has not."""
+
+    typo.caps = {"fsat": True}
+
+    assert reg.get("plain").caps == Flags() and reg.get("plain").caps.declared() == {}
+    assert reg.get("given").caps.fast and reg.get("given").caps.declared() == {"fast": True}
+    assert reg.get("attr").caps.sizes == (2, 3) and reg.get("sub").caps.sizes == (2, 3)
+    assert reg.get("later").caps == Flags(fast=True)
+    with pytest.raises(RegistryError, match="widget 'wrong' declares caps of type Caps; a widget declares Flags"):
+        reg.get("wrong").caps
+    with pytest.raises(RegistryError, match="widget 'typo': bad caps"):
+        reg.get("typo").caps
+
+
+def test_every_registered_entry_declares_valid_caps_of_its_kind():
+    from covey.cli import _catalogue
+    from covey.engine import ENGINES
+    from covey.strategies import STRATEGIES
+    from covey.strategies.base import StrategyCaps
+
+    from covey.algos import REGISTRIES
+    from covey.likelihood import LIKELIHOODS
+    from covey.preference import PAIRS, PREFERENCE_LOSSES
+    from covey.rewards import REWARDS
+    from covey.samplers import SAMPLERS
+    from covey.tasks import TASKS
+
+    _catalogue()  # imports every registering module
+    for reg in (*REGISTRIES.values(), LIKELIHOODS, PAIRS, PREFERENCE_LOSSES, REWARDS, SAMPLERS, TASKS, ENGINES, STRATEGIES):
+        for name in reg:
+            assert isinstance(reg.get(name).caps, reg.caps), (reg.kind, name)
+    # the declarations the config checks rely on
+    assert STRATEGIES.get("tppo").caps.carries_rollouts and not STRATEGIES.get("tppo").caps.trains_carried_tokens
+    assert STRATEGIES.get("april").caps.carries_rollouts and STRATEGIES.get("april").caps.trains_carried_tokens
+    assert STRATEGIES.get("dynamic").caps.inner({"inner": "treepo"}) == ("treepo", {})
+    group = STRATEGIES.get("group").caps  # plain sampling; it provides ArenaRL's greedy anchor row only when asked
+    assert group.engine_protocols == StrategyCaps().engine_protocols and not group.carries_rollouts
+    assert group.provides({"greedy_first": True}) == ("greedy_first",) and group.provides({}) == ()
+    assert ENGINES.get("masked_diffusion").caps.family == "masked_diffusion" and ENGINES.get("torch").caps.family == "causal"
+
+
+def test_capabilities_set_as_separate_attributes_still_count_with_a_warning(caplog):
+    from covey.engine.base import ForkingEngine
+    from covey.strategies.base import StrategyCaps
+
+    reg = Registry("rollout strategy", caps=StrategyCaps)
+
+    @reg.register("old")
+    class Old:
+        """Declares its needs the way strategies did before `caps`."""
+
+        engine_protocols = (ForkingEngine,)
+        carries_rollouts = True
+
+        @staticmethod
+        def inner_strategy(params):
+            return "group", {}
+
+    with caplog.at_level("WARNING", logger="covey"):
+        caps = reg.get("old").caps
+    assert caps.engine_protocols == (ForkingEngine,) and caps.carries_rollouts and caps.inner({}) == ("group", {})
+    assert "declares carries_rollouts, engine_protocols, inner as attributes, which is deprecated" in caplog.text
+
+
+def test_every_integration_module_of_the_test_tiers_exists():
+    from pathlib import Path
+
+    from tests.conftest import INTEGRATION
+
+    tests = Path(__file__).parent
+    assert not [m for m in sorted(INTEGRATION) if not (tests / m).is_file()]

@@ -78,3 +78,20 @@ def test_no_untyped_or_unused_fields_remain():
     names = {f for f in Rollouts.__dataclass_fields__}
     assert not names & {"extras", "trajectory", "step"}
     assert {"baseline", "token_advantages", "segment_tokens"} <= names
+
+
+def test_every_field_declares_its_axis_and_the_groups_view_is_dense():
+    import dataclasses
+
+    from covey.rollouts import AXES, Groups
+
+    assert all(f.metadata["axis"] in AXES for f in dataclasses.fields(Rollouts))
+    batch_fields = {f.name for f in dataclasses.fields(Rollouts) if f.metadata["axis"] == "batch"}
+    assert batch_fields == {"reward_names", "reward_weights", "segment_tokens", "controller", "recompute_old_logprobs"}
+    g = Groups.of(torch.tensor([7, 3, 7, 9, 3]))
+    assert g.ids.tolist() == [3, 7, 9] and g.index.tolist() == [1, 0, 1, 2, 0] and g.size.tolist() == [2.0, 2.0, 1.0]
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+    assert g.mean(x).tolist() == [4.0, 2.0, 4.0] and g.std(x).tolist() == pytest.approx([2 ** 0.5 * 2, 2 ** 0.5, 0.0])
+    assert g.amax(x).tolist() == [6.0, 3.0, 4.0] and g.rank().tolist() == [0, 0, 1, 0, 1] and g.first_row().tolist() == [1, 0, 3]
+    empty = Rollouts.empty()
+    assert len(empty) == 0 and empty.validate() is empty and empty.groups().num == 0

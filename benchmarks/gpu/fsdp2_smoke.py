@@ -60,7 +60,7 @@ def main(model_name: str, device: str, prompts: int = 8, group: int = 8, new: in
     from covey.runtime.dcp import load_shards, save_shards
     from covey.runtime.sharded import ShardedLearner, full_state_buckets, local_bytes, shard_model
     from covey.train.config import OptimConfig
-    from covey.train.setup import build_optimizer
+    from covey.learner.optim import build_optimizer
 
     dev = torch.device(device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

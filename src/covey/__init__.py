@@ -2,9 +2,9 @@
 `GRPOConfig` takes TRL's training arguments (covey.trl_args)."""
 
 from covey.rollouts import Rollouts
+from covey.version import __version__
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "Rollouts"]
-__version__ = "0.1.0"
+__all__ = ["GRPOConfig", "GRPOTrainer", "Rollouts", "__version__"]
 
 
 def __getattr__(name: str):

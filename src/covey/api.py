@@ -41,6 +41,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from covey.tasks.base import hooks_of
 from covey.train.config import RunConfig, apply_overrides, load_config, validate_config
 
 __all__ = ["GRPOTrainer"]
@@ -142,7 +143,7 @@ class GRPOTrainer:
             task, task_cfg = _dataset_task(train_dataset, eval_dataset, dataset_params)
             kept = {k: v for k, v in raw.get("task", {}).items() if k in ("split", "eval_split", "on_long_prompt")}  # not the old task's params
             raw = {**raw, "task": {**kept, **task_cfg}}
-            if eval_dataset is not None and getattr(task, "reward", None) is None:
+            if eval_dataset is not None and hooks_of(task).reward is None:
                 raise ValueError(f"eval_dataset is scored with the final-answer check, which needs an "
                                  f"{dataset_params.get('answer_key', 'answer')!r} column (answer_key) in the rows (and "
                                  "verifier not none); add one, or leave eval_dataset out")  # fmt: skip
@@ -151,7 +152,7 @@ class GRPOTrainer:
         elif eval_dataset is not None or user_params:
             raise ValueError("eval_dataset and dataset parameters need a train_dataset")
         self.config = validate_config(raw, source="GRPOTrainer config")
-        if self.config.eval.size and task is not None and getattr(task, "reward", None) is None:
+        if self.config.eval.size and task is not None and hooks_of(task).reward is None:
             raise ValueError(f"eval.size={self.config.eval.size} needs a verifier: give the dataset an "
                              f"{dataset_params.get('answer_key', 'answer')!r} column or set eval.size=0")  # fmt: skip
         self.reward_funcs = _rewards(funcs, weights, reward_processing_classes)
@@ -213,7 +214,7 @@ class GRPOTrainer:
 
     def save_model(self, path: str | os.PathLike) -> Path:
         """Save the current policy as a `save_pretrained` folder with its tokenizer (LoRA: merged)."""
-        from covey.train.setup import engine_model
+        from covey.models.state import engine_model
 
         path = Path(path)
         model = self.trainer.model

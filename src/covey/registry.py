@@ -18,6 +18,14 @@ before any model loads.
 
 Every mistake is a `RegistryError` (a ValueError; the CLI prints it as ``error: ...``, exit 2).
 
+What a component can do or needs beyond its parameters is declared on its entry as a small typed
+model, the registry's `Caps` subclass (a strategy: the engine protocols it needs, whether it carries
+rollouts across steps, ...; an engine: its model family, its config checks; a surrogate: whether a
+zero advantage makes it zero). A component declares it as its `caps` attribute (a class attribute,
+or set on a function) or passes it to ``register(name, caps=...)``; nothing declared means the model's
+defaults. Config checks read ``REGISTRY.get(name).caps``, and `covey list` shows what differs from
+the defaults.
+
 `Spec` is the one configuration shape for a choice from a registry: `name` plus `params`. It reads
 a bare string (``"grpo"``), flat keys (``{name: ppo_clip, eps_high: 0.28}``) and a nested
 ``params:`` mapping (``{name: length, params: {target: 4}}``); it always writes ``{name, params}``.
@@ -30,16 +38,17 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Entry", "Registry", "RegistryError", "Spec", "import_object"]
+__all__ = ["Caps", "Entry", "Registry", "RegistryError", "Spec", "import_object"]
 
 
 class RegistryError(ValueError):
@@ -89,6 +98,22 @@ def _import_file(file: str):
 _CONFIG = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
 
 
+class Caps(BaseModel):
+    """The capabilities every kind can declare (each registry extends it with its own fields).
+
+    check_ready:  check_ready(params) raising RegistryError, run before the parameters are validated
+                  (an optional dependency is missing: vllm)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    renamed: ClassVar[dict[str, str]] = {}  # old attribute name -> field, for the deprecated spelling
+
+    check_ready: Callable[[dict], None] | None = None
+
+    def declared(self) -> dict[str, Any]:
+        """The fields that differ from the defaults (what `covey list` shows)."""
+        return {k: v for k, v in self if v != type(self).model_fields[k].default}
+
+
 def _annotation(p: inspect.Parameter, owner: Callable) -> Any:
     """The parameter's annotation as an object pydantic can validate against, else Any (a name only
     a type checker can see, a Protocol, anything pydantic cannot build a validator for)."""
@@ -125,6 +150,28 @@ class Entry:
     requires: tuple[str, ...] = ()  # optional Rollouts fields it reads, e.g. ("ref_logprobs",)
     group_relative: bool = False  # advantages are zero for groups of one sample (warned at config time)
     registry: Registry = field(default=None, repr=False, compare=False)
+    given_caps: Any = field(default=None, repr=False, compare=False)  # register(..., caps=...)
+
+    @functools.cached_property
+    def caps(self) -> Caps:
+        """The component's declared capabilities, an instance of the registry's `Caps` model (module
+        docstring): `register(..., caps=...)`, else the component's `caps` attribute, else defaults.
+        Read when first needed, so a `caps` set after the class or function is defined counts."""
+        model = self.registry.caps if self.registry is not None else Caps
+        declared = self.given_caps if self.given_caps is not None else getattr(self.fn, "caps", None)  # the one declared attribute
+        if declared is None:
+            declared = _attribute_caps(self, model)
+        if declared is None:
+            return model()
+        if isinstance(declared, Mapping):
+            try:
+                return model(**declared)
+            except pydantic.ValidationError as e:
+                raise RegistryError(f"{self.kind} {self.name!r}: bad caps ({e.errors()[0]['msg']})") from None
+        if not isinstance(declared, model):
+            raise RegistryError(f"{self.kind} {self.name!r} declares caps of type {type(declared).__name__}; a {self.kind} "
+                                f"declares {model.__name__}")  # fmt: skip
+        return declared
 
     # ------------------------------------------------------------------ parameters
     def _signature(self) -> list[inspect.Parameter] | None:
@@ -161,9 +208,8 @@ class Entry:
         NaN/inf); returns them with pydantic's coercions applied (YAML's 1 for a float -> 1.0). A
         factory may add its own check as `check_ready(params)` raising RegistryError (vllm: is vLLM
         installed), run first."""
-        ready = getattr(self.fn, "check_ready", None)
-        if callable(ready):
-            ready(dict(params))
+        if self.caps.check_ready is not None:
+            self.caps.check_ready(dict(params))
         ps = self._user_params()
         if ps is None:
             return dict(params)
@@ -215,6 +261,20 @@ class Entry:
         return obj
 
 
+def _attribute_caps(entry: Entry, model: type[Caps]) -> dict[str, Any] | None:
+    """Deprecated spelling, read for one more release: capabilities set as separate attributes of the
+    component (``engine_protocols = (...)``, ``inner_strategy``, ``fn.zero_at_zero_advantage = True``)
+    instead of one `caps`; a one-line warning names the component."""
+    names = {**{f: f for f in model.model_fields}, **model.renamed}
+    found = {field: getattr(entry.fn, attr) for attr, field in names.items() if attr != "caps" and hasattr(entry.fn, attr)}
+    if not found:
+        return None
+    logging.getLogger("covey").warning(
+        "%s %r declares %s as attributes, which is deprecated: declare `caps = %s(%s)` instead",
+        entry.kind, entry.name, ", ".join(sorted(found)), model.__name__, ", ".join(f"{k}=..." for k in sorted(found)))
+    return found
+
+
 # ---------------------------------------------------------------------------- registries
 class Registry(Mapping):
     """A read-only name -> `Entry` mapping for one kind, filled only through `register`.
@@ -223,6 +283,7 @@ class Registry(Mapping):
     context:       names of the leading positional arguments the caller passes (documentation and
                    the signature check of import-path entries).
     protocol:      `build` checks the built object with isinstance (None: no check).
+    caps:          the `Caps` model its entries declare (module docstring).
     signature:     how an entry is called, shown when a name is unknown or a signature is wrong.
     returns:       `returns(out, args) -> problem or None`, checked by `Entry.bind` on each call.
     defaults_required: every user parameter must have a default (the algorithm axes: a component's
@@ -239,8 +300,10 @@ class Registry(Mapping):
         returns: Callable[[Any, tuple], str | None] | None = None,
         returns_doc: str = "",
         defaults_required: bool = False,
+        caps: type[Caps] = Caps,
     ):
         self.kind, self.context, self.protocol, self.signature = kind, tuple(context), protocol, signature
+        self.caps = caps
         self.returns, self.returns_doc, self.defaults_required = returns, returns_doc, defaults_required
         self._items: dict[str, Entry] = {}
 
@@ -259,24 +322,26 @@ class Registry(Mapping):
 
     # ------------------------------------------------------------------ filling
     def register(
-        self, name: str, *, paper: str = "", arxiv: str = "", requires: tuple[str, ...] = (), group_relative: bool = False
+        self, name: str, *, paper: str = "", arxiv: str = "", requires: tuple[str, ...] = (), group_relative: bool = False,
+        caps: Caps | None = None,
     ) -> Callable[[Callable], Callable]:
         """Decorator registering a function or class under `name`. `requires` names optional
         `Rollouts` fields the trainer must fill for it (e.g. "ref_logprobs"), so no trainer code
-        branches on method names; `group_relative` marks estimators that give groups of one zero."""
+        branches on method names; `group_relative` marks estimators that give groups of one zero;
+        `caps` declares its capabilities (module docstring)."""
 
         def deco(fn: Callable) -> Callable:
             if ":" in name:
                 raise RegistryError(f"{self.kind} names may not contain ':' (that marks an import path), got {name!r}")
             if name in self._items and self._items[name].fn is not fn:
                 raise RegistryError(f"{self.kind} {name!r} is registered twice")
-            self._items[name] = self._entry(name, fn, paper, arxiv, tuple(requires), group_relative)
+            self._items[name] = self._entry(name, fn, paper, arxiv, tuple(requires), group_relative, caps)
             return fn
 
         return deco
 
-    def _entry(self, name, fn, paper="", arxiv="", requires=(), group_relative=False) -> Entry:
-        entry = Entry(name, fn, self.kind, _summary(fn), paper, arxiv, requires, group_relative, self)
+    def _entry(self, name, fn, paper="", arxiv="", requires=(), group_relative=False, caps=None) -> Entry:
+        entry = Entry(name, fn, self.kind, _summary(fn), paper, arxiv, requires, group_relative, self, caps)
         self._check_context(entry)
         if self.defaults_required:
             for p in entry._user_params() or ():

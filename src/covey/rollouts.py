@@ -3,21 +3,95 @@
 Shapes (the letters of docs/algorithms.md): N samples (rows), T completion tokens (right-padded), K reward columns.
 Everything here is plain tensors; no model, no tokenizer. `validate()` checks shapes and dtypes and
 fails with a message naming the field, what it got and what it needs.
+
+Every field is tagged with its axis (`AXES`, in the field's metadata): `row` (one value per row: [N]
+tensors and N-lists, the per-turn step lists included), `token` ([N, T]), `row|token` (either),
+`reward` ([N, K]) or `batch` (one value for the whole batch). `select`, `concat` and `validate`
+work from the tags, so a new field is one declaration. `Groups` is the one dense view of a group
+id column (`Rollouts.groups()`): per-group sizes, sums, means, standard deviations, extremes and ranks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["Rollouts", "RolloutsError"]
+__all__ = ["AXES", "Groups", "Rollouts", "RolloutsError", "item_columns"]
+
+AXES = ("row", "token", "row|token", "reward", "batch")
+"""The axis tags of `Rollouts` fields (module docstring)."""
 
 
 class RolloutsError(ValueError):
     """A `Rollouts` field has the wrong shape, dtype or content."""
+
+
+def _f(axis: str, default=dataclasses.MISSING, *, dtype: torch.dtype | None = None, pad: int = 0):
+    """A field on `axis` (required unless it has a `default`); `dtype`: what `validate` checks a tensor
+    against (None: a field with its own check); `pad`: the value `concat` right-pads a token field with."""
+    return dataclasses.field(default=default, metadata={"axis": axis, "dtype": dtype, "pad": pad})
+
+
+class Groups(NamedTuple):
+    """Dense view of a group id column: row i belongs to group ``index[i]`` in ``[0, num)``, whose id
+    is ``ids[index[i]]`` (ids sorted). Arithmetic keeps the dtype and device of its input."""
+
+    index: Tensor  # [N] long
+    size: Tensor  # [B] float64, rows per group
+    num: int  # B
+    ids: Tensor | None = None  # [B], the group ids in ascending order
+
+    @classmethod
+    def of(cls, group: Tensor) -> "Groups":
+        """The view of an [N] id column (any ids: not contiguous, sorted or small)."""
+        ids, inv, counts = torch.unique(group, return_inverse=True, return_counts=True)
+        return cls(inv, counts.to(torch.float64), int(counts.numel()), ids)
+
+    def sum(self, x: Tensor) -> Tensor:
+        """[N] -> [B] per-group sum."""
+        return torch.zeros(self.num, dtype=x.dtype, device=x.device).index_add_(0, self.index, x)
+
+    def mean(self, x: Tensor) -> Tensor:
+        """[N] -> [B] per-group mean."""
+        return self.sum(x) / self.size.to(x.dtype)
+
+    def std(self, x: Tensor) -> Tensor:
+        """[N] -> [B] unbiased (N-1) standard deviation; 0 for groups with a single row."""
+        mean = self.mean(x)[self.index]
+        ss = self.sum((x - mean) ** 2)
+        n = self.size.to(x.dtype)
+        return torch.where(n > 1, ss / (n - 1).clamp(min=1), torch.zeros_like(ss)).sqrt()
+
+    def amax(self, x: Tensor) -> Tensor:
+        """[N] -> [B] per-group maximum."""
+        out = torch.full((self.num,), -torch.inf, dtype=x.dtype, device=x.device)
+        return out.scatter_reduce(0, self.index, x, reduce="amax")
+
+    def amin(self, x: Tensor) -> Tensor:
+        """[N] -> [B] per-group minimum."""
+        out = torch.full((self.num,), torch.inf, dtype=x.dtype, device=x.device)
+        return out.scatter_reduce(0, self.index, x, reduce="amin")
+
+    def rank(self, key: Tensor | None = None) -> Tensor:
+        """[N] long: position of each row inside its group, ordered by ``key`` (stable; row order if None)."""
+        n = self.index.numel()
+        dev = self.index.device
+        order = torch.arange(n, device=dev) if key is None else torch.argsort(key, stable=True)
+        order = order[torch.argsort(self.index[order], stable=True)]  # rows sorted by (group, key)
+        start = torch.cumsum(self.size.long(), 0) - self.size.long()  # [B] first slot of each group
+        rank = torch.empty(n, dtype=torch.long, device=dev)
+        rank[order] = torch.arange(n, device=dev) - start[self.index[order]]
+        return rank
+
+    def first_row(self) -> Tensor:
+        """[B] long: the smallest row index of each group (its first appearance in the batch)."""
+        n, dev = self.index.numel(), self.index.device
+        out = torch.full((self.num,), n, dtype=torch.long, device=dev)
+        return out.scatter_reduce(0, self.index, torch.arange(n, device=dev), reduce="amin")
 
 
 @dataclass
@@ -75,42 +149,43 @@ class Rollouts:
         recompute_old_logprobs: bool, the learner recomputes log pi_old with the current weights
                              before the update even when the algorithm does not ask for it (APRIL's
                              default for carried partial rollouts).
-    Every per-row field is sliced by `select` and joined by `concat`; `reward_names`,
-    `reward_weights`, `segment_tokens`, `controller` and `recompute_old_logprobs` describe the whole batch and must agree across `concat`.
+    Every field carries its axis tag (module docstring): `select` slices the row and token fields and
+    `concat` joins them; the `batch` fields (`reward_names`, `reward_weights`, `segment_tokens`,
+    `controller`, `recompute_old_logprobs`) describe the whole batch and must agree across `concat`.
     """
 
-    prompt_ids: list[Tensor]
-    completion_ids: Tensor
-    completion_mask: Tensor
-    behaviour_logprobs: Tensor
-    group: Tensor
-    prompt_id: Tensor
-    finish_reason: list[str] | None = None
-    rewards: Tensor | None = None
-    reward_names: tuple[str, ...] = ()
-    reward_weights: Tensor | None = None
-    advantages: Tensor | None = None
-    sample_mask: Tensor | None = None
-    entropies: Tensor | None = None
-    ref_logprobs: Tensor | None = None
-    old_logprobs: Tensor | None = None
-    policy_version: Tensor | None = None
-    tree_path: list[tuple[int, ...]] | None = None
-    episode: Tensor | None = None
-    turn: Tensor | None = None
-    step_rewards: list[list[float]] | None = None
-    step_anchors: list[list] | None = None
-    step_agents: list[list[int]] | None = None
-    items: list[dict] | None = None
-    baseline: Tensor | None = None
-    token_advantages: Tensor | None = None
-    segment_tokens: int | None = None
-    probe_logprobs: Tensor | None = None
-    sum_p2: Tensor | None = None
-    fixed_advantage: Tensor | None = None
-    controller: dict[str, float] | None = None
-    offpolicy_mask: Tensor | None = None
-    recompute_old_logprobs: bool = False
+    prompt_ids: list[Tensor] = _f("row")
+    completion_ids: Tensor = _f("token")
+    completion_mask: Tensor = _f("token")
+    behaviour_logprobs: Tensor = _f("token")
+    group: Tensor = _f("row")
+    prompt_id: Tensor = _f("row")
+    finish_reason: list[str] | None = _f("row", None)
+    rewards: Tensor | None = _f("reward", None)
+    reward_names: tuple[str, ...] = _f("batch", ())
+    reward_weights: Tensor | None = _f("batch", None)
+    advantages: Tensor | None = _f("row|token", None)
+    sample_mask: Tensor | None = _f("row|token", None, dtype=torch.float32)
+    entropies: Tensor | None = _f("token", None, dtype=torch.float32)
+    ref_logprobs: Tensor | None = _f("token", None, dtype=torch.float32)
+    old_logprobs: Tensor | None = _f("token", None, dtype=torch.float32)
+    policy_version: Tensor | None = _f("token", None, dtype=torch.long)
+    tree_path: list[tuple[int, ...]] | None = _f("row", None)
+    episode: Tensor | None = _f("row", None)
+    turn: Tensor | None = _f("token", None, pad=-1)  # -1 marks environment tokens and padding
+    step_rewards: list[list[float]] | None = _f("row", None)
+    step_anchors: list[list] | None = _f("row", None)
+    step_agents: list[list[int]] | None = _f("row", None)
+    items: list[dict] | None = _f("row", None)
+    baseline: Tensor | None = _f("row", None, dtype=torch.float32)
+    token_advantages: Tensor | None = _f("token", None, dtype=torch.float32)
+    segment_tokens: int | None = _f("batch", None)
+    probe_logprobs: Tensor | None = _f("token", None, dtype=torch.float32)
+    sum_p2: Tensor | None = _f("token", None, dtype=torch.float32)
+    fixed_advantage: Tensor | None = _f("row", None, dtype=torch.float32)
+    controller: dict[str, float] | None = _f("batch", None)
+    offpolicy_mask: Tensor | None = _f("token", None, dtype=torch.float32)
+    recompute_old_logprobs: bool = _f("batch", False)
 
     @classmethod
     def from_generation(cls, gen, group: Tensor, items: list[dict]) -> "Rollouts":
@@ -129,6 +204,13 @@ class Rollouts:
             items=list(items),
         ).validate()
 
+    @classmethod
+    def empty(cls) -> "Rollouts":
+        """A batch of no rows (a skipped step)."""
+        z = torch.zeros(0, 0)
+        return cls(prompt_ids=[], completion_ids=z.long(), completion_mask=z, behaviour_logprobs=z,
+                   group=torch.zeros(0, dtype=torch.long), prompt_id=torch.zeros(0, dtype=torch.long), items=[])  # fmt: skip
+
     # ------------------------------------------------------------------ derived views
     def __len__(self) -> int:
         return int(self.completion_ids.shape[0])
@@ -141,6 +223,10 @@ class Rollouts:
     @property
     def num_groups(self) -> int:
         return int(torch.unique(self.group).numel())
+
+    def groups(self) -> Groups:
+        """The dense view of `group` (per-group statistics, `Groups`)."""
+        return Groups.of(self.group)
 
     def scalar_rewards(self) -> Tensor:
         """[N] float32: the weighted sum of reward columns (the reward single-reward methods use)."""
@@ -204,23 +290,14 @@ class Rollouts:
             if shape not in ((n,), (n, t)):
                 raise RolloutsError(f"advantages must have shape [N]=({n},) or [N, T]=({n}, {t}), got {shape}")
             _check(self.advantages, "advantages", shape, (torch.float32,))
-        for name in ("entropies", "ref_logprobs", "old_logprobs", "token_advantages", "probe_logprobs", "sum_p2"):
-            val = getattr(self, name)
-            if val is not None:
-                _check(val, name, (n, t), (torch.float32,))
-        if self.offpolicy_mask is not None:
-            _check(self.offpolicy_mask, "offpolicy_mask", (n, t), (torch.float32,))
-            om = self.offpolicy_mask
-            if not torch.all((om == 0) | (om == 1)) or bool(((om > 0) & (self.completion_mask == 0)).any()):
-                raise RolloutsError("offpolicy_mask must hold only 0.0 and 1.0, and 1.0 only on completion tokens")
-        if self.sample_mask is not None:
-            _check(self.sample_mask, "sample_mask", (n, t) if self.sample_mask.dim() == 2 else (n,), (torch.float32,))
-        if self.policy_version is not None:
-            _check(self.policy_version, "policy_version", (n, t), (torch.long,))
-        if self.baseline is not None:
-            _check(self.baseline, "baseline", (n,), (torch.float32,))
-        if self.fixed_advantage is not None:
-            _check(self.fixed_advantage, "fixed_advantage", (n,), (torch.float32,))
+        for f in dataclasses.fields(self):  # the optional tensors of one dtype: shape from the axis tag
+            val, dtype = getattr(self, f.name), f.metadata["dtype"]
+            if val is not None and dtype is not None:
+                two_d = f.metadata["axis"] == "token" or (isinstance(val, Tensor) and val.dim() == 2)
+                _check(val, f.name, (n, t) if two_d else (n,), (dtype,))
+        om = self.offpolicy_mask
+        if om is not None and (not torch.all((om == 0) | (om == 1)) or bool(((om > 0) & (self.completion_mask == 0)).any())):
+            raise RolloutsError("offpolicy_mask must hold only 0.0 and 1.0, and 1.0 only on completion tokens")
         if self.segment_tokens is not None and (not isinstance(self.segment_tokens, int) or self.segment_tokens < 1):
             raise RolloutsError(f"segment_tokens must be a positive int, got {self.segment_tokens!r}")
         _check_episodes(self, n, t)
@@ -240,12 +317,12 @@ class Rollouts:
         out = {}
         for f in dataclasses.fields(self):
             val = getattr(self, f.name)
-            if isinstance(val, Tensor) and f.name not in _BATCH_FIELDS and val.dim() >= 1:
-                out[f.name] = val[idx]
+            if val is None or f.metadata["axis"] == "batch":
+                out[f.name] = val
             elif isinstance(val, list):
                 out[f.name] = [val[i] for i in rows]
             else:
-                out[f.name] = val
+                out[f.name] = val[idx]
         return Rollouts(**out)
 
     @staticmethod
@@ -261,7 +338,7 @@ class Rollouts:
         for f in dataclasses.fields(Rollouts):
             vals = [getattr(p, f.name) for p in parts]
             present = [v is not None for v in vals]
-            if f.name in _BATCH_FIELDS:
+            if f.metadata["axis"] == "batch":
                 if any(not _same(v, vals[0]) for v in vals[1:]):
                     raise RolloutsError(f"cannot concatenate: {f.name} differs between batches ({vals[0]!r} vs {vals[1]!r}, ...)")
                 out[f.name] = vals[0]
@@ -273,16 +350,17 @@ class Rollouts:
                 raise RolloutsError(f"cannot concatenate: field {f.name!r} is set in some batches and not others")
             if isinstance(vals[0], list):
                 out[f.name] = [x for v in vals for x in v]
-            elif vals[0].dim() == 2 and f.name != "rewards":
-                fill = -1 if f.name == "turn" else 0  # turn marks padding with -1
-                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=fill) for v in vals])
+            elif f.metadata["axis"] != "reward" and vals[0].dim() == 2:  # a token field: right-padded to T
+                out[f.name] = torch.cat([torch.nn.functional.pad(v, (0, t - v.shape[1]), value=f.metadata["pad"]) for v in vals])
             else:
                 out[f.name] = torch.cat(vals)
         return Rollouts(**out)
 
 
-_BATCH_FIELDS = ("reward_names", "reward_weights", "segment_tokens", "controller", "recompute_old_logprobs")
-"""Fields that describe the whole batch, not a row: kept by `select`, equal across `concat`."""
+def item_columns(rows: list[dict]) -> dict[str, list]:
+    """Reward-function keyword columns from the item of each row: every key but id and prompt."""
+    keys = dict.fromkeys(k for r in rows for k in r if k not in ("id", "prompt"))
+    return {k: [r.get(k) for r in rows] for k in keys}
 
 
 def _same(a, b) -> bool:

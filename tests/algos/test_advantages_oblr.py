@@ -55,7 +55,7 @@ def test_trainer_fills_sum_p2_of_pi_old(tmp_path):
     ])  # fmt: skip
     tr = Trainer(cfg, tmp_path / "run")
     batch, _ = tr.collect()
-    tr.add_reference_logprobs(batch)
+    tr.fill_fields(batch)
     with torch.no_grad():
         for i in range(len(batch)):
             n = int(batch.completion_mask[i].sum())

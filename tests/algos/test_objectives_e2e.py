@@ -100,7 +100,7 @@ def _providers(name: str) -> list[str]:
         return []
     for key, reg in (("rollout.strategy", STRATEGIES), ("sampler", SAMPLERS)):
         for n in sorted(reg):
-            if need <= features_of(reg.get(n).fn, "provides", {}):
+            if need <= features_of(reg.get(n), "provides", {}):
                 return [f"{key}={{name: {n}}}"]
     raise AssertionError(f"nothing provides {sorted(need)} for {name}")
 

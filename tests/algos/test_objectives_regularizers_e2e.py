@@ -74,7 +74,7 @@ def test_regularizer_state_is_checkpointed_and_restored(tmp_path, side_rewards):
     trainer = Trainer(cfg, tmp_path / "run")
     try:
         trainer.step()
-        state = trainer.learner.regularizers.state_dict()
+        state = trainer.learner.objective.regularizers.state_dict()
         trainer.save()
     finally:
         trainer.close()
@@ -84,10 +84,10 @@ def test_regularizer_state_is_checkpointed_and_restored(tmp_path, side_rewards):
     assert "last_kl" in state["2:disco_kl"]
     resumed = Trainer(cfg, tmp_path / "run", resume=True)
     try:
-        assert resumed.learner.regularizers.state_dict() == state
+        assert resumed.learner.objective.regularizers.state_dict() == state
         fresh = Trainer(_config(tmp_path, side_rewards, extra), tmp_path / "fresh")
         try:
-            assert fresh.learner.regularizers.state_dict()["0:r2vpo_provisional"]["lambda"] == 0.5
+            assert fresh.learner.objective.regularizers.state_dict()["0:r2vpo_provisional"]["lambda"] == 0.5
         finally:
             fresh.close()
     finally:

@@ -12,7 +12,7 @@ import torch
 
 from covey.engine import SamplingParams, TorchEngine
 from covey.engine.forward import _int8
-from covey.learner.learner import logprob_gap
+from covey.learner.policy_loss import logprob_gap
 from covey.learner.logprobs import completion_logprobs
 from covey.models import load
 from covey.rollouts import Rollouts

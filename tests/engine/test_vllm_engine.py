@@ -245,7 +245,7 @@ def test_lora_syncs_merged_weights(engine, tiny):
     from peft import LoraConfig, get_peft_model
 
     from covey.learner.logprobs import completion_logprobs
-    from covey.train.setup import engine_state
+    from covey.models.state import engine_state
 
     base, _ = load("tiny-llama", seed=3)
     peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))

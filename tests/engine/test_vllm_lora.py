@@ -113,7 +113,7 @@ def lora_engine():
 def test_adapter_engine_samples_the_adapted_policy_from_the_start(lora_engine):
     """Built from a PEFT model, vLLM holds the base weights + the adapter (rank 4 -> max_lora_rank 8)
     and samples the PEFT policy: log-probs equal the merged model's; greedy text equals HF greedy on it."""
-    from covey.train.setup import engine_model
+    from covey.models.state import engine_model
 
     eng, model, _ = lora_engine
     assert eng.adapter_sync and eng.version == 0 and eng.sync_seconds == []

@@ -3,7 +3,8 @@
 import pytest
 
 from covey.envs import ENVS, Action, Env, StepResult
-from covey.envs.maze import MazeEnv, MazeTask, make_maze, render, solve
+from covey.envs.maze import MazeEnv, make_maze, render, solve
+from covey.tasks.maze import MazeTask
 from covey.envs.tools import parse_tool_calls
 from covey.train.config import ConfigError, load_config
 

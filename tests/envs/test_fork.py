@@ -42,7 +42,7 @@ def test_calculator_and_search_qa_forks_count_calls_independently():
     r = calc.step(act("it is 5"))
     assert r.terminated and r.reward == 1.0
     pytest.importorskip("bm25s")
-    from covey.envs.search import SearchQATask
+    from covey.tasks.search_qa import SearchQATask
 
     item = SearchQATask(n_entities=4, n_train=2, n_test=0).examples("train")[0]
     env = ENVS.build("search_qa", {"max_calls": 2})

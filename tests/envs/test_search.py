@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("bm25s")
 
 from covey.envs import ENVS, Action, parse_tool_calls  # noqa: E402
-from covey.envs.search import Index, SearchQATask, contains_answer, make_corpus  # noqa: E402
+from covey.envs.search import Index, contains_answer, make_corpus  # noqa: E402
+from covey.tasks.search_qa import SearchQATask  # noqa: E402
 
 
 def call(query):

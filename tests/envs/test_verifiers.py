@@ -65,12 +65,13 @@ def test_rows_merge_turns_whose_prompt_extends_and_split_where_it_does_not():
 
 def test_a_missing_verifiers_package_is_a_one_line_config_error(monkeypatch):
     from covey.envs import verifiers_adapter
+    from covey.tasks.verifiers import VerifiersTask
     from covey.train.config import RunConfig
 
     monkeypatch.setitem(sys.modules, "verifiers", None)  # import verifiers raises ImportError
     monkeypatch.setattr(verifiers_adapter, "_ENVS", {})
     with pytest.raises(MissingExtra, match=r"pip install 'covey\[verifiers\]'"):
-        verifiers_adapter.VerifiersTask(env=EXAMPLE)
+        VerifiersTask(env=EXAMPLE)
     with pytest.raises(ValueError, match=r"^1 validation error[\s\S]*verifiers environments need the verifiers package: pip install"):
         RunConfig.model_validate({"task": {"name": "verifiers", "params": {"env": EXAMPLE}},
                                   "rollout": {"strategy": {"name": "verifiers"}}, "algo": {"preset": "grpo", "kl": None}})  # fmt: skip
@@ -107,7 +108,7 @@ def build(**kw):
 
 
 def sum_items(n=2, **args):
-    from covey.envs.verifiers_adapter import VerifiersTask
+    from covey.tasks.verifiers import VerifiersTask
 
     return VerifiersTask(env=EXAMPLE, args={"max_turns": 3, **args}).examples("train")[:n]
 
@@ -197,7 +198,7 @@ def test_a_crashing_environment_fails_its_episodes_not_the_run(smol_tok, monkeyp
 
 def test_the_task_reward_is_the_rubric_score_of_one_turn():
     pytest.importorskip("verifiers")
-    from covey.envs.verifiers_adapter import VerifiersTask
+    from covey.tasks.verifiers import VerifiersTask
 
     task = VerifiersTask(env=EXAMPLE, args={"kind": "single"})
     items = task.examples("test")[:2]

@@ -152,7 +152,7 @@ def test_export_orb_layout(tmp_path):
 
 
 def test_adastop_trains_only_the_seeds_the_test_asks_for(tmp_path, monkeypatch):
-    from covey.eval import compare
+    from covey.cli import compare
 
     launched = []
 
@@ -180,7 +180,7 @@ def test_adastop_trains_only_the_seeds_the_test_asks_for(tmp_path, monkeypatch):
 
 
 def test_train_seed_keeps_finished_runs_and_refuses_a_run_without_checkpoint(tmp_path):
-    from covey.eval.compare import train_seed
+    from covey.cli.compare import train_seed
 
     done = make_run(tmp_path, "done", "grpo", 0, [1.0])
     (done / "final").mkdir()

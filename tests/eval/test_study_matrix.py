@@ -7,8 +7,8 @@ import yaml
 from typer.testing import CliRunner
 
 from covey.cli import app
-from covey.eval import study as study_mod
-from covey.eval.study import load_study, run_study
+from covey.cli import study as study_mod
+from covey.cli.study import load_study, run_study
 
 runner = CliRunner()
 ACC = {  # (row, task) -> accuracy that the fake eval reports
@@ -60,7 +60,7 @@ def test_study_trains_rows_evaluates_every_cell_and_reuses_results(tmp_path):
 
 def test_matrix_cli_from_a_study(tmp_path, monkeypatch):
     fakes = Fakes()
-    monkeypatch.setattr("covey.eval.compare.train_seed", fakes.train)
+    monkeypatch.setattr("covey.cli.compare.train_seed", fakes.train)
     monkeypatch.setattr(study_mod, "run_eval", fakes.evaluate)
     res = runner.invoke(app, ["compare", "matrix", str(write_study(tmp_path)), "--out", str(tmp_path / "o"), "--json"])
     assert res.exit_code == 0, res.output

@@ -93,7 +93,7 @@ def test_statistics_old_statistics_groups_and_rows_reach_the_surrogate(tiny, min
     seen.clear()
     b = _batch(tiny.config.vocab_size)
     _, _, learner = _update(tiny, algo, 2, b, mini_batches=mini_batches)
-    assert learner.stats == ("sum_p2", "vocab_mean_logp") and learner.need_group
+    assert learner.objective.stats == ("sum_p2", "vocab_mean_logp") and learner.objective.need_group
     with torch.no_grad():
         _, _, ref = completion_logprobs_stats(tiny, b.prompt_ids, b.completion_ids, b.completion_mask,
                                               stats=("sum_p2", "vocab_mean_logp"))  # pi_old = the weights before the update

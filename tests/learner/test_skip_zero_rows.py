@@ -11,11 +11,12 @@ import torch
 
 from covey.algos import AGGREGATIONS, SURROGATES, LossInputs
 from covey.algos.presets import resolve_algo
-from covey.learner.learner import Learner, rows_with_signal
+from covey.learner.learner import Learner
+from covey.learner.policy_loss import rows_with_signal
 from covey.models import load
 from covey.rollouts import Rollouts
 
-MARKED = sorted(n for n in SURROGATES if getattr(SURROGATES[n].fn, "zero_at_zero_advantage", False))
+MARKED = sorted(n for n in SURROGATES if SURROGATES[n].caps.zero_at_zero_advantage)
 
 
 def _batch(vocab: int, adv: list[float], seed: int = 0, offpolicy_row: int | None = None) -> Rollouts:
@@ -92,7 +93,7 @@ def test_skipping_gives_the_full_update(tiny, surrogate, aggregation):
     b = _batch(tiny.config.vocab_size, ADV)
     m_full, p_full, l_full = _update(tiny, algo, b, skip=False)
     m_skip, p_skip, l_skip = _update(tiny, algo, b, skip=True, micro=2)
-    assert l_skip.skip_zero_rows and not l_full.skip_zero_rows
+    assert l_skip.objective.skip_zero_rows and not l_full.objective.skip_zero_rows
     assert m_skip["learn/skipped_rows"] == pytest.approx(0.5) and "learn/skipped_rows" not in m_full
     moved = _gap(p_full, tiny.parameters())
     assert moved > 1e-4  # the update moved the weights ...
@@ -129,7 +130,7 @@ def test_no_skip_where_a_zero_advantage_row_still_counts(tiny, algo):
     a = resolve_algo(algo)
     learner = Learner(copy.deepcopy(tiny), torch.optim.SGD(tiny.parameters(), lr=0.0), None, a, temperature=1.0,
                       max_new_tokens=6, dtype="fp32")  # fmt: skip
-    assert not learner.skip_zero_rows
+    assert not learner.objective.skip_zero_rows
 
 
 def test_marked_surrogates_are_zero_with_zero_gradient_on_zero_advantage_rows():

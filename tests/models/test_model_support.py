@@ -26,7 +26,7 @@ def gpt2_folder(tmp_path):
 
 def test_torch_engine_declares_the_hand_written_forward_types():
     assert engine_model_types("torch") == ("llama", "qwen2", "qwen3", "mistral")
-    assert TorchEngine.model_types == ENGINES.get("torch").fn.model_types
+    assert ENGINES.get("torch").fn is TorchEngine and TorchEngine.caps.model_types == engine_model_types("torch")
 
 
 def test_model_config_reads_aliases_folders_and_gives_up_offline(gpt2_folder, tmp_path):

@@ -53,3 +53,18 @@ def test_iter_units_and_bad_returns():
     bad = GroupWise(lambda prompts, completions, **_: [1.0])
     with pytest.raises(ValueError, match="returned 1 scores for a unit of 2"):
         bad(prompts=["p", "p"], completions=["a", "b"], group=[0, 0])
+
+
+def test_reward_caps_read_what_a_callable_declares_and_default_the_rest():
+    from covey.rewards.registry import RewardCaps, reward_caps
+
+    def plain(prompts, completions, **columns):
+        return [0.0] * len(completions)
+
+    def grouped(prompts, completions, **columns):
+        return [0.0] * len(completions)
+
+    grouped.group_aware, grouped.group_key, grouped.audit_columns = True, "episode", ["hard"]
+    assert reward_caps(plain) == RewardCaps()
+    caps = reward_caps(grouped)
+    assert caps.group_aware and caps.group_key == "episode" and caps.audit_columns == ("hard",) and not caps.in_process

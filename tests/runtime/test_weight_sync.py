@@ -9,7 +9,8 @@ from safetensors import safe_open
 
 from covey.runtime.weight_sync import DiskSync, InProcessSync, ObjectStoreSync, merge_lora
 from covey.train.config import LoraConfig, ModelConfig
-from covey.train.setup import engine_state, load_policy
+from covey.models.state import engine_state
+from covey.train.setup import load_policy
 
 
 def _model(lora=False, seed=0):

@@ -57,11 +57,11 @@ def test_dynamic_with_an_estimator_that_is_not_group_relative_is_warned(caplog):
 
 
 def test_declarations():
-    assert features_of(STRATEGIES.get("branch").fn, "provides", {}) == {"tree_path", "segment_tokens"}
-    assert features_of(STRATEGIES.get("tppo").fn, "provides", {}) == {"tppo_advantages", "single_rows"}
-    assert features_of(STRATEGIES.get("dynamic").fn, "requires", {}) == {"!single_rows"}
-    assert features_of(STRATEGIES.get("group").fn, "provides", {}) == set()
-    spo = SAMPLERS.get("spo").fn
+    assert features_of(STRATEGIES.get("branch"), "provides", {}) == {"tree_path", "segment_tokens"}
+    assert features_of(STRATEGIES.get("tppo"), "provides", {}) == {"tppo_advantages", "single_rows"}
+    assert features_of(STRATEGIES.get("dynamic"), "requires", {}) == {"!single_rows"}
+    assert features_of(STRATEGIES.get("group"), "provides", {}) == set()
+    spo = SAMPLERS.get("spo")
     assert features_of(spo, "provides", {}) == {"spo_baseline", "single_rows"}
     assert features_of(spo, "provides", {"n": 3}) == {"spo_baseline"}
 

@@ -146,7 +146,7 @@ def _same(a, b):
 def test_strategy_runs_on_an_engine_with_only_its_declared_protocols(tiny, name, params):
     full, tok = tiny
     strat = STRATEGIES.build(name, params)
-    need = strat.engine_protocols
+    need = STRATEGIES.get(name).caps.engine_protocols
     minimal = Only(MinimalForking(full), *need)  # the engine seen through the strategy's declaration
     assert isinstance(minimal._obj, ForkingEngine) and not isinstance(minimal._obj, HiddenStatesEngine)
     got, _ = strat.rollout(ITEMS, _ctx(minimal, tok))
@@ -167,11 +167,11 @@ def test_arrol_and_tppo_need_hidden_states_and_run_on_a_minimal_engine(tiny):
     full, tok = tiny
     for name in ("arrol", "tppo"):
         strat = STRATEGIES.build(name, {"check_tokens": 2} if name == "arrol" else {"window_tokens": 3})
-        assert strat.engine_protocols == (ForkingEngine, HiddenStatesEngine)
+        assert STRATEGIES.get(name).caps.engine_protocols == (ForkingEngine, HiddenStatesEngine)
         with pytest.raises(AttributeError, match="hidden_states"):  # a forking-only engine lacks it
             strat.rollout(ITEMS, _ctx(Only(MinimalForking(full), ForkingEngine), tok, G=2))
         strat = STRATEGIES.build(name, {"check_tokens": 2} if name == "arrol" else {"window_tokens": 3})
-        minimal = Only(MinimalHidden(full), *strat.engine_protocols)
+        minimal = Only(MinimalHidden(full), *STRATEGIES.get(name).caps.engine_protocols)
         batch, metrics = strat.rollout(ITEMS, _ctx(minimal, tok, G=2))
         assert "hidden_states" in minimal.reached and len(batch) == 4, name
 

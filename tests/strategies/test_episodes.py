@@ -7,13 +7,14 @@ import torch
 
 from covey.engine import Generation, SamplingParams, TorchEngine
 from covey.envs import Action
-from covey.envs.maze import MazeEnv, MazeTask
+from covey.envs.maze import MazeEnv
+from covey.tasks.maze import MazeTask
 from covey.models import load
 from covey.models.tiny import build_tiny_tokenizer
 from covey.rollouts import Rollouts, RolloutsError
 from covey.samplers.base import Draw
 from covey.strategies import STRATEGIES, RolloutContext
-from covey.strategies.episodes import TemplateDelta, TemplateError, render
+from covey.models.chat import TemplateDelta, TemplateError, render
 
 MAZE = ["A.#", "#..", "#.G"]
 

@@ -1,8 +1,12 @@
 """The trainer hooks keep their state across a SIGKILL + resume, bit-exact: the dcpo strategy's
 entropy controller."""
 
+import pytest
+
 from covey.train.checkpoint import load_checkpoint
 from tests._kill_resume import kill_and_resume
+
+pytestmark = pytest.mark.slow  # each test: two `covey train` processes, one killed with SIGKILL and resumed
 
 BASE = {
     "model": {"name": "tiny-llama"},

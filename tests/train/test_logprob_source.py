@@ -8,7 +8,7 @@ from covey.algos import resolve_algo
 from covey.learner.logprobs import completion_logprobs
 from covey.models import build_tiny
 from covey.train.config import load_config
-from covey.train.logprob_source import InternalLayerPolicy
+from covey.models.internal_layer import InternalLayerPolicy
 from covey.train.trainer import Trainer
 
 

@@ -3,7 +3,7 @@
 import torch
 
 from covey.train.config import OptimConfig
-from covey.train.setup import build_optimizer
+from covey.learner.optim import build_optimizer
 
 
 def test_build_optimizer_updates_match_reference_adamw():

@@ -34,6 +34,7 @@ def test_every_preset_runs_one_step(tmp_path, preset):
         assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
 
 
+@pytest.mark.slow  # two `covey train` processes, one killed with SIGKILL and resumed
 def test_resume_after_sigkill_is_exact(tmp_path):
     cfg = {
         "model": {"name": "tiny-llama"},

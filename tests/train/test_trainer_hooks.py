@@ -57,7 +57,7 @@ def test_reset_copies_the_policy_and_clears_the_optimizer(tmp_path, monkeypatch)
     with tr.reference.active() as ref:
         assert any(not torch.equal(p, q) for p, q in zip(ref.parameters(), tr.model.parameters()))
     m2 = tr.step()
-    assert m2["ref/reset"] == 1.0 and len(tr.optimizer.state) == 0 and tr.last_reference_reset == 2
+    assert m2["ref/reset"] == 1.0 and len(tr.optimizer.state) == 0 and tr.hooks[0].last_reset == 2
     with tr.reference.active() as ref:
         assert all(torch.equal(p, q) for p, q in zip(ref.parameters(), tr.model.parameters()))
     m3 = tr.step()
@@ -85,7 +85,7 @@ def test_probe_logprobs_are_pi_old_at_the_controller_temperature(tmp_path):
     tr = Trainer(cfg, tmp_path / "run")
     batch, _ = tr.collect()
     assert batch.controller["probe_temperature"] == 1.7  # H_hat = 0 <= h0 at the first step
-    tr.add_reference_logprobs(batch)
+    tr.fill_fields(batch)
     with torch.no_grad():
         want, _ = completion_logprobs(tr.model, batch.prompt_ids, batch.completion_ids, batch.completion_mask, temperature=1.7)
     assert torch.allclose(batch.probe_logprobs, want * batch.completion_mask, atol=1e-5)

@@ -31,7 +31,7 @@ from torch import Tensor
 from covey.algos.advantages.drpo import binary_masks
 from covey.algos.advantages.pairwise import trpa_pairs
 from covey.algos.aggregation import masked_row_mean, masked_summary
-from covey.algos.registry import LossInputs, register_surrogate
+from covey.algos.registry import LossInputs, SurrogateCaps, register_surrogate
 from covey.algos.surrogates import _check
 
 __all__ = ["disco_loss", "trpa_loss"]
@@ -171,4 +171,4 @@ def trpa_loss(
     return _spread(loss, scale, m), metrics
 
 
-disco_loss.aggregation = trpa_loss.aggregation = "seq-mean-token-mean"  # the scale above assumes it (compat.check_algo)
+disco_loss.caps = trpa_loss.caps = SurrogateCaps(aggregation="seq-mean-token-mean")  # the scale above assumes it (compat.check_algo)

@@ -11,7 +11,9 @@
   trajectory log importance weight); when its absolute value exceeds the threshold the mini-batch's
   optimizer step is skipped and the rest of the update (its remaining mini-batches and epochs) stops.
 
-The learner calls these (`covey.learner.learner.Learner.update` / `_step`).
+`UpdateGuards` holds both for the policy loss (`covey.learner.policy_loss.PolicyLoss`), which calls it
+on every update: a pre-update row filter, an observation of each micro-batch's log-probs, and a stop
+signal after each mini-batch's backward passes. Both are no-ops when their threshold is None.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["keep_large_advantages", "trajectory_kl"]
+__all__ = ["UpdateGuards", "keep_large_advantages", "trajectory_kl"]
 
 
 def keep_large_advantages(advantages: Tensor, mask: Tensor, threshold: float) -> Tensor:
@@ -39,3 +41,47 @@ def trajectory_kl(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     """[N] per-row log importance weights' negation, -sum_t (logp - old) over `mask` tokens; ml-loop's
     KL estimate of a mini-batch is the mean of these over its rows."""
     return -((logp.detach().float() - old_logp.float()) * mask).sum(-1)
+
+
+class UpdateGuards:
+    """`algo.abs_adv_threshold` (the rollout filter) and `algo.high_kl_threshold` (the high-KL stop)
+    as hooks of an update; either threshold None turns its guard off."""
+
+    def __init__(self, abs_adv_threshold: float | None = None, high_kl_threshold: float | None = None):
+        self.abs_adv_threshold, self.high_kl_threshold = abs_adv_threshold, high_kl_threshold
+        self._kl_rows: list[Tensor] = []
+
+    @property
+    def reads_every_row(self) -> bool:
+        """The KL estimate is a mean over every row of the mini-batch (rows may not be skipped)."""
+        return self.high_kl_threshold is not None
+
+    def filter(self, batch):
+        """(the rows the update trains, metrics): rows with |A| below the threshold dropped."""
+        if self.abs_adv_threshold is None:
+            return batch, {}
+        keep = keep_large_advantages(batch.advantages, batch.loss_mask(), self.abs_adv_threshold)
+        metrics = {"learn/adv_filtered_frac": 1.0 - len(keep) / max(len(batch), 1)}
+        return (batch.select(keep) if len(keep) < len(batch) else batch), metrics
+
+    def begin(self) -> None:
+        """A mini-batch starts."""
+        self._kl_rows = []
+
+    def observe(self, logp: Tensor, old_logp: Tensor, mask: Tensor) -> None:
+        """One micro-batch's log-probs (each forward whose loss is backpropagated)."""
+        if self.high_kl_threshold is not None:
+            self._kl_rows.append(trajectory_kl(logp, old_logp, mask).cpu())
+
+    def stop(self, stats: dict[str, tuple[float, float]]) -> bool:
+        """After the mini-batch's backward passes: True when its KL estimate exceeds the threshold
+        (`stats` gains `learn/kl_estimate`)."""
+        if self.high_kl_threshold is None or not self._kl_rows:
+            return False
+        kl = float(torch.cat(self._kl_rows).mean())
+        self._kl_rows = []
+        stats["learn/kl_estimate"] = (kl, 1.0)
+        return abs(kl) > self.high_kl_threshold
+
+    def finish(self, stopped: bool) -> dict[str, float]:
+        return {"learn/high_kl_stop": float(stopped)} if self.high_kl_threshold is not None else {}

@@ -366,7 +366,7 @@ class ReferenceResetSpec(_Strict):
 class LogprobSourceSpec(_Strict):
     """BuPO's learner log-prob source: for steps 1..`until_step` the learner's log-probs (pi_theta and
     the recomputed pi_old) come from decoder layer `layer` (0-based) through the unembedding, without
-    the final norm unless `final_norm` (`covey.train.logprob_source`)."""
+    the final norm unless `final_norm` (`covey.algos.hooks`, `covey.models.internal_layer`)."""
 
     where: ClassVar[str] = "algo.logprob_source"
 

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from torch import Tensor
 
-from covey.registry import Registry
+from covey.registry import Caps, Registry
 
 __all__ = [
     "ADVANTAGES",
@@ -40,6 +40,7 @@ __all__ = [
     "BatchTotals",
     "CorrectionInputs",
     "LossInputs",
+    "SurrogateCaps",
 ]
 
 
@@ -171,13 +172,43 @@ _RETURN_DOC = {
 }
 
 
-def _axis(kind: str, context: tuple[str, ...], signature: str) -> Registry:
+class SurrogateCaps(Caps):
+    """What a surrogate declares (its `caps`; defaults: neither).
+
+    zero_at_zero_advantage:  row-local, and zero with its gradient wherever the advantage is 0 (any
+                             ratio, any weight): the learner may leave all-zero-advantage rows out
+                             (`optim.skip_zero_advantage`).
+    per_mc:                  applied to one Monte Carlo term of a likelihood estimate at a time (one
+                             forward and backward per term; masked-diffusion models only).
+    trust_region:            the regularizer that is its trust region (it has no clip of its own): the
+                             config must list it in `algo.regularizers`.
+    aggregation:             the aggregation its per-row scale assumes (disco, trpa): others are refused.
+    """
+
+    zero_at_zero_advantage: bool = False
+    per_mc: bool = False
+    trust_region: str | None = None
+    aggregation: str | None = None
+
+
+class AdvantageCaps(Caps):
+    """What an advantage estimator declares (its `caps`).
+
+    exact_surrogate:  the estimator is a loss's gradient at pi_old, exact for one update per batch; with
+                      several (epochs x mini_batches) the config must choose this surrogate, which
+                      recomputes that loss from the current log-probs (disco, trpa).
+    """
+
+    exact_surrogate: str | None = None
+
+
+def _axis(kind: str, context: tuple[str, ...], signature: str, caps: type[Caps] = Caps) -> Registry:
     return Registry(kind, context=context, signature=signature, returns=_RETURNS[kind], returns_doc=_RETURN_DOC[kind],
-                    defaults_required=True)  # fmt: skip
+                    defaults_required=True, caps=caps)  # fmt: skip
 
 
-ADVANTAGES = _axis("advantage", ("batch",), "fn(batch: Rollouts, *, **params) -> AdvantageResult")
-SURROGATES = _axis("surrogate", ("inp",), "fn(inp: LossInputs, *, **params) -> (loss_tok[N,T], metrics)")
+ADVANTAGES = _axis("advantage", ("batch",), "fn(batch: Rollouts, *, **params) -> AdvantageResult", AdvantageCaps)
+SURROGATES = _axis("surrogate", ("inp",), "fn(inp: LossInputs, *, **params) -> (loss_tok[N,T], metrics)", SurrogateCaps)
 AGGREGATIONS = _axis("aggregation", ("loss_tok", "mask", "totals"),
                      "fn(loss_tok[N,T], mask[N,T], totals: BatchTotals, *, **params) -> (scalar, metrics)")  # fmt: skip
 KL_ESTIMATORS = _axis("kl", ("logp", "ref_logp", "mask"),

@@ -29,7 +29,7 @@ from pydantic import Field
 from torch import Tensor
 
 from covey.algos.aggregation import masked_row_mean, masked_summary
-from covey.algos.registry import LossInputs, register_surrogate
+from covey.algos.registry import LossInputs, SurrogateCaps, register_surrogate
 
 NonNeg = Annotated[float, Field(ge=0.0)]
 Positive = Annotated[float, Field(gt=0.0)]
@@ -579,12 +579,13 @@ def bgpo(
     return loss, metrics
 
 
-bgpo.per_mc = True  # the learner applies it to each Monte Carlo term of the likelihood, one backward each
+bgpo.caps = SurrogateCaps(per_mc=True)  # the learner applies it to each Monte Carlo term of the likelihood, one backward each
 
 
 # Row-local, and zero with its gradient wherever the advantage is 0 (any ratio, any weight): a row whose
 # advantages are all 0 adds nothing to the update, so the learner may leave it out of the forward and
 # backward passes (`optim.skip_zero_advantage`). Not hapo (its entropy statistics pool the micro-batch's
 # rows), bgpo (per Monte Carlo term), nor the regression surrogates (they pull a ratio towards a target).
-for _fn in (ppo_clip, reinforce, cispo, sapo, gspo, gspo_token, luspo, dhpo, etr_provisional, r2vpo_provisional):
-    _fn.zero_at_zero_advantage = True
+for _fn in (ppo_clip, reinforce, cispo, sapo, gspo, gspo_token, luspo, dhpo, etr_provisional):
+    _fn.caps = SurrogateCaps(zero_at_zero_advantage=True)
+r2vpo_provisional.caps = SurrogateCaps(zero_at_zero_advantage=True, trust_region="r2vpo_provisional")  # unclipped

@@ -122,7 +122,8 @@ def learner_peak(cfg, prompt_tokens: int) -> dict[str, float]:
     {"static": weights + optimizer state + reference + batch before the update, "update": the
     high-water mark of what the update adds, "peak": their sum}."""
     from covey.learner.learner import Learner
-    from covey.train.setup import build_optimizer, build_reference, load_policy
+    from covey.learner.optim import build_optimizer
+    from covey.train.setup import build_reference, load_policy
 
     model, tok = load_policy(cfg.model, device="cpu")
     need_ref = "ref_logprobs" in cfg.algo.requires()
@@ -147,7 +148,8 @@ def engine_peak(cfg, prompt_tokens: int) -> dict[str, float]:
     """Bytes the engine of run config `cfg` adds on the CPU: its weights (built from the policy as the
     trainer builds it) and one generate call of the step's rows ({"weights", "generate", "peak"})."""
     from covey.engine import ENGINES, SamplingParams
-    from covey.train.setup import engine_model, load_policy
+    from covey.models.state import engine_model
+    from covey.train.setup import load_policy
 
     model, tok = load_policy(cfg.model, device="cpu")
     params = dict(cfg.engine.params)

@@ -53,7 +53,7 @@ from covey.rollouts import Rollouts
 from covey.tasks import get_task
 from covey.train.config import RunConfig, validate_config
 from covey.learner.learner import Learner, peak_memory_gb, reset_peak_memory
-from covey.train.setup import build_optimizer
+from covey.learner.optim import build_optimizer
 
 __all__ = ["covey_config", "first_step_match", "step_vs_trl", "trl_args"]
 

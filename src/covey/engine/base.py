@@ -33,15 +33,17 @@ from __future__ import annotations
 
 import inspect
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from covey.registry import Registry
+from covey.registry import Caps, Registry
 
 __all__ = [
+    "EngineCaps",
     "ENGINES",
     "ENGINE_PROTOCOLS",
     "Engine",
@@ -358,5 +360,25 @@ def version_tensor(mask: Tensor, version: int) -> Tensor:
     return (mask > 0).long() * int(version)
 
 
-ENGINES = Registry("engine", protocol=Engine, context=("model", "tokenizer"))
+class EngineCaps(Caps):
+    """What an engine class declares beyond its protocols (its `caps`; defaults: a causal engine for
+    every model, nothing to check). Checks run when the config is read, before a model loads.
+
+    family:         the model family it generates with ("causal", "masked_diffusion"; `covey.family`).
+    model_types:    the config.json ``model_type`` values it implements (None: any; `covey.engine.support`).
+    check_config:   check_config(params, sampling, needs, device) raising ValueError for a run it cannot
+                    serve (`needs`: the optional `Rollouts` fields the run reads, e.g. "entropies").
+    check_lora:     check_lora(params, model.lora, runtime.executor, device) raising ValueError.
+    syncs_adapter:  syncs_adapter(params, model.lora, runtime.executor, device) -> bool: the engine is
+                    built from the PEFT model and each weight sync passes only the adapter.
+    """
+
+    family: str = "causal"
+    model_types: tuple[str, ...] | None = None
+    check_config: Callable[..., None] | None = None
+    check_lora: Callable[..., None] | None = None
+    syncs_adapter: Callable[..., bool] | None = None
+
+
+ENGINES = Registry("engine", protocol=Engine, context=("model", "tokenizer"), caps=EngineCaps)
 register_engine = ENGINES.register

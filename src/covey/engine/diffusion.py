@@ -48,7 +48,7 @@ from pydantic import Field
 from torch import Tensor
 
 from covey.dtypes import model_device, resolve_dtype_name
-from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
+from covey.engine.base import EngineCaps, Generation, SamplingParams, register_engine, version_tensor
 from covey.models.diffusion import logit_shift, mask_token_id
 
 __all__ = ["DiffusionGeneration", "MaskedDiffusionEngine", "canvas_plan", "transfer_counts"]
@@ -100,7 +100,7 @@ class MaskedDiffusionEngine:
 
     pad_token_id: int
     version: int
-    family = "masked_diffusion"  # the model family it generates with (`covey.likelihood.checks`)
+    caps = EngineCaps(family="masked_diffusion")  # the model family it generates with (`covey.family`)
 
     def __init__(
         self,

@@ -1,17 +1,15 @@
 """Which models an engine can generate with, checked from the model's config.json before anything loads.
 
-An engine class says what it covers with a class attribute ``model_types`` (config.json ``model_type``
-values; absent or None = any model). `check_model_support` reads the model's config.json without loading
+An engine class says what it covers in its declared `EngineCaps.model_types` (config.json ``model_type``
+values; None = any model). `check_model_support` reads the model's config.json without loading
 weights (`covey.models.loading.model_config`: an alias, a local
 folder or a hub id in the local HF cache; a hub id that is not cached is not checked here, the
 engine checks it when it is built) and refuses an unsupported model in one line. The run
 configuration (`covey.train.config.validate_config`) calls it, so `covey config show` and `covey
 train` refuse the same models before a run folder is made or a model loads.
 
-`check_engine_config` runs an engine class's own check of the run's settings, ``check_config(params,
-sampling, needs, device)`` (a classmethod raising ValueError; vllm: truncated sampling, entropies),
-so a combination the engine cannot serve is refused when the config is read, not at the first
-`generate`.
+An engine's own check of the run's settings (``EngineCaps.check_config``) runs in
+`covey.compat.check_engine_config`, with the other checks of one component against the rest of the run.
 
 `engine_takes_dtype` says whether an engine's factory has a ``dtype`` parameter: the trainer then
 gives it the learner's dtype (model.dtype) when ``engine.dtype`` is unset or ``auto``.
@@ -19,7 +17,7 @@ gives it the learner's dtype (model.dtype) when ``engine.dtype`` is unset or ``a
 
 from __future__ import annotations
 
-__all__ = ["UnsupportedModel", "check_engine_config", "check_model_support", "engine_model_types", "engine_takes_dtype"]
+__all__ = ["UnsupportedModel", "check_model_support", "engine_model_types", "engine_takes_dtype"]
 
 
 class UnsupportedModel(ValueError):
@@ -31,7 +29,7 @@ def engine_model_types(engine: str) -> tuple[str, ...] | None:
     supports, or None when it does not say (then every model is accepted)."""
     from covey.engine import ENGINES
 
-    types = getattr(ENGINES.get(engine).fn, "model_types", None)
+    types = ENGINES.get(engine).caps.model_types
     return tuple(types) if types is not None else None
 
 
@@ -65,27 +63,3 @@ def check_model_support(model: str, engine: str) -> None:
         return
     raise UnsupportedModel(f"model {model!r} (model_type {kind}) is not supported by engine {engine!r}; "
                            f"supported: {', '.join(supported)}")  # fmt: skip
-
-
-def check_engine_config(cfg) -> None:
-    """Raise ValueError (one line, starting "engine:") when engine `cfg.engine` cannot serve the run
-    `cfg` (a `covey.train.config.RunConfig`): the engine class's ``check_config(params, sampling,
-    needs, device)`` sees its params, the `sampling:` section, the optional `Rollouts` fields the
-    algorithm and sampler read (``"entropies"``, ...) and the device the run resolves to ("cpu",
-    "cuda", "cuda:1"). Engines without the hook accept every run. An engine's optional
-    ``check_lora(params, model.lora, runtime.executor, device)`` checks how it syncs a LoRA policy."""
-    from covey.engine import ENGINES
-    from covey.samplers import SAMPLERS
-
-    check = getattr(ENGINES.get(cfg.engine.name).fn, "check_config", None)
-    if check is None:
-        return
-    sampler = SAMPLERS.get(cfg.sampler_spec().name).fn
-    needs = set(cfg.algo.requires()) | set(getattr(sampler, "requires", ()) or ())
-    lora_check = getattr(ENGINES.get(cfg.engine.name).fn, "check_lora", None)  # vllm: lora_sync x model.lora
-    try:
-        check(dict(cfg.engine.params), cfg.sampling, needs, cfg.resolved_device())
-        if lora_check is not None:
-            lora_check(dict(cfg.engine.params), cfg.model.lora, cfg.runtime.executor, cfg.resolved_device())
-    except ValueError as e:
-        raise ValueError(f"engine: {e}") from None

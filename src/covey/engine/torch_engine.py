@@ -54,8 +54,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from covey.engine.base import Generation, SamplingParams, concat_generations, register_engine, version_tensor
 from covey.devices import host_reads_free
+from covey.engine.base import EngineCaps, Generation, SamplingParams, concat_generations, register_engine, version_tensor
 from covey.dtypes import model_device, resolve_dtype_name
 from covey.engine.forward import SUPPORTED, decode_step, hidden_states, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
@@ -95,7 +95,6 @@ class TorchEngine:
     """Applies `SamplingParams.temperature_rule` (the `TemperatureRuleEngine` protocol)."""
     version: int
     """Policy version of the loaded weights (0 at start; set by `load_weights`)."""
-    model_types = SUPPORTED  # config.json model_type values it implements (`covey.engine.support`)
 
     def __init__(
         self,
@@ -146,13 +145,15 @@ class TorchEngine:
         self._running = False  # a generate call is in flight
         self._stop = threading.Event()  # set by interrupt(); read once per decode step
 
-    @classmethod
-    def check_config(cls, params: dict, sampling, needs: set[str], device: str) -> None:
-        """Config-time check (`covey.engine.support.check_engine_config`): int8 generation runs on
+    @staticmethod
+    def check_config(params: dict, sampling, needs: set[str], device: str) -> None:
+        """Config-time check (`covey.compat.check_engine_config`): int8 generation runs on
         the CPU only."""
         if params.get("quantize") is not None and device.startswith("cuda"):
             raise ValueError(f"engine 'torch' quantize={params['quantize']!r} runs on the CPU only (torch's quantized "
                              "linear), but device is cuda: use device: cpu, or no quantize")  # fmt: skip
+
+    caps = EngineCaps(model_types=SUPPORTED, check_config=check_config)  # model_type values it implements
 
     # ------------------------------------------------------------------ weights
     @property

@@ -83,7 +83,7 @@ import numpy as np
 import torch
 
 from covey.dtypes import model_device, resolve_dtype_name
-from covey.engine.base import Generation, SamplingParams, register_engine, version_tensor
+from covey.engine.base import EngineCaps, Generation, SamplingParams, register_engine, version_tensor
 from covey.engine.carry import ABORT
 from covey.engine.sampling import validate_sampling
 from covey.engine.torch_engine import _as_ids, _eos_ids
@@ -129,24 +129,24 @@ class VllmEngine:
     version: int
     """Policy version of the weights vLLM holds (0 at start; set by `load_weights`)."""
 
-    @classmethod
-    def check_ready(cls, params: dict) -> None:
+    @staticmethod
+    def check_ready(params: dict) -> None:
         """Config-time check (`covey.registry.Entry.validate_params`): vLLM must be installed."""
         if not vllm_available():
             raise RegistryError(f"engine 'vllm' needs the vllm package, which is not installed: {INSTALL_HINT}")
 
-    @classmethod
-    def check_config(cls, params: dict, sampling, needs: set[str], device: str) -> None:
-        """Config-time check (`covey.engine.support.check_engine_config`): the run's training sampling
+    @staticmethod
+    def check_config(params: dict, sampling, needs: set[str], device: str) -> None:
+        """Config-time check (`covey.compat.check_engine_config`): the run's training sampling
         must be untruncated and nothing may need entropies (see the module docstring)."""
         why = _unsupported(sampling.top_p, sampling.top_k, sampling.min_p, "entropies" in needs)
         if why:
             raise ValueError(why)
 
-    @classmethod
-    def check_lora(cls, params: dict, lora, executor: str, device: str) -> None:
+    @staticmethod
+    def check_lora(params: dict, lora, executor: str, device: str) -> None:
         """Config-time check of `lora_sync` / `max_lora_rank` against `model.lora` (None: full
-        fine-tuning), `runtime.executor` and the device (`covey.engine.support.check_engine_config`)."""
+        fine-tuning), `runtime.executor` and the device (`covey.compat.check_engine_config`)."""
         sync, rank = params.get("lora_sync"), params.get("max_lora_rank")
         if sync not in (None, "adapter", "merged"):
             raise ValueError(f"lora_sync must be adapter or merged, got {sync!r}")
@@ -157,9 +157,9 @@ class VllmEngine:
         if rank is not None:
             if rank not in VLLM_LORA_RANKS:
                 raise ValueError(f"max_lora_rank must be one of vLLM's {VLLM_LORA_RANKS}, got {rank}")
-            if lora is not None and lora.r > rank and cls.syncs_adapter(params, lora, executor, device):
+            if lora is not None and lora.r > rank and VllmEngine.syncs_adapter(params, lora, executor, device):
                 raise ValueError(f"model.lora.r={lora.r} is above max_lora_rank={rank}: raise max_lora_rank or use lora_sync=merged")
-        if lora is not None and lora.r > VLLM_LORA_RANKS[-1] and cls.syncs_adapter(params, lora, executor, device):
+        if lora is not None and lora.r > VLLM_LORA_RANKS[-1] and VllmEngine.syncs_adapter(params, lora, executor, device):
             raise ValueError(f"model.lora.r={lora.r} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}: use lora_sync=merged")
 
     @staticmethod
@@ -171,6 +171,8 @@ class VllmEngine:
         merged weights, far more than the sync saves (benchmarks/README.md, "vLLM engine")."""
         sync = params.get("lora_sync")
         return lora is not None and (sync == "adapter" or (sync is None and executor == "inline" and device.startswith("cuda")))
+
+    caps = EngineCaps(check_ready=check_ready, check_config=check_config, check_lora=check_lora, syncs_adapter=syncs_adapter)
 
     def __init__(
         self,

@@ -1,21 +1,20 @@
 """Environments for multi-turn agents (the `Env` seam, registry `ENVS`, config ``env:``).
 
-Built in: maze (a seeded text grid maze; also the `maze` task), calculator (arithmetic with a
+Built in: maze (a seeded text grid maze; its task is `covey.tasks.maze`), calculator (arithmetic with a
 calculator tool over any task with answers), search_qa (a search tool over a local corpus,
-search.py), solver_verifier (two agents, a solver and a verifier, for per-agent credit). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py); prime-intellect
-verifiers environments own their loop, so they are a task + the `verifiers` rollout strategy (verifiers_adapter.py). Tool-call parsing and the calculator live in tools.py.
+search.py; its task is `covey.tasks.search_qa`), solver_verifier (two agents, a solver and a verifier, for per-agent credit). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py); prime-intellect
+verifiers environments own their loop, so they are a task (`covey.tasks.verifiers`) + the `verifiers` rollout strategy (verifiers_adapter.py loads them). Tool-call parsing and the calculator live in tools.py.
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
 
 from covey.envs.base import ENVS, Action, Env, MissingExtra, StepResult, ToolCall, fork_env, register_env
 from covey.envs.calculator import CalculatorEnv
 from covey.envs.gym_adapter import GymnasiumEnv
-from covey.envs.maze import MazeEnv, MazeTask
-from covey.envs.search import SearchQAEnv, SearchQATask
+from covey.envs.maze import MazeEnv
+from covey.envs.search import SearchQAEnv
 from covey.envs.solver_verifier import SolverVerifierEnv
 from covey.envs.textarena_adapter import TextArenaEnv
 from covey.envs.tools import calculate, parse_tool_calls
-from covey.envs.verifiers_adapter import VerifiersTask
 
 __all__ = [
     "ENVS",
@@ -24,15 +23,12 @@ __all__ = [
     "Env",
     "GymnasiumEnv",
     "MazeEnv",
-    "MazeTask",
     "MissingExtra",
     "SearchQAEnv",
-    "SearchQATask",
     "SolverVerifierEnv",
     "StepResult",
     "TextArenaEnv",
     "ToolCall",
-    "VerifiersTask",
     "calculate",
     "fork_env",
     "parse_tool_calls",

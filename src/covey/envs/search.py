@@ -1,4 +1,5 @@
-"""Search over a local corpus: the `search` tool (BM25 via `bm25s`), the `search_qa` environment and task.
+"""Search over a local corpus: the `search` tool (BM25 via `bm25s`) and the `search_qa` environment (its
+task, questions about the corpus: `covey.tasks.search_qa`).
 
 Optional extra: ``pip install covey[search]`` (bm25s pinned in pyproject.toml). No network: the
 corpus is generated (``generated:N:SEED``, made by `make_corpus`) or read from a local JSONL file
@@ -32,10 +33,8 @@ from pathlib import Path
 
 from covey.envs.base import Action, MissingExtra, StepResult, register_env
 from covey.envs.tools import answer_tool_calls
-from covey.tasks._common import check_split
-from covey.tasks.registry import register_task
 
-__all__ = ["SEARCH_SCHEMA", "Index", "SearchQAEnv", "SearchQATask", "index_for", "make_corpus"]
+__all__ = ["FACTS", "QUESTIONS", "SEARCH_SCHEMA", "Index", "SearchQAEnv", "contains_answer", "index_for", "make_corpus"]
 
 SEARCH_SCHEMA = {
     "type": "function",
@@ -190,38 +189,3 @@ class SearchQAEnv:
 
     def close(self) -> None:
         pass
-
-
-@register_task("search_qa")
-class SearchQATask:
-    """Questions about a generated corpus ``{"id", "prompt", "answer", "corpus"}``: one fact (capital,
-    founding year, river) of one country each; train and test take different questions. The verifier
-    checks the answer as a whole word in the completion. Params: n_entities, seed, n_train, n_test."""
-
-    name = "search_qa"
-    answer_format = "The answer (a name or a year) as a word in the reply."
-
-    def __init__(self, *, n_entities: int = 200, seed: int = 0, n_train: int = 128, n_test: int = 64):
-        if n_entities < 2 or n_train < 1 or n_test < 0 or n_train + n_test > 3 * n_entities:
-            raise ValueError(f"search_qa: need n_entities >= 2, n_train >= 1, n_test >= 0 and n_train + n_test <= "
-                             f"3 * n_entities (got {n_entities}, {n_train}, {n_test})")  # fmt: skip
-        self.n, self.seed, self.sizes = n_entities, seed, {"train": n_train, "test": n_test}
-
-    def examples(self, split: str = "train") -> list[dict]:
-        check_split(self.name, split)
-        docs = make_corpus(self.n, self.seed)
-        pairs = [(d, f) for d in docs for f in FACTS]
-        random.Random(self.seed + 1).shuffle(pairs)
-        start = 0 if split == "train" else self.sizes["train"]
-        corpus = f"generated:{self.n}:{self.seed}"
-        return [{"id": i, "prompt": QUESTIONS[f].format(d["name"]), "answer": d[f], "corpus": corpus}
-                for i, (d, f) in enumerate(pairs[start : start + self.sizes[split]])]  # fmt: skip
-
-    def demonstration(self, item: dict) -> str:
-        """The first turn of a good episode: a search for the question's words (for `covey sft`)."""
-        query = item["prompt"].rstrip("?")
-        return '<tool_call>{"name": "search", "arguments": {"query": ' + json.dumps(query) + "}}</tool_call>"
-
-    def reward(self, prompts, completions, answer, **_) -> list[float]:
-        return [1.0 if contains_answer(c if isinstance(c, str) else c[-1]["content"], a) else 0.0
-                for c, a in zip(completions, answer)]  # fmt: skip

@@ -9,7 +9,7 @@ token-in, token-out):
 - turn 0: the prompt ids are the chat template of the prompt messages (generation prompt added);
 - turn t > 0, when the prompt messages extend the previous turn's (prompt + completion) messages:
   prompt ids = the previous turn's prompt ids + its sampled ids + the template delta of the new
-  (environment / tool) messages (`covey.strategies.episodes.TemplateDelta`: the chat template rendered
+  (environment / tool) messages (`covey.models.chat.TemplateDelta`: the chat template rendered
   over a fixed dummy conversation with and without them; the end-of-turn token is added when the
   turn was cut by its budget). The sampled ids are never re-tokenized;
 - otherwise (the environment rewrote the conversation, or the template rewrites earlier turns) the
@@ -38,7 +38,7 @@ from verifiers.clients import OpenAIChatCompletionsClient
 from verifiers.errors import OverlongPromptError
 
 from covey.envs.tools import parse_tool_calls
-from covey.strategies.episodes import TemplateDelta, TemplateError, render
+from covey.models.chat import TemplateDelta, TemplateError, render
 
 __all__ = ["EngineClient", "Native"]
 

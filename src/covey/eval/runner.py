@@ -7,6 +7,7 @@ and the mean of each reward column when a run's rewards are given.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,9 +19,10 @@ from covey.eval.crossppl import summarize_nll
 from covey.eval.samples import append_records, open_samples
 from covey.rewards.scoring import Scorer
 from covey.samplers import Draw
-from covey.strategies import completion_texts, item_columns, sample_groups
+from covey.rollouts import item_columns
+from covey.strategies import completion_texts, sample_groups
 
-__all__ = ["eval_progress", "evaluate", "summarize"]
+__all__ = ["clock", "eval_progress", "evaluate", "summarize"]
 
 
 def evaluate(
@@ -72,14 +74,17 @@ def evaluate(
         raise ValueError(f"ids has {len(ids)} entries for {len(items)} items")
     if by is not None and any(by not in it for it in items):
         raise ValueError(f"--by {by!r}: not a column of every item (columns: {sorted(items[0]) if items else []})")
-    verified = "accuracy" in rewards.names if rewards is not None else getattr(task, "reward", None) is not None
+    from covey.tasks.base import hooks_of
+
+    hooks = hooks_of(task)
+    verified = "accuracy" in rewards.names if rewards is not None else hooks.reward is not None
     if rewards is None and not verified:
         raise ValueError(f"task {getattr(task, 'name', task)!r} has no verifier to score with; pass the run's rewards")
     if samples_out is not None and not verified:
         raise ValueError("--samples-out needs a correctness source (the task's verifier or an accuracy reward)")
     done = open_samples(samples_out, meta or {}, n) if samples_out is not None else {}
     greedy = temperature == 0
-    extract = getattr(task, "extract_answer", None)
+    extract = hooks.extract_answer
     scores_of: dict[int, list[float]] = {pid: [float(r["score"]) for r in rs[:n]] for pid, rs in done.items()}
     answers_of: dict[int, list] = {pid: [r["answer"] for r in rs[:n]] for pid, rs in done.items()}
     nll_of: dict[int, list] = {pid: [(r["nll_sum"], r["nll_tokens"]) for r in rs[:n]] for pid, rs in done.items()} if nll_under else {}
@@ -169,6 +174,20 @@ def summarize(scores: list[list[float]], answers: list[list] | None, ks: tuple[i
     return out
 
 
+def clock(seconds: float) -> str:
+    """A duration for progress lines: ``1:02:03`` (hours) or ``2:03`` (minutes:seconds); ``?`` when unknown.
+
+    >>> clock(3723.4), clock(59.6), clock(float("nan"))
+    ('1:02:03', '1:00', '?')
+    """
+    if not math.isfinite(seconds):
+        return "?"
+    s = max(0, int(round(seconds)))
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
 @contextmanager
 def eval_progress(total: int, *, console=None, label: str = "eval", live: bool = True) -> Iterator[Callable[[int], None]]:
     """A `progress(done)` callback for `evaluate`: a rich bar when `console` (default: a rich Console
@@ -177,7 +196,6 @@ def eval_progress(total: int, *, console=None, label: str = "eval", live: bool =
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from covey.train.metrics import clock
 
     console = console or Console(stderr=True)
     started = time.perf_counter()

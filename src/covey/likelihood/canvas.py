@@ -97,7 +97,7 @@ def mc_samples(entry_name: str, params: dict) -> int:
     from covey.likelihood.registry import LIKELIHOODS
 
     entry = LIKELIHOODS.get(entry_name)
-    fn = getattr(entry.fn, "mc_samples", None)
+    fn = entry.caps.mc_samples
     return int(fn({**entry.defaults, **params})) if fn is not None else 1
 
 

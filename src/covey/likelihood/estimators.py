@@ -16,7 +16,7 @@ from pydantic import Field
 from torch import Tensor
 
 from covey.likelihood.canvas import Canvas
-from covey.likelihood.registry import LogLik, register_likelihood
+from covey.likelihood.registry import LikelihoodCaps, LogLik, register_likelihood
 
 __all__ = ["d1_one_step", "elbo_antithetic", "elbo_double_mc", "elbo_mc", "elbo_sdmc", "gauss_legendre"]
 
@@ -81,7 +81,7 @@ def elbo_mc(canvas: Canvas, *, mc_num: Count = 1, stratified: bool = True) -> Lo
     return _broadcast(canvas, total / m, m)
 
 
-elbo_mc.mc_samples = lambda params: params["mc_num"]
+elbo_mc.caps = LikelihoodCaps(mc_samples=lambda params: params["mc_num"])
 
 
 @register_likelihood("elbo_antithetic", paper="ESPO: sequence-level ELBO policy optimization", arxiv="2512.03759")
@@ -114,7 +114,7 @@ def elbo_antithetic(canvas: Canvas, *, num_mc: Count = 1) -> LogLik:
     return _broadcast(canvas, total / m, m)
 
 
-elbo_antithetic.mc_samples = lambda params: params["num_mc"]
+elbo_antithetic.caps = LikelihoodCaps(mc_samples=lambda params: params["num_mc"])
 
 
 def gauss_legendre(n: int) -> tuple[list[float], list[float]]:
@@ -146,7 +146,7 @@ def elbo_sdmc(canvas: Canvas, *, nodes: Count = 3, masks_per_node: Count = 1) ->
     return _broadcast(canvas, total, len(chosen))
 
 
-elbo_sdmc.mc_samples = lambda params: params["nodes"] * params["masks_per_node"]
+elbo_sdmc.caps = LikelihoodCaps(mc_samples=lambda params: params["nodes"] * params["masks_per_node"])
 
 
 @register_likelihood("elbo_double_mc", paper="GDPO (the baseline it calls variance explosion)", arxiv="2510.08554")
@@ -167,4 +167,4 @@ def elbo_double_mc(canvas: Canvas, *, mc_num: Count = 1) -> LogLik:
     return _broadcast(canvas, total / m, m)
 
 
-elbo_double_mc.mc_samples = lambda params: params["mc_num"]
+elbo_double_mc.caps = LikelihoodCaps(mc_samples=lambda params: params["mc_num"])

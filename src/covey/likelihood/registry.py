@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from covey.registry import Registry
+from collections.abc import Callable
 
-__all__ = ["LIKELIHOODS", "LogLik", "register_likelihood"]
+from covey.registry import Caps, Registry
+
+__all__ = ["LIKELIHOODS", "LikelihoodCaps", "LogLik", "register_likelihood"]
 
 
 @dataclass
@@ -21,7 +23,18 @@ class LogLik:
     samples: int = 1
 
 
+class LikelihoodCaps(Caps):
+    """What an estimator declares (its `caps`).
+
+    mc_samples:  mc_samples(params) -> how many Monte Carlo samples it draws (separate forwards for a
+                 `per_mc` surrogate); None: one.
+    """
+
+    mc_samples: Callable[[dict], int] | None = None
+
+
 LIKELIHOODS = Registry(
-    "likelihood", context=("canvas",), signature="fn(canvas: Canvas, *, **params) -> LogLik", defaults_required=True
+    "likelihood", context=("canvas",), signature="fn(canvas: Canvas, *, **params) -> LogLik", defaults_required=True,
+    caps=LikelihoodCaps,
 )
 register_likelihood = LIKELIHOODS.register

@@ -58,16 +58,31 @@ def check_preference(pref: PreferenceConfig, algo_is_default: bool, strategy: st
             raise ValueError(f"preference.pairs {pairs!r} builds units only preference.loss {other!r} reads, got {loss!r}")
     if (loss == "tgdpo") != (pref.guide_model is not None):
         raise ValueError("preference.loss tgdpo needs preference.guide_model (and only tgdpo reads one)")
-    if pairs == "xpo" and strategy != "reference_pairs":
-        raise ValueError("preference.pairs xpo pairs policy samples with reference samples: use rollout.strategy reference_pairs")
-    if strategy == "offline_pairs" and rewards:
-        raise ValueError("rollout.strategy offline_pairs: the dataset labels the pairs (chosen / rejected), so `rewards:` "
+    caps = _strategy_caps(strategy)
+    if pairs == "xpo" and not caps.needs_reference_engine:
+        samplers = ", ".join(n for n in _pair_strategies() if _strategy_caps(n).needs_reference_engine)
+        raise ValueError(f"preference.pairs xpo pairs policy samples with reference samples: use rollout.strategy {samplers}")
+    if caps.labelled_reward is not None and rewards:
+        raise ValueError(f"rollout.strategy {strategy}: the dataset labels the pairs (chosen / rejected), so `rewards:` "
                          "would be ignored: remove them")  # fmt: skip
-    if strategy == "reference_pairs" and pairs != "xpo":
-        raise ValueError(f"rollout.strategy reference_pairs draws reference samples only preference.pairs xpo uses, got {pairs!r}")
+    if caps.needs_reference_engine and pairs != "xpo":
+        raise ValueError(f"rollout.strategy {strategy} draws reference samples only preference.pairs xpo uses, got {pairs!r}")
+
+
+def _strategy_caps(name: str):
+    from covey.strategies import STRATEGIES
+
+    return STRATEGIES.get(name).caps
+
+
+def _pair_strategies() -> list[str]:
+    """The rollout strategies that make preference pairs (`StrategyCaps.makes_pairs`)."""
+    from covey.strategies import STRATEGIES
+
+    return [n for n in STRATEGIES if STRATEGIES.get(n).caps.makes_pairs]
 
 
 def no_preference_strategy(strategy: str, preference: Any) -> None:
-    """The preference-only strategies need a `preference:` section."""
-    if preference is None and strategy in ("offline_pairs", "reference_pairs"):
+    """The strategies that make preference pairs (`StrategyCaps.makes_pairs`) need a `preference:` section."""
+    if preference is None and _strategy_caps(strategy).makes_pairs:
         raise ValueError(f"rollout.strategy {strategy} makes preference pairs: add a `preference:` section (docs/preference.md)")

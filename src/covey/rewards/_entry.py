@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from covey.rewards.model import ModelReward, is_reward_model
-from covey.rewards.registry import get_reward
+from covey.rewards.registry import get_reward, reward_caps
 
 __all__ = ["Entry", "build_entry"]
 
@@ -113,7 +113,8 @@ def build_entry(r, workers: int, spec_type) -> Entry:
         spec, named = (r if isinstance(r, spec_type) else spec_type(**r)), True
         fn = get_reward(spec.name, **spec.params)  # fails now, before any model loads
     payload, why = None, ""
-    if workers > 0 and not spec.in_process and not getattr(fn, "in_process", False):
+    caps = reward_caps(fn)
+    if workers > 0 and not spec.in_process and not caps.in_process:
         if named:  # a worker builds it from the name too
             payload = pickle.dumps(("spec", spec.name, spec.params))
             if spec.name.startswith(("__main__:", "__mp_main__:")):
@@ -133,8 +134,8 @@ def build_entry(r, workers: int, spec_type) -> Entry:
         in_process=in_process,
         fn=fn,
         payload=payload,
-        group_aware=bool(getattr(fn, "group_aware", False)),
-        group_key=str(getattr(fn, "group_key", "group")),
+        group_aware=bool(caps.group_aware),
+        group_key=str(caps.group_key),
         accepts=accepts,
         required=required,
         reads=reads,

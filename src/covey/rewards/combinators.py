@@ -35,7 +35,7 @@ import math
 from typing import Any
 
 from covey.rewards._scoring import RewardOutput, _await
-from covey.rewards.registry import get_reward, register_reward
+from covey.rewards.registry import get_reward, register_reward, reward_caps
 
 __all__ = ["StagedReward", "SwitchReward"]
 
@@ -52,7 +52,7 @@ def _accepts(fn) -> set[str] | None:
 def _forward_context(fns, context: dict) -> None:
     """The trainer's engine context, to the inner rewards that need it (a `policy` judge)."""
     for fn in fns:
-        if getattr(fn, "needs_engine", False):
+        if reward_caps(fn).needs_engine:
             fn.set_context(**context)
 
 
@@ -72,10 +72,10 @@ class StagedReward:
                 raise ValueError(f"staged: stages[{k}].gate must be finite")
             fn = get_reward(st["name"], **(st.get("params") or {}))
             self.stages.append((fn, gate, _accepts(fn)))
-        fns = [fn for fn, _, _ in self.stages]
-        self.group_aware = any(getattr(fn, "group_aware", False) for fn in fns)
-        self.needs_engine = any(getattr(fn, "needs_engine", False) for fn in fns)
-        self.in_process = self.needs_engine or any(getattr(fn, "in_process", False) for fn in fns)
+        caps = [reward_caps(fn) for fn, _, _ in self.stages]
+        self.group_aware = any(c.group_aware for c in caps)
+        self.needs_engine = any(c.needs_engine for c in caps)
+        self.in_process = self.needs_engine or any(c.in_process for c in caps)
         self.__name__ = "staged"
 
     def set_context(self, **context) -> None:
@@ -90,7 +90,7 @@ class StagedReward:
             if not open_rows:
                 metrics[f"stage{k}/pass_frac"] = [0.0] * n
                 continue
-            rows = list(range(n)) if getattr(fn, "group_aware", False) else open_rows
+            rows = list(range(n)) if reward_caps(fn).group_aware else open_rows
             sub = {name: [col[i] for i in rows] for name, col in columns.items() if accepts is None or name in accepts}
             out = _await(fn(prompts=[prompts[i] for i in rows], completions=[completions[i] for i in rows], **sub))
             vals = list(getattr(out, "scores", out))
@@ -131,10 +131,10 @@ class SwitchReward:
         if default != "none" and not (isinstance(default, (int, float)) and math.isfinite(default)):
             raise ValueError(f"switch: default must be none or a finite number, got {default!r}")
         self.column, self.default = column, None if default == "none" else float(default)
-        fns = [fn for fn, _ in self.cases.values()]
-        self.group_aware = any(getattr(fn, "group_aware", False) for fn in fns)
-        self.needs_engine = any(getattr(fn, "needs_engine", False) for fn in fns)
-        self.in_process = self.needs_engine or any(getattr(fn, "in_process", False) for fn in fns)
+        caps = [reward_caps(fn) for fn, _ in self.cases.values()]
+        self.group_aware = any(c.group_aware for c in caps)
+        self.needs_engine = any(c.needs_engine for c in caps)
+        self.in_process = self.needs_engine or any(c.in_process for c in caps)
         self.__name__ = "switch"
 
     def set_context(self, **context) -> None:

@@ -14,10 +14,53 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 from covey.registry import Registry, RegistryError
 
-__all__ = ["REWARDS", "get_reward", "register_reward"]
+__all__ = ["REWARDS", "RewardCaps", "get_reward", "register_reward", "reward_caps"]
+
+
+@dataclass(frozen=True)
+class RewardCaps:
+    """What a reward callable declares about itself, as attributes of the function or instance (TRL's
+    reward functions are plain callables; an instance's may depend on its parameters). Every reader
+    goes through `reward_caps(fn)`; an attribute the callable does not set takes the default here.
+
+    group_aware:       it scores whole groups: the runner never splits a group across calls.
+    group_key:         the column that names a row's group for a group-aware reward.
+    in_process:        it always runs in the calling process (reward models, the live policy judge).
+    needs_engine:      it asks for the trainer's engine (`set_context`, before each scoring).
+    prenormalized:     its scores are already normalised within their groups.
+    audit_against:     the column its verdicts are compared with (`reward/<name>/verifier_agreement`).
+    audit_threshold:   its score at or above which it counts as a pass in that comparison.
+    audit_columns:     item columns whose slices the agreement is also reported for.
+    audit_warn_below:  an agreement below this is warned about.
+    check_advantage:   check_advantage(name, params) raising ValueError: a reward tied to an advantage
+                       estimator checks the run's (before any model loads).
+    prefers:           `covey.compat` features it works best with (arenarl: a greedy anchor row); a run
+                       that provides none of them loads with a warning.
+    """
+
+    group_aware: bool = False
+    group_key: str = "group"
+    in_process: bool = False
+    needs_engine: bool = False
+    prenormalized: bool = False
+    audit_against: str | None = None
+    audit_threshold: float = 0.5
+    audit_columns: tuple[str, ...] = ()
+    audit_warn_below: float = 0.5
+    check_advantage: Callable[[str, dict], None] | None = None
+    prefers: tuple[str, ...] = ()
+
+
+def reward_caps(fn) -> RewardCaps:
+    """The `RewardCaps` a reward callable declares (its attributes of those names)."""
+    declared = {f.name: getattr(fn, f.name) for f in fields(RewardCaps) if hasattr(fn, f.name)}
+    declared["audit_columns"] = tuple(declared.get("audit_columns") or ())
+    declared["prefers"] = tuple(declared.get("prefers") or ())
+    return RewardCaps(**declared)
 
 REWARDS = Registry("reward", signature="fn(prompts, completions, **columns) -> list[float | None], or a class of such")
 register_reward = REWARDS.register

@@ -77,6 +77,7 @@ from covey.rewards._pool import Job, WorkerPool
 from covey.registry import Spec
 from covey.rewards._scoring import FAILURE_KINDS, FLOAT32_MAX, NOT_APPLICABLE, RETRY_BUDGET, ChunkOutcome, score_chunk
 from covey.rewards.judge.audit import audit_verifier
+from covey.rewards.registry import reward_caps
 
 __all__ = ["RewardBatch", "RewardCrashed", "RewardFailure", "RewardReturnError", "RewardRunner", "RewardSpec"]
 
@@ -213,7 +214,7 @@ class RewardRunner:
         if "total" in labels:
             raise ValueError("'total' is reserved for the weighted sum; give that reward another alias")
         self.names = tuple(labels)
-        pre = [e.label for e in self.entries if getattr(e.fn, "prenormalized", False)]
+        pre = [e.label for e in self.entries if reward_caps(e.fn).prenormalized]
         mixed = [e.label for e in self.entries if e.label not in pre and e.weight != 0]
         if pre and (mixed or len(pre) > 1):
             log.warning("reward(s) %s are already normalised within their groups (prenormalized) but are summed with %s; "
@@ -252,14 +253,14 @@ class RewardRunner:
     @property
     def needs_engine(self) -> bool:
         """Whether a reward asks for the trainer's engine (a judge with the `policy` backend)."""
-        return any(getattr(e.fn, "needs_engine", False) for e in self.entries)
+        return any(reward_caps(e.fn).needs_engine for e in self.entries)
 
     def set_context(self, *, engine, tokenizer, policy_version: int | None = None) -> None:
         """Hand the live policy's engine, tokenizer and weights version to the rewards that declare
         ``needs_engine`` (through their ``set_context``); the trainer calls it before each scoring.
         Such rewards run in this process (they declare ``in_process``): the engine is never pickled."""
         for e in self.entries:
-            if getattr(e.fn, "needs_engine", False):
+            if reward_caps(e.fn).needs_engine:
                 if not e.in_process:
                     raise RuntimeError(f"reward {e.label!r} needs the trainer's engine but runs in a worker")
                 e.fn.set_context(engine=engine, tokenizer=tokenizer, policy_version=policy_version)

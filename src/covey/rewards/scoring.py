@@ -24,13 +24,15 @@ from torch import Tensor
 
 from covey.algos.kl import kl_reward_penalty
 from covey.algos.shaping import overlong_penalty
-from covey.rollouts import Rollouts
+from covey.rollouts import Rollouts, item_columns
 
 __all__ = ["KLRewardPenalty", "OverlongShaping", "Scorer", "ShapingTerm", "check_reward_columns", "shaping_terms"]
 
 
 class ShapingTerm(Protocol):
-    name: str
+    name: str  # its reward column
+    key: str  # the AlgoConfig field that switches it on
+    reward: str | None  # the registered reward that computes the same penalty (never configure both), if any
 
     def __call__(self, batch: Rollouts) -> Tensor: ...
 
@@ -55,6 +57,8 @@ class KLRewardPenalty:
     `fill_ref(batch)` writes `batch.ref_logprobs` (the trainer's reference model)."""
 
     name = "kl_penalty"
+    key = "kl"
+    reward = None
 
     def __init__(self, estimator: Callable[[Tensor, Tensor], Tensor], coef: float, fill_ref: Callable[[Rollouts], None]):
         self.estimator, self.coef, self.fill_ref = estimator, coef, fill_ref
@@ -95,7 +99,7 @@ def check_reward_columns(rewards: Sequence, algo, max_new_tokens: int) -> list[s
                              "give one an alias")  # fmt: skip
         seen[spec.label] = f"rewards[{i}]"
     for term in terms:
-        same = getattr(term, "reward", None)
+        same = term.reward
         for i, spec in enumerate(rewards):
             if same is not None and REWARDS.get(spec.name).fn is REWARDS.get(same).fn:
                 key = f"algo.{term.key}"
@@ -125,8 +129,6 @@ class Scorer:
         self.runner, self.decode, self.shaping = runner, decode, list(shaping)
 
     def __call__(self, batch: Rollouts) -> dict[str, Any]:
-        from covey.strategies.group import item_columns
-
         if batch.items is None:
             raise ValueError("cannot score a batch without `items`: the rollout strategy must set the item of every row")
         rows = batch.items

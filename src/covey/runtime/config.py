@@ -19,7 +19,7 @@ Refused when the config is read (one-line errors, before any model loads): `max_
 with `inline` (inline is synchronous: its batches are always fresh); `ray` without Ray installed or
 with a strategy that needs more than the plain `Engine` protocol; `thread`/`ray` with a rollout
 strategy that carries unfinished rollouts across steps and trains their earlier tokens
-(`carries_rollouts = True` without `trains_carried_tokens = False`: april), whose carried tokens lag
+(`StrategyCaps(carries_rollouts=True)` without `trains_carried_tokens=False`: april), whose carried tokens lag
 by eta plus the steps they were carried (tppo masks its carried tokens out of the loss, so only
 tokens of the batch's admission version are trained: it runs under thread); `thread` with LoRA and a KL term in the reward (the
 reference is the policy with its adapters switched off, which the generator thread would toggle
@@ -107,14 +107,10 @@ def carries_rollouts(name: str, params: dict) -> bool:
 
 
 def _carrier(name: str, params: dict):
-    """The strategy class (or factory) in `name`'s chain that carries unfinished rollouts, or None."""
-    from covey.strategies import STRATEGIES
+    """The registry entry of the strategy in `name`'s chain that carries unfinished rollouts, or None."""
+    from covey.strategies.base import strategy_chain
 
-    factory = STRATEGIES.get(name).fn
-    if getattr(factory, "carries_rollouts", False):
-        return factory
-    inner = getattr(factory, "inner_strategy", None)
-    return None if inner is None else _carrier(*inner(params))
+    return next((entry for _, _, entry in strategy_chain(name, params) if entry.caps.carries_rollouts), None)
 
 
 def _interruptible(engine_name: str) -> bool:
@@ -132,23 +128,19 @@ def interrupts_on_update(cfg) -> bool:
     return bool(rt.interrupt_on_update) or _interruptible(cfg.engine.name)
 
 
-def _check_swarm(cfg, name: str, params: dict) -> None:
-    """`swarm` (SAPO sharing, covey.strategies.swarm) anywhere in the strategy chain needs Ray and no correction."""
-    from covey.strategies import STRATEGIES
+def _check_shared_rows(cfg, name: str, params: dict) -> None:
+    """A strategy anywhere in the chain that shares rollouts through Ray needs Ray, and one that adds rows
+    another model sampled cannot use an importance correction (`StrategyCaps.needs_ray`, `.foreign_rows`)."""
+    import importlib.util
 
-    factory = STRATEGIES.get(name).fn
-    if name == "swarm" or factory is STRATEGIES.get("swarm").fn:
-        import importlib.util
+    from covey.strategies.base import strategy_chain
 
-        if importlib.util.find_spec("ray") is None:
-            raise ValueError("rollout.strategy swarm shares rollouts through Ray, an optional extra: pip install 'covey[ray]'")
-        if cfg.algo.active().get("correction") is not None:
-            raise ValueError("rollout.strategy swarm cannot use algo.correction: the external rows' sampling log-probs are "
+    for strategy, _, entry in strategy_chain(name, params):
+        if entry.caps.needs_ray and importlib.util.find_spec("ray") is None:
+            raise ValueError(f"rollout.strategy {strategy} shares rollouts through Ray, an optional extra: pip install 'covey[ray]'")
+        if entry.caps.foreign_rows and cfg.algo.active().get("correction") is not None:
+            raise ValueError(f"rollout.strategy {strategy} cannot use algo.correction: the external rows' sampling log-probs are "
                              "unknown (another model sampled them); the learner recomputes pi_old for all rows instead")  # fmt: skip
-        return
-    inner = getattr(factory, "inner_strategy", None)
-    if inner is not None:
-        _check_swarm(cfg, *inner(params))
 
 
 def _check_learner_group(cfg) -> None:
@@ -215,7 +207,7 @@ def check_runtime(cfg) -> None:
         raise ValueError(f"runtime.interrupt_on_update: true needs an engine with interrupt() (InterruptibleEngine); "
                          f"engine {cfg.engine.name!r} has none: use interrupt_on_update: false")  # fmt: skip
     spec = cfg.strategy_spec()
-    _check_swarm(cfg, spec.name, spec.params)
+    _check_shared_rows(cfg, spec.name, spec.params)
     if rt.executor == "inline":
         return
     if rt.executor == "ray":
@@ -231,7 +223,7 @@ def check_runtime(cfg) -> None:
             raise ValueError(f"runtime.executor=ray cannot run rollout.strategy {cfg.rollout.strategy.name!r} yet: it needs "
                              f"{' and '.join(extra)}, which the Ray engine proxy does not provide (only Engine)")  # fmt: skip
     carrier = _carrier(spec.name, spec.params)
-    if carrier is not None and getattr(carrier, "trains_carried_tokens", True):
+    if carrier is not None and carrier.caps.trains_carried_tokens:
         raise ValueError(f"runtime.executor={rt.executor} cannot run rollout.strategy {cfg.rollout.strategy.name!r}: it carries "
                          "unfinished rollouts across steps and trains their earlier tokens, which lag by eta plus the "
                          "steps they were carried, so max_staleness cannot bound them; use runtime.executor: inline")  # fmt: skip

@@ -67,7 +67,7 @@ def _worker_class():
 
         def join(self, init_method: str, timeout_s: float, optimizer_state, scheduler_state, resume: str | None) -> str:
             from covey.runtime.data_parallel import DataParallelLearner, init_group
-            from covey.train.setup import build_optimizer
+            from covey.learner.optim import build_optimizer
 
             init_group(self.rank, self.world, init_method, timeout_s=timeout_s)
             if self.sharding["name"] == "fsdp2":  # shard first: the optimizer is built on the shards
@@ -101,7 +101,7 @@ def _worker_class():
         def weights(self) -> dict | None:
             """Rank 0's trainable weights on the CPU (None elsewhere); fsdp2: gathered one parameter at a
             time into buckets of runtime.sync_bucket_mb (every rank takes part), never a second full copy."""
-            from covey.train.setup import trainable_state
+            from covey.models.state import trainable_state
 
             if self.sharding["name"] != "fsdp2":
                 return {k: v.cpu() for k, v in trainable_state(self.model).items()} if self.rank == 0 else None

@@ -49,7 +49,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from covey.algos.registry import BatchTotals
-from covey.learner.learner import Learner, rows_with_signal
+from covey.learner.learner import Learner
+from covey.learner.policy_loss import PolicyLoss, rows_with_signal
 
 __all__ = ["ShardedLearner", "full_state_buckets", "local_bytes", "shard_model", "shard_units"]
 
@@ -151,9 +152,10 @@ class ShardedLearner(Learner):
     def __init__(self, root: nn.Module, *args, group=None, **kwargs):
         kwargs["share_prompts"] = False  # one decoder pass per micro-batch on every rank (module docstring)
         super().__init__(*args, **kwargs)
-        if self.likelihood is not None:
-            raise ValueError("runtime.sharding fsdp2 cannot run algo.likelihood (a masked-diffusion estimator calls the "
-                             "model outside the sharded forward); use sharding: ddp")  # fmt: skip
+        if self.likelihood is not None or not isinstance(self.objective, PolicyLoss):
+            raise ValueError("runtime.sharding fsdp2 runs the policy loss on token log-probs: not algo.likelihood (a "
+                             "masked-diffusion estimator calls the model outside the sharded forward) nor preference "
+                             "mode; use sharding: ddp")  # fmt: skip
         self.root, self.group = root, group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         self._totals: tuple[float, float] | None = None
@@ -186,8 +188,8 @@ class ShardedLearner(Learner):
 
     def _forwards_of(self, shard) -> int:
         """The grad-enabled forwards `Learner._step` runs on `shard`: its micro-batches with a loss token,
-        after the rows without signal are skipped (`skip_zero_rows`)."""
-        if self.skip_zero_rows:
+        after the policy loss leaves out the rows without signal (`PolicyLoss.skip_zero_rows`)."""
+        if isinstance(self.objective, PolicyLoss) and self.objective.skip_zero_rows:
             shard = shard.select(rows_with_signal(shard, shard.loss_mask()))
         return sum(float(shard.select(idx).loss_mask().sum()) > 0 for idx in self._chunks(shard))
 

@@ -45,7 +45,7 @@ __all__ = ["BroadcastSync", "DiskSync", "InProcessSync", "ObjectStoreSync", "WEI
 
 def _engine_tensors(source) -> dict[str, Tensor]:
     """What an engine loads from `source` (a model: its weights, LoRA merged; or a state dict), not copied."""
-    from covey.train.setup import engine_state
+    from covey.models.state import engine_state
 
     state = engine_state(source) if isinstance(source, torch.nn.Module) else source
     return state.state_dict() if hasattr(state, "state_dict") else dict(state)

@@ -27,7 +27,7 @@ from torch import Tensor
 from covey.samplers.base import Feedback
 from covey.samplers.feedback import row_success
 from covey.samplers.sampler import UniformSampler
-from covey.rollouts import Rollouts
+from covey.rollouts import Groups, Rollouts
 
 __all__ = ["GatedUniform", "apply_feedback", "first_tokens", "group_success", "kept_mask", "problem_text", "t_quantile"]
 
@@ -120,12 +120,8 @@ def apply_feedback(batch: Rollouts, feedback: Feedback) -> None:
 
 def group_success(batch: Rollouts) -> tuple[Tensor, Tensor, Tensor]:
     """(inverse [N] long: row -> dense group, mean success [B] float64, size [B] float64)."""
-    _, inv = torch.unique(batch.group.cpu(), return_inverse=True)
-    s = row_success(batch).cpu()
-    b = int(inv.max()) + 1 if inv.numel() else 0
-    size = torch.zeros(b, dtype=torch.float64).index_add_(0, inv, torch.ones_like(s))
-    mean = torch.zeros(b, dtype=torch.float64).index_add_(0, inv, s) / size.clamp(min=1)
-    return inv, mean, size
+    groups = Groups.of(batch.group.cpu())
+    return groups.index, groups.mean(row_success(batch).cpu()), groups.size
 
 
 def problem_text(item: dict) -> str:

@@ -97,7 +97,12 @@ class BaseSampler(ABC):
     """The sampler contract: `next` is required; every other hook has a no-op default."""
 
     requires: tuple[str, ...] = ()
-    """Optional `Rollouts` fields this sampler reads (e.g. ``("entropies",)``)."""
+    """Optional `Rollouts` fields this sampler reads (e.g. ``("entropies",)``), and `covey.compat`
+    features it needs ("!single_rows": it cannot work with groups of one row)."""
+    provides: tuple[str, ...] | Callable[[dict], Any] = ()
+    """`covey.compat` features its batches have: a tuple, or a function of its parameters."""
+    prefers: tuple[str, ...] = ()
+    """`covey.compat` features it works best with (a warning when missing)."""
 
     def __init__(self, items: Sequence[dict], seed: int = 0):
         if len(items) == 0:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from covey.rollouts import Rollouts
+from covey.rollouts import Groups, Rollouts
 
 __all__ = ["ItemIndex", "draw_generator", "prompt_outcomes", "row_success"]
 
@@ -33,11 +33,8 @@ def row_success(batch: Rollouts) -> Tensor:
 
 def prompt_outcomes(batch: Rollouts) -> tuple[Tensor, Tensor, Tensor]:
     """Per dataset item in the batch: (ids [P] long, successes [P] float64, rollouts [P] float64)."""
-    ids, inv = torch.unique(batch.prompt_id.cpu(), return_inverse=True)
-    s = row_success(batch).cpu()
-    succ = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, inv, s)
-    count = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, inv, torch.ones_like(s))
-    return ids, succ, count
+    prompts = Groups.of(batch.prompt_id.cpu())
+    return prompts.ids, prompts.sum(row_success(batch).cpu()), prompts.size
 
 
 def draw_generator(seed: int, salt: str, n: int) -> torch.Generator:

@@ -9,8 +9,10 @@ regenerates until enough groups are kept.
 
 from __future__ import annotations
 
-import torch
+import torch  # noqa: F401  (the doctest below)
 from torch import Tensor
+
+from covey.rollouts import Groups
 
 __all__ = ["informative_groups"]
 
@@ -22,7 +24,5 @@ def informative_groups(rewards: Tensor, group: Tensor) -> Tensor:
     >>> informative_groups(torch.tensor([1., 1., 0., 1.]), torch.tensor([0, 0, 1, 1])).tolist()
     [False, False, True, True]
     """
-    _, inv, counts = torch.unique(group, return_inverse=True, return_counts=True)
-    gmax = torch.full((len(counts),), -torch.inf).scatter_reduce(0, inv, rewards, "amax")
-    gmin = torch.full((len(counts),), torch.inf).scatter_reduce(0, inv, rewards, "amin")
-    return (gmax > gmin)[inv]
+    groups = Groups.of(group)
+    return (groups.amax(rewards) > groups.amin(rewards))[groups.index]

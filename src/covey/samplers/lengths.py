@@ -20,8 +20,11 @@ def prompt_token_limit(model, task, max_new_tokens: int) -> tuple[int | None, st
     limits = []
     if context:
         limits.append((context - max_new_tokens, "the model's context minus sampling.max_new_tokens"))
-    if getattr(task, "max_prompt_tokens", None):
-        limits.append((task.max_prompt_tokens, "the task's max_prompt_tokens"))
+    from covey.tasks.base import hooks_of
+
+    cap = hooks_of(task).max_prompt_tokens
+    if cap:
+        limits.append((cap, "the task's max_prompt_tokens"))
     return min(limits) if limits else (None, "")
 
 

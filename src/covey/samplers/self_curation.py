@@ -51,6 +51,7 @@ import torch
 from covey.samplers.base import Draw, Feedback, register_sampler
 from covey.samplers.feedback import row_success
 from covey.samplers._sampling import GatedUniform
+from covey.samplers.groups import sample_groups
 from covey.rollouts import Rollouts
 
 __all__ = ["SelfSampler", "likely_rows"]
@@ -103,8 +104,6 @@ class SelfSampler(GatedUniform):
         """greedy_check "decode": drop the draws whose greedy answer is already correct."""
         if self.greedy_check != "decode" or not draws:
             return draws, {}
-        from covey.strategies.group import sample_groups  # covey.strategies imports covey.samplers
-
         sp = dataclasses.replace(ctx.sampling(0), greedy=True, return_entropies=False)
         greedy = sample_groups(ctx.engine, ctx.tokenizer, [Draw(d.item, 1) for d in draws], sp)  # one row per draw, in order
         ctx.score(greedy)  # the run's rewards (its reward metrics are this step's rollout's, not these)

@@ -20,7 +20,7 @@ import torch
 
 from covey.samplers.feedback import prompt_outcomes
 from covey.samplers.filters import informative_groups
-from covey.rollouts import Rollouts
+from covey.rollouts import Groups, Rollouts
 
 __all__ = ["PASS_RATE_BINS", "pass_rate_histogram", "prompt_stats"]
 
@@ -47,8 +47,8 @@ def prompt_stats(batch: Rollouts) -> dict[str, float]:
     _, succ, count = prompt_outcomes(batch)
     out = pass_rate_histogram(succ / count)
     keep = informative_groups(batch.scalar_rewards().cpu(), batch.group.cpu())
-    groups, inv = torch.unique(batch.group.cpu(), return_inverse=True)
-    signal = torch.zeros(len(groups), dtype=torch.bool).index_put_((inv,), keep, accumulate=False)
+    groups = Groups.of(batch.group.cpu())
+    signal = torch.zeros(groups.num, dtype=torch.bool).index_put_((groups.index,), keep, accumulate=False)
     out["prompts/zero_signal_frac"] = 1.0 - float(signal.double().mean())
     out["prompts/rollouts_per_prompt_mean"] = float(count.mean())
     out["prompts/rollouts_per_prompt_min"] = float(count.min())

@@ -41,7 +41,7 @@ from typing import Any, Literal
 from covey.engine.base import ForkingEngine, Row
 from covey.engine.carry import out_of_budget, row_from, row_state
 from covey.strategies._rows import prompt_ids, rows_to_batch
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.rollouts import Rollouts
 
 __all__ = ["APRIL"]
@@ -57,8 +57,7 @@ class APRIL:
     old_logprobs:   "recompute" (code: pi_old of the current weights) or "behaviour" (covey's variant).
     """
 
-    engine_protocols = (ForkingEngine,)
-    carries_rollouts = True  # unfinished completions go to the next step (covey.runtime.config)
+    caps = StrategyCaps(engine_protocols=(ForkingEngine,), carries_rollouts=True)  # unfinished completions go on next step
 
     def __init__(self, *, over_provision: float = 2.0, chunk_tokens: int = 16, keep_surplus: bool = False,
                  old_logprobs: Literal["recompute", "behaviour"] = "recompute"):  # fmt: skip

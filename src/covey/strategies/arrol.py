@@ -32,7 +32,7 @@ from torch import Tensor
 
 from covey.engine.base import ForkingEngine, HiddenStatesEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.rollouts import Rollouts
 
 __all__ = ["ARRoL", "balanced_keep", "train_head"]
@@ -68,7 +68,7 @@ def train_head(w: Tensor, b: Tensor, x: Tensor, y: Tensor, *, lr: float, steps: 
 class ARRoL:
     """Online rollout pruning with a quality head (see the module docstring)."""
 
-    engine_protocols = (ForkingEngine, HiddenStatesEngine)
+    caps = StrategyCaps(engine_protocols=(ForkingEngine, HiddenStatesEngine))
 
     def __init__(self, *, oversample: float = 2.0, check_tokens: int = 16, success_threshold: float = 0.5,
                  head_lr: float = 0.5, head_steps: int = 50, warmup_rows: int = 32):  # fmt: skip

@@ -14,21 +14,22 @@ row and whose `prompt_id` is that item's id. It may score
 the batch itself through `ctx.score` (a filter needs the rewards); otherwise the trainer scores it.
 State that must survive a restart (a carried buffer) goes through `state_dict()` into the checkpoint.
 
-A strategy reaches the engine only through the engine protocols it declares as a class attribute,
-``engine_protocols = (ForkingEngine,)`` (default ``(Engine,)``; `covey.engine.base`); a strategy
-that runs another one names it with a static ``inner_strategy(params) -> (name, params)`` and needs
-what that one needs too. `check_engine_protocols` refuses, when the config is read, an engine class
-that lacks one.
+What a strategy needs or does is declared on its registry entry as `StrategyCaps`, its ``caps``
+class attribute: ``caps = StrategyCaps(engine_protocols=(ForkingEngine,), provides=("tree_path",))``.
+A strategy reaches the engine only through the engine protocols it declares there (default
+``(Engine,)``; `covey.engine.base`); a strategy that runs another one names it with
+``inner=lambda params: (name, params)`` and needs what that one needs too (`strategy_chain`).
+`check_engine_protocols` refuses, when the config is read, an engine class that lacks one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from covey.engine.base import ENGINE_PROTOCOLS, ENGINES, Engine, SamplingParams, missing_protocols
-from covey.registry import Registry, RegistryError
+from covey.registry import Caps, Entry, Registry, RegistryError
 from covey.samplers.base import Draw
 from covey.rollouts import Rollouts
 
@@ -36,9 +37,11 @@ __all__ = [
     "STRATEGIES",
     "RolloutContext",
     "RolloutStrategy",
+    "StrategyCaps",
     "check_engine_protocols",
     "engine_protocols",
     "register_strategy",
+    "strategy_chain",
 ]
 
 
@@ -57,7 +60,7 @@ class RolloutContext:
     step:            the training step being collected (0-based).
     policy_version:  version of the weights the engine holds now.
     reference_engine: an engine over the frozen reference policy, for a strategy that declares
-                     ``needs_reference_engine = True`` (XPO's `reference_pairs`); None otherwise.
+                     ``StrategyCaps(needs_reference_engine=True)``; None otherwise.
     max_prompt_tokens: the longest chat-templated prompt the run takes (the model's context minus
                      max_new_tokens, or the task's limit; `covey.samplers.lengths.prompt_token_limit`),
                      None when unknown: a sampler that rewrites prompts (XRPO's seeding) keeps within it.
@@ -84,18 +87,71 @@ class RolloutStrategy(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy)
+Features = tuple[str, ...] | Callable[[dict], Any]
+
+
+class StrategyCaps(Caps):
+    """What a rollout strategy needs or does (declared as its `caps`; defaults: none of it).
+
+    engine_protocols:        the engine protocols it calls (`covey.engine.base`), checked against the
+                             engine when the config is read.
+    inner:                   inner(params) -> (name, params): the strategy it runs; what that one
+                             needs applies too.
+    carries_rollouts:        unfinished rollouts go on in the next step (the async executors refuse
+                             or bound it, `covey.runtime.config`).
+    trains_carried_tokens:   a carried row trains its earlier tokens (False: they are masked out).
+    needs_reference_engine:  it also samples from the frozen reference (`RolloutContext.reference_engine`).
+    needs_ray:               it shares rollouts between runs through Ray.
+    foreign_rows:            it adds rows another model sampled, whose behaviour log-probs are unknown
+                             (no importance correction).
+    takes_env:               the run's `env:` section is its `env` parameter (multi-turn episodes).
+    env_reward:              its rows are scored by their environment: reward functions and reward
+                             shaping do not apply.
+    task:                    the task it rolls out, and only it (an external environment that is both).
+    labelled_reward:         the one reward its rows get, from labels in the data (not `rewards:`).
+    makes_pairs:             it makes preference pairs: it needs a `preference:` section.
+    requires, provides, prefers:  `covey.compat` features, a tuple or a function of its parameters.
+    """
+
+    renamed: ClassVar[dict[str, str]] = {"inner_strategy": "inner"}
+
+    engine_protocols: tuple[type, ...] = (Engine,)
+    inner: Callable[[dict], tuple[str, dict]] | None = None
+    carries_rollouts: bool = False
+    trains_carried_tokens: bool = True
+    needs_reference_engine: bool = False
+    needs_ray: bool = False
+    foreign_rows: bool = False
+    takes_env: bool = False
+    env_reward: bool = False
+    task: str | None = None
+    labelled_reward: str | None = None
+    makes_pairs: bool = False
+    requires: Features = ()
+    provides: Features = ()
+    prefers: Features = ()
+
+
+STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy, caps=StrategyCaps)
 register_strategy = STRATEGIES.register
 
 
+def strategy_chain(name: str, params: Mapping[str, Any]) -> list[tuple[str, dict, Entry]]:
+    """(name, params, registry entry) of strategy `name` and of each strategy it runs
+    (`StrategyCaps.inner`), outermost first."""
+    chain = []
+    while True:
+        entry = STRATEGIES.get(name)
+        chain.append((name, dict(params), entry))
+        if entry.caps.inner is None:
+            return chain
+        name, params = entry.caps.inner(dict(params))
+
+
 def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:
-    """The engine protocols strategy `name` needs with `params`: its `engine_protocols` (default
-    `(Engine,)`) and those of the strategy it wraps (`inner_strategy(params)`), in order."""
-    factory = STRATEGIES.get(name).fn
-    need = tuple(getattr(factory, "engine_protocols", (Engine,)))
-    inner = getattr(factory, "inner_strategy", None)
-    if inner is not None:
-        need += engine_protocols(*inner(params))
+    """The engine protocols strategy `name` needs with `params`: its own (default `(Engine,)`) and
+    those of the strategies it runs, in order."""
+    need = tuple(p for _, _, entry in strategy_chain(name, params) for p in entry.caps.engine_protocols)
     return tuple(dict.fromkeys(need))
 
 
@@ -106,10 +162,7 @@ def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str
     missing = missing_protocols(ENGINES.get(engine).fn, need)
     if not missing:
         return
-    label, name, ps = repr(strategy), strategy, params
-    while (inner := getattr(STRATEGIES.get(name).fn, "inner_strategy", None)) is not None:
-        name, ps = inner(ps)
-        label += f" (wrapping {name!r})"
+    label = repr(strategy) + "".join(f" (wrapping {name!r})" for name, _, _ in strategy_chain(strategy, params)[1:])
     shown = [p for p in need if p is not Engine or p in missing]  # Engine itself only when it is lacking
     wanted = " and ".join(f"{p.__name__} ({ENGINE_PROTOCOLS.get(p, p.__name__)})" for p in shown)
     unknown = "its factory does not annotate the engine class it returns"

@@ -27,7 +27,7 @@ from typing import Any
 
 from covey.engine.base import ForkingEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.rollouts import Rollouts
 
 __all__ = ["BranchStrategy"]
@@ -42,8 +42,7 @@ class BranchStrategy:
     branch_depths:  segment indices before which paths split (None: before every segment, 0 = the root).
     """
 
-    engine_protocols = (ForkingEngine,)
-    provides = ("tree_path", "segment_tokens")  # covey.compat
+    caps = StrategyCaps(engine_protocols=(ForkingEngine,), provides=("tree_path", "segment_tokens"))
 
     def __init__(self, *, segment_tokens: int = 16, branch_factor: int = 2, branch_depths: list[int] | None = None):
         if segment_tokens < 1 or branch_factor < 2:

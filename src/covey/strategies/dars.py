@@ -38,7 +38,6 @@ from typing import Any, Literal
 
 import torch
 
-from covey.engine.base import Engine
 from covey.samplers.feedback import row_success
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
@@ -70,8 +69,6 @@ class DarsRollout:
     upper:     the filter's upper accuracy threshold (the code's algorithm.upper_threshold).
     on_empty:  when the filter leaves no prompt: "skip" the step (the code) or "keep" the whole batch.
     """
-
-    engine_protocols = (Engine,)
 
     def __init__(self, *, schedule: Literal["et", "hw"] = "et", n_max: int = 32, use_std: bool = False,
                  filter: bool = True, upper: float = 1.0, on_empty: Literal["skip", "keep"] = "skip"):  # fmt: skip

@@ -20,9 +20,8 @@ from typing import Any
 
 import torch
 
-from covey.engine.base import Engine
 from covey.samplers.filters import informative_groups
-from covey.strategies.base import STRATEGIES, RolloutContext, register_strategy
+from covey.strategies.base import STRATEGIES, RolloutContext, StrategyCaps, register_strategy
 from covey.rollouts import Rollouts
 
 __all__ = ["DynamicSampling"]
@@ -37,8 +36,6 @@ class DynamicSampling:
     max_rounds:   generation rounds per step before falling back (DAPO's max_num_gen_batches).
     """
 
-    engine_protocols = (Engine,)  # and what its inner strategy needs
-
     @staticmethod
     def inner_strategy(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The strategy this one runs each round (its engine needs are checked too)."""
@@ -46,8 +43,7 @@ class DynamicSampling:
 
     # covey.compat: a group of one row is never informative, so with single rows every round is dropped;
     # with an estimator that is not group-relative the dropped groups had signal
-    requires = ("!single_rows",)
-    prefers = ("group_relative",)
+    caps = StrategyCaps(inner=inner_strategy, requires=("!single_rows",), prefers=("group_relative",))
 
     def __init__(self, *, inner: str = "group", inner_params: dict[str, Any] | None = None, max_rounds: int = 10):
         if max_rounds < 1:

@@ -34,9 +34,8 @@ from typing import Any, Literal
 import torch
 
 from covey.algos.advantages._groups import group_normalise, groups_of
-from covey.engine.base import Engine
 from covey.rollouts import Rollouts
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.strategies.group import sample_groups
 
 __all__ = ["AEPOEntropy", "DCPOStrategy", "EntropyController", "token_entropy_estimate"]
@@ -86,8 +85,7 @@ class DCPOStrategy:
     t_high:  probe temperature when H_hat <= h0 (1.2); t_low otherwise (0.8).
     """
 
-    engine_protocols = (Engine,)
-    provides = ("probe_temperature",)  # covey.compat
+    caps = StrategyCaps(provides=("probe_temperature",))
 
     def __init__(self, *, h0: float = 0.5, t_high: float = 1.2, t_low: float = 0.8):
         self.ctl = EntropyController(h0, t_high, t_low)
@@ -117,8 +115,7 @@ class AEPOEntropy:
                            keep their full-group GRPO advantages) or "append" the rows (covey's variant).
     """
 
-    engine_protocols = (Engine,)
-    provides = ("reinforce_rows",)  # covey.compat
+    caps = StrategyCaps(provides=("reinforce_rows",))
 
     def __init__(self, *, h0: float = 0.5, t_high: float = 1.2, t_low: float = 0.8, reinforce_sample_num: int = 60,
                  extra_prompts: int | None = None, threshold: float = 0.05,

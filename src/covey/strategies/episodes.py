@@ -56,67 +56,15 @@ from typing import Any, Literal
 
 import torch
 
-from covey.engine.base import Engine
 from covey.envs.base import ENVS, Action, Env, StepResult
 from covey.envs.tools import parse_tool_calls
+from covey.models.chat import TemplateDelta, TemplateError, render
 from covey.rollouts import Rollouts
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 
-__all__ = ["Episodes", "TemplateDelta", "TemplateError"]
+__all__ = ["Episodes"]
 
 log = logging.getLogger(__name__)
-
-
-class TemplateError(ValueError):
-    """The chat template cannot give token-exact episodes (it rewrites earlier turns)."""
-
-
-def render(tokenizer, messages: list[dict], *, generation_prompt: bool, tools: list[dict] | None = None) -> list[int]:
-    """Token ids of `messages` under the tokenizer's chat template."""
-    kw = {"tools": tools} if tools else {}
-    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=generation_prompt, tokenize=True, **kw)
-    if hasattr(out, "keys") and "input_ids" in out:  # transformers 5 returns a BatchEncoding
-        out = out["input_ids"]
-    return [int(t) for t in out]
-
-
-class TemplateDelta:
-    """Env messages -> the token ids the chat template adds for them after an assistant turn.
-
-    ``tokens(messages, closed)`` = [end-of-turn id if the turn was not closed by it] + the template's
-    text after the end-of-turn token (e.g. "\\n") + the messages + the next generation prompt, all
-    taken from renders of a fixed dummy conversation (never from the sampled text).
-    """
-
-    _DUMMY = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-
-    def __init__(self, tokenizer, tools: list[dict] | None = None):
-        if not getattr(tokenizer, "chat_template", None):
-            raise TemplateError("the episodes strategy needs a tokenizer with a chat template")
-        self.tok, self.tools = tokenizer, tools
-        self.eos = tokenizer.eos_token_id
-        self.base = render(tokenizer, self._DUMMY, generation_prompt=False, tools=tools)
-        start = render(tokenizer, self._DUMMY[:1], generation_prompt=True, tools=tools)
-        if self.base[: len(start)] != start:
-            raise TemplateError("the chat template renders the conversation before an assistant turn differently "
-                                "once the turn is added: it does not append turns")  # fmt: skip
-        ends = [i for i, t in enumerate(self.base) if t == self.eos and i >= len(start)]
-        if not ends:
-            raise TemplateError(f"the chat template does not close assistant turns with the eos token {self.eos}")
-        self.glue = self.base[ends[-1] + 1 :]
-        think = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\ny"}]
-        before = render(tokenizer, think, generation_prompt=False, tools=tools)
-        after = render(tokenizer, [*think, {"role": "user", "content": "z"}], generation_prompt=True, tools=tools)
-        if after[: len(before)] != before:
-            raise TemplateError("the chat template rewrites earlier turns (e.g. drops <think> from past assistant "
-                                "messages), so one row per episode cannot hold the sampled tokens")  # fmt: skip
-
-    def tokens(self, messages: list[dict], closed: bool) -> list[int]:
-        full = render(self.tok, [*self._DUMMY, *messages], generation_prompt=True, tools=self.tools)
-        if full[: len(self.base)] != self.base:
-            raise TemplateError(f"the chat template rewrites earlier turns when {[m['role'] for m in messages]} "
-                                "messages are added")  # fmt: skip
-        return ([] if closed else [self.eos]) + self.glue + full[len(self.base) :]
 
 
 @dataclass
@@ -258,7 +206,7 @@ def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float, *, worker
 class Episodes:
     """Multi-turn episodes against the `env` environment (given by the config's top-level ``env:``)."""
 
-    engine_protocols = (Engine,)
+    caps = StrategyCaps(takes_env=True, env_reward=True)
 
     def __init__(self, *, env: dict, max_turns: int = 8, max_context_tokens: int = 1024, max_invalid: int = 3,
                  step_timeout_s: float = 30.0, layout: Literal["auto", "concat", "per_step"] = "auto",

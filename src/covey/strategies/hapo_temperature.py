@@ -37,7 +37,7 @@ from torch import Tensor
 from covey.algos.surrogates import hapo_entropy_stats, hapo_h_hat
 from covey.engine.base import TemperatureRuleEngine
 from covey.rollouts import Rollouts
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.strategies.group import sample_groups
 
 __all__ = ["EntropyTemperature", "HAPOTemperature"]
@@ -73,7 +73,7 @@ class HAPOTemperature:
              True (covey's earlier default, the abstract's reading): h_hat in [-1, 1].
     """
 
-    engine_protocols = (TemperatureRuleEngine,)
+    caps = StrategyCaps(engine_protocols=(TemperatureRuleEngine,))
 
     def __init__(self, *, tau: float = 0.05, pivot: float = 0.8, signed: bool = False):
         if not 0.0 <= tau < 1.0 or not 0.0 <= pivot <= 1.0:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from covey.engine.base import Engine
 from covey.strategies._stages import follow_up, regroup, texts_of
 from covey.strategies.base import RolloutContext, register_strategy
 from covey.strategies.group import sample_groups
@@ -38,8 +37,6 @@ class IGRPO:
     drafts:      stage-1 drafts per prompt (default: group size // 2, at least 1).
     instruction: the text asking for a refinement.
     """
-
-    engine_protocols = (Engine,)
 
     def __init__(self, *, drafts: int | None = None, instruction: str = INSTRUCTION):
         if drafts is not None and drafts < 1:

@@ -56,7 +56,7 @@ import torch
 
 from covey.engine.base import ForkingEngine, Row, TreeSession
 from covey.strategies._rows import prompt_ids, rows_to_batch
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.rollouts import Rollouts
 
 __all__ = ["LATR", "branch_candidates", "edit_distance", "latr_exit", "mix_ratio_at"]
@@ -114,9 +114,8 @@ class LATR:
     mix_ratio: {training step: LATR share of each group} (the code's mix_ratio_schedule), or one number.
     """
 
-    provides = ("tree_path",)  # covey.compat
 
-    engine_protocols = (ForkingEngine,)
+    caps = StrategyCaps(engine_protocols=(ForkingEngine,), provides=("tree_path",))
 
     def __init__(self, *, tau_abs: float = 0.25, tau_rel: float = 0.15, tau_ed: float = 0.4,
                  filter_steps: tuple[int, ...] = (20, 30, 50), force_return_step: int | None = None,

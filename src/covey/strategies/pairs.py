@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
-from covey.engine.base import Engine
 from covey.models import apply_chat
 from covey.rollouts import Rollouts
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.strategies.group import sample_groups
 from covey.samplers.base import Draw
 
@@ -40,7 +39,7 @@ def completion_text(value, column: str) -> str:
 class OfflinePairs:
     """Dataset pairs as two-row groups (chosen, rejected); the engine is not called."""
 
-    engine_protocols = (Engine,)
+    caps = StrategyCaps(labelled_reward="preference_label", makes_pairs=True)  # the dataset labels the pairs
 
     def __init__(self, chosen_key: str = "chosen", rejected_key: str = "rejected"):
         self.chosen_key, self.rejected_key = chosen_key, rejected_key
@@ -84,8 +83,7 @@ class OfflinePairs:
 class ReferencePairs:
     """XPO's rollout: policy samples plus samples of the frozen reference, in one group per prompt."""
 
-    engine_protocols = (Engine,)
-    needs_reference_engine = True
+    caps = StrategyCaps(needs_reference_engine=True, makes_pairs=True)
 
     def __init__(self, reference_n: int = 1):
         if type(reference_n) is not int or reference_n < 1:

@@ -26,9 +26,8 @@ from typing import Any
 import torch
 
 from covey.algos.advantages.spo_segment import chain_advantages, chain_cut_points
-from covey.engine.base import Engine
 from covey.rollouts import Rollouts
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.strategies.group import sample_groups
 
 __all__ = ["SPOChain"]
@@ -43,8 +42,7 @@ class SPOChain:
     prob_threshold:  a cut goes before each token with probability below it (SPO: 0.9).
     """
 
-    engine_protocols = (Engine,)
-    provides = ("spo_chain_advantages",)  # covey.compat
+    caps = StrategyCaps(provides=("spo_chain_advantages",))
 
     def __init__(self, *, samples: int = 9, interval: int = 5, prob_threshold: float = 0.9):
         if samples < 1 or interval < 1:

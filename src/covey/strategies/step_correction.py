@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-from covey.engine.base import Engine
 from covey.rewards.judge.backends import JudgeRequest, build_backend
 from covey.rewards.judge.core import Judge
 from covey.rewards.judge.reward import prompt_text
@@ -105,8 +104,6 @@ class StepCorrection:
     hint_column:    item column shown to the corrector as the reference answer (null: none).
     answer_column:  item column the judge's template reads as the ground truth.
     """
-
-    engine_protocols = (Engine,)
 
     def __init__(self, *, judge: Any, judge_template: str = "step_error_index", judge_parser: Any = "boxed_int",
                  judge_max_new_tokens: int = 512, judge_temperature: float = 0.0, corrector: Any = "policy",

@@ -42,10 +42,9 @@ from typing import Any
 
 import torch
 
-from covey.engine.base import Engine
 from covey.models import apply_chat
 from covey.rollouts import Rollouts
-from covey.strategies.base import STRATEGIES, RolloutContext, register_strategy
+from covey.strategies.base import STRATEGIES, RolloutContext, StrategyCaps, register_strategy
 from covey.strategies.group import completion_texts
 
 __all__ = ["SwarmSharing", "external_rollouts"]
@@ -124,11 +123,11 @@ class SwarmSharing:
     timeout_s:    the longest a call to the swarm actor may take (one-line error after).
     """
 
-    engine_protocols = (Engine,)  # and what its inner strategy needs
-
     @staticmethod
     def inner_strategy(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         return params.get("inner", "group"), params.get("inner_params") or {}
+
+    caps = StrategyCaps(inner=inner_strategy, needs_ray=True, foreign_rows=True)
 
     def __init__(self, *, swarm: str = "covey", node: str | None = None, external: int | None = None,
                  inner: str = "group", inner_params: dict[str, Any] | None = None, timeout_s: float = 60.0):  # fmt: skip

@@ -33,7 +33,7 @@ from covey.algos.advantages.egae import egae
 from covey.engine.base import ForkingEngine, HiddenStatesEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.engine.carry import row_from, row_state
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.rollouts import Rollouts
 
 __all__ = ["TPPO"]
@@ -49,10 +49,10 @@ class TPPO:
                    completed responses' states; `decay` per step weights older steps down.
     """
 
-    engine_protocols = (ForkingEngine, HiddenStatesEngine)
-    carries_rollouts = True  # unfinished responses go to the next step (covey.runtime.config)
-    trains_carried_tokens = False  # earlier windows are masked out: the async executor's bound holds
-    provides = ("tppo_advantages", "single_rows")  # covey.compat: each row is its own group
+    # unfinished responses go on in the next step, their earlier windows masked out (the async bound holds);
+    # each row is its own group
+    caps = StrategyCaps(engine_protocols=(ForkingEngine, HiddenStatesEngine), carries_rollouts=True,
+                        trains_carried_tokens=False, provides=("tppo_advantages", "single_rows"))
 
     def __init__(self, *, window_tokens: int = 16, gamma: float = 1.0, lam: float = 0.95, ridge: float = 1.0,
                  decay: float = 0.9):  # fmt: skip

@@ -34,7 +34,7 @@ from typing import Any
 
 from covey.engine.base import ForkingEngine, Row
 from covey.strategies._rows import prompt_ids, rows_to_batch
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.rollouts import Rollouts
 
 __all__ = ["TreePO", "branch_counts"]
@@ -65,8 +65,7 @@ class TreePO:
     fallback:       re-grow roots that ended with fewer than n leaves.
     """
 
-    engine_protocols = (ForkingEngine,)
-    provides = ("tree_path",)  # covey.compat
+    caps = StrategyCaps(engine_protocols=(ForkingEngine,), provides=("tree_path",))
 
     def __init__(self, *, segment_tokens: int = 16, step_width: int = 2, first_width: tuple[int, int] = (2, 2),
                  max_depth: int | None = None, fallback: bool = True):  # fmt: skip

@@ -35,10 +35,9 @@ from typing import Any
 
 import torch
 
-from covey.engine.base import Engine
 from covey.envs.verifiers_adapter import load_env, require_verifiers, rollout_input
 from covey.rollouts import Rollouts
-from covey.strategies.base import RolloutContext, register_strategy
+from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 
 __all__ = ["VerifiersRollout", "episode_rows"]
 
@@ -140,7 +139,7 @@ def episode_rows(steps: list[dict]) -> list[tuple[list[int], list[tuple[int, lis
 class VerifiersRollout:
     """Episodes of the `verifiers` task's environment (see the module docstring)."""
 
-    engine_protocols = (Engine,)
+    caps = StrategyCaps(env_reward=True, task="verifiers")  # the environment is the task and scores the episodes
 
     def __init__(self, *, max_context_tokens: int = 2048, rollout_timeout_s: float = 600.0, batch_wait_s: float = 0.5):
         require_verifiers()  # one line before any model loads when the extra is missing

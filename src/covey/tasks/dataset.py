@@ -96,6 +96,8 @@ class DatasetTask:
             raise ValueError(f"task 'dataset': verifier=math needs an {answer_key!r} column in every row")
         self.reward = _MathVerifier(answer_key).reward if verifier != "none" and has_answer else None
         self.extract_answer = _MathVerifier(answer_key).extract_answer if self.reward is not None else None
+        self.reward_origin = (f"added because the data has an {answer_key!r} column; task.params.verifier=none turns it off"
+                              if verifier == "auto" else None)  # fmt: skip
 
     def has_split(self, split: str) -> bool:
         return split in self._splits

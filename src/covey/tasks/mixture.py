@@ -14,6 +14,7 @@ import random
 from typing import Any
 
 from covey.tasks._common import check_split
+from covey.tasks.base import hooks_of
 from covey.tasks.registry import get_task, register_task
 
 __all__ = ["Mixture"]
@@ -88,9 +89,10 @@ class Mixture:
 
     def demonstration(self, item: dict) -> str:
         task = self.tasks[item["domain"]]
-        if not hasattr(task, "demonstration"):
+        demo = hooks_of(task).demonstration
+        if demo is None:
             raise ValueError(f"mixture domain {item['domain']!r} ({task.name}) has no demonstration for SFT")
-        return task.demonstration({**item, "id": item["domain_id"]})
+        return demo({**item, "id": item["domain_id"]})
 
     def reward(self, prompts, completions, domain, **columns) -> list[float | None]:
         if len(domain) != len(completions) or len(prompts) != len(completions):

@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from covey.registry import Registry
+from covey.registry import Caps, Registry
 from covey.tasks.base import Task
 
-__all__ = ["TASKS", "get_task", "register_task"]
+__all__ = ["TASKS", "TaskCaps", "get_task", "register_task"]
 
-TASKS = Registry("task", signature="Task(**params), a class or function returning a Task")
+
+class TaskCaps(Caps):
+    """What a task declares (its `caps`).
+
+    strategy:  the rollout strategy that rolls out its items, and only it (an external environment
+               that is both a task and a strategy); None: any.
+    """
+
+    strategy: str | None = None
+
+
+TASKS = Registry("task", signature="Task(**params), a class or function returning a Task", caps=TaskCaps)
 register_task = TASKS.register
 
 

@@ -186,7 +186,7 @@ class OptimConfig(_Strict):
     skip_zero_advantage: bool = True
     """Leave rows whose advantages are all 0 out of the forward/backward passes (the batch totals that
     normalise the loss still count them). Exact, so applied only where such a row adds nothing to the
-    update: a surrogate marked `zero_at_zero_advantage`, no KL loss, no entropy bonus, no regularizers, no LOOP high-KL stop,
+    update: a surrogate marked `zero_at_zero_advantage`, no KL loss, no entropy bonus, no regularizers, no high-KL stop,
     no group-coupled component, no diffusion likelihood. Surrogate metrics then cover the kept rows."""
 
 
@@ -306,12 +306,19 @@ class RunConfig(_Strict):
         return sampler_spec(self.sampler)
 
     def strategy_spec(self) -> Spec:
-        """The rollout strategy to build: `rollout.strategy` (`episodes` gets the `env:` section as its
-        `env` parameter), wrapped for `algo.dynamic_sampling`."""
+        """The rollout strategy to build: `rollout.strategy` (a strategy that takes the environment gets
+        the `env:` section as its `env` parameter), wrapped for `algo.dynamic_sampling`."""
+        return strategy_spec(self.env_strategy(), self.algo)
+
+    def env_strategy(self) -> Spec:
+        """`rollout.strategy`, with the `env:` section as its `env` parameter when it takes one
+        (`StrategyCaps.takes_env`: multi-turn episodes)."""
+        from covey.strategies import STRATEGIES
+
         s = self.rollout.strategy
-        if self.env is not None and s.name == "episodes":
-            s = Spec(name="episodes", params={**s.params, "env": {"name": self.env.name, **self.env.params}})
-        return strategy_spec(s, self.algo)
+        if self.env is not None and STRATEGIES.get(s.name).caps.takes_env:
+            s = Spec(name=s.name, params={**s.params, "env": {"name": self.env.name, **self.env.params}})
+        return s
 
     def resolved_device(self) -> str:
         from covey.devices import resolve_device
@@ -328,12 +335,24 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_env(self) -> "RunConfig":
-        episodes = self.rollout.strategy.name == "episodes"
-        if episodes and self.env is None:
-            raise ValueError("rollout.strategy episodes needs an environment: add `env: {name: maze}` (see docs/agents.md)")
-        if self.env is not None and not episodes:
-            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: episodes (got {self.rollout.strategy.name!r})")
-        if episodes and "env" in self.rollout.strategy.params:
+        from covey.strategies import STRATEGIES
+        from covey.tasks import TASKS
+
+        name = self.rollout.strategy.name
+        try:
+            caps = STRATEGIES.get(name).caps
+        except RegistryError as e:
+            raise ValueError(f"rollout.strategy: {e}") from None
+        try:
+            task_strategy = TASKS.get(self.task.name).caps.strategy
+        except RegistryError:  # a bad task name is reported where the task is built (check_run)
+            task_strategy = None
+        if caps.takes_env and self.env is None:
+            raise ValueError(f"rollout.strategy {name} needs an environment: add `env: {{name: maze}}` (see docs/agents.md)")
+        if self.env is not None and not caps.takes_env:
+            takers = ", ".join(n for n in STRATEGIES if STRATEGIES.get(n).caps.takes_env)
+            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: {takers} (got {name!r})")
+        if caps.takes_env and "env" in self.rollout.strategy.params:
             raise ValueError("rollout.strategy.env: give the environment as the top-level `env:` section")
         if self.env is not None:
             from covey.envs import ENVS
@@ -342,18 +361,18 @@ class RunConfig(_Strict):
                 ENVS.check_params(self.env.name, self.env.params)
             except RegistryError as e:
                 raise ValueError(f"env: {e}") from None
-            _check_episode_rewards(self)
-        if (self.rollout.strategy.name == "verifiers") != (self.task.name == "verifiers"):
-            raise ValueError("task verifiers and rollout.strategy verifiers go together (a verifiers environment runs its "
-                             "own episodes): set both, e.g. task: {name: verifiers, env: ...}, rollout.strategy: verifiers")  # fmt: skip
-        if self.task.name == "verifiers":
-            _check_episode_rewards(self)  # the reward is the environment rubric's
+        task, strategy = caps.task or self.task.name, task_strategy or name
+        if (task, strategy) != (self.task.name, name):  # a task and a strategy that exist only together
+            raise ValueError(f"task {task} and rollout.strategy {strategy} go together (the environment is both the task "
+                             f"and how its episodes run): set both, e.g. task: {{name: {task}, ...}}, rollout.strategy: {strategy}")  # fmt: skip
+        if caps.env_reward:
+            _check_episode_rewards(self)  # the reward is the environment's
         return self
 
     @model_validator(mode="after")
     def _check_plugins(self) -> "RunConfig":
         from covey.engine import ENGINES
-        from covey.engine.support import check_engine_config
+        from covey.compat import check_engine_config
         from covey.samplers import SAMPLERS
         from covey.strategies import STRATEGIES
         from covey.strategies.base import check_engine_protocols

@@ -22,7 +22,7 @@ __all__ = ["export_model", "export_run"]
 
 def export_model(model: torch.nn.Module, tokenizer, out_dir: str | Path, *, merge: bool = True) -> dict[str, str]:
     """Write `final/` (a LoRA model merged, when `merge`) and, for LoRA, `adapter/` under `out_dir`."""
-    from covey.train.setup import engine_model
+    from covey.models.state import engine_model
 
     out_dir = Path(out_dir)
     written: dict[str, str] = {}

@@ -15,7 +15,7 @@ from typing import Any
 
 from covey.train.checkpoint import write_error
 
-__all__ = ["MetricsLogger", "clock", "markdown_table", "read_metrics", "sample_rows", "sample_table"]
+__all__ = ["MetricsLogger", "markdown_table", "read_metrics", "sample_rows", "sample_table"]
 
 
 class MetricsLogger:
@@ -115,20 +115,6 @@ def markdown_table(columns: list[str], data: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in data]
     return "\n".join(lines)
-
-
-def clock(seconds: float) -> str:
-    """A duration for progress lines: ``1:02:03`` (hours) or ``2:03`` (minutes:seconds); ``?`` when unknown.
-
-    >>> clock(3723.4), clock(59.6), clock(float("nan"))
-    ('1:02:03', '1:00', '?')
-    """
-    if not math.isfinite(seconds):
-        return "?"
-    s = max(0, int(round(seconds)))
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def _append(f, path: Path, row: dict[str, Any]) -> None:

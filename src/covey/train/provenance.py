@@ -54,7 +54,7 @@ def _cpu_model() -> str | None:
 
 def environment() -> dict:
     """The software and machine of this process (the part of a provenance record that is not the run's)."""
-    import covey
+    from covey.version import __version__
 
     versions = {}
     for pkg in ("torch", "transformers", "numpy"):
@@ -62,7 +62,7 @@ def environment() -> dict:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             versions[pkg] = None
-    return {"covey": covey.__version__, "git": _git(Path(covey.__file__).parent), "python": sys.version.split()[0],
+    return {"covey": __version__, "git": _git(Path(__file__).resolve().parents[1]), "python": sys.version.split()[0],
             **versions, "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count()}  # fmt: skip
 
 

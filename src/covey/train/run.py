@@ -14,11 +14,11 @@ from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from covey.eval.episodes import evaluate_episodes
-from covey.eval.runner import eval_progress, evaluate
+from covey.eval.runner import clock, eval_progress, evaluate
 from covey.train.checkpoint import latest_checkpoint, write_error
+from covey.tasks.base import hooks_of
 from covey.train.config import RunConfig
 from covey.train.export import export_model
-from covey.train.metrics import clock
 from covey.train.plots import plot_run
 from covey.train.provenance import write_provenance
 from covey.train.trainer import Trainer
@@ -36,12 +36,13 @@ def default_run_dir(cfg: RunConfig) -> Path:
 
 
 def _eval_episodes(cfg: RunConfig):
-    """The `episodes` strategy the held-out eval plays (the run's settings), or None without an env."""
+    """The episode strategy the held-out eval plays (the run's, with its `env:`), or None without an env."""
     if cfg.env is None or not cfg.eval.size:
         return None
     from covey.strategies import STRATEGIES
 
-    return STRATEGIES.build("episodes", {**cfg.rollout.strategy.params, "env": {"name": cfg.env.name, **cfg.env.params}})
+    spec = cfg.env_strategy()
+    return STRATEGIES.build(spec.name, spec.params)
 
 
 def train(cfg: RunConfig, run_dir: Path, *, resume: bool = False, trainer: Trainer | None = None) -> dict:
@@ -183,12 +184,10 @@ def start_lines(cfg: RunConfig, trainer: Trainer, run_dir: Path, *, resume: bool
 
 def _reward_origin(cfg: RunConfig, task, name: str) -> str:
     """Where a reward column comes from, for the start lines."""
-    if name != "accuracy" or getattr(task, "reward", None) is None or any(r.alias == name or r.name == name for r in cfg.rewards):
+    hooks = hooks_of(task)
+    if name != "accuracy" or hooks.reward is None or any(r.alias == name or r.name == name for r in cfg.rewards):
         return "configured in rewards"
-    key = getattr(task, "answer_key", None)
-    if cfg.task.name == "dataset" and key is not None and cfg.task.params.get("verifier", "auto") == "auto":
-        return f"added because the data has an {key!r} column; task.params.verifier=none turns it off"
-    return f"the verifier of task {cfg.task.name!r}"
+    return hooks.reward_origin or f"the verifier of task {cfg.task.name!r}"
 
 
 def step_line(step: int, total: int, m: dict, elapsed: float, done_here: int) -> str:

@@ -1,28 +1,19 @@
-"""Building the pieces a run needs from its config: policy (+LoRA), reference, rewards, optimizer."""
+"""Building the pieces a run needs from its config: policy (+LoRA), reference, rewards, the learner's
+objective. The optimizer is `covey.learner.optim`; the model-state helpers are `covey.models.state`."""
 
 from __future__ import annotations
 
 import copy
-import math
 from contextlib import contextmanager
 
 import torch
 
 from covey.models import load as load_model
-from covey.train.config import ModelConfig, OptimConfig, RunConfig
+from covey.models.state import engine_model, trainable_state
+from covey.tasks.base import hooks_of
+from covey.train.config import ModelConfig, RunConfig
 
-__all__ = [
-    "Reference",
-    "build_optimizer",
-    "build_reference",
-    "build_rewards",
-    "check_run",
-    "engine_model",
-    "engine_state",
-    "load_policy",
-    "load_run_policy",
-    "trainable_state",
-]
+__all__ = ["Reference", "build_objective", "build_reference", "build_rewards", "check_run", "load_policy", "load_run_policy"]
 
 
 def load_policy(cfg: ModelConfig, *, model=None, tokenizer=None, device: str | torch.device = "cpu"):
@@ -57,39 +48,6 @@ def load_policy(cfg: ModelConfig, *, model=None, tokenizer=None, device: str | t
     return model, tokenizer
 
 
-def engine_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The plain HF model an engine is built from. With LoRA the engine gets its own copy of the
-    base model (it must never write merged weights into the learner's base weights)."""
-    if hasattr(model, "get_base_model"):
-        return copy.deepcopy(model).merge_and_unload()
-    return model
-
-
-def engine_state(model: torch.nn.Module):
-    """What `engine.load_weights` loads: the model itself, or for LoRA the merged weights
-    W + scale * B @ A under the base model's parameter names (computed, the learner is untouched)."""
-    if not hasattr(model, "get_base_model"):
-        return model
-    from peft.tuners.lora import LoraLayer
-
-    out = {}
-    with torch.no_grad():
-        for name, module in model.get_base_model().named_modules():
-            if isinstance(module, LoraLayer):
-                weight = module.get_base_layer().weight
-                delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
-                out[f"{name}.weight"] = weight + delta
-        for name, p in model.get_base_model().named_parameters():
-            if "lora_" not in name and ".base_layer." not in name:
-                out[name] = p
-    return out
-
-
-def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The weights a checkpoint must hold: every trainable parameter (all weights, or the LoRA adapter)."""
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
 class Reference:
     """The frozen reference policy for KL terms: the LoRA base (adapters off) or a frozen copy."""
 
@@ -113,7 +71,7 @@ class Reference:
                 yield self._policy
 
     def reset_to_policy(self) -> None:
-        """pi_ref <- pi_theta: copy the policy's weights into the frozen copy (ProRL's reset)."""
+        """pi_ref <- pi_theta: copy the policy's weights into the frozen copy (`algo.reference_reset`)."""
         if self._copy is None:
             raise ValueError("a reference reset needs a full reference copy; with LoRA the reference is the base model")
         self._copy.load_state_dict(self._policy.state_dict())
@@ -130,26 +88,16 @@ def build_reference(policy: torch.nn.Module, cfg: ModelConfig) -> Reference:
     return Reference(policy, lora=cfg.lora is not None)
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int):
-    """AdamW over trainable weights and a warmup + constant/linear/cosine schedule (per optimizer step)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    # fused: one kernel over all tensors. On CPU torch otherwise picks the per-tensor loop, which
-    # took 12.7 s vs 0.11 s per step for SmolLM2-135M (same update up to float rounding).
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True)
-    updates = max(1, total_steps * cfg.epochs * cfg.mini_batches)
-    warm = cfg.warmup_steps * cfg.epochs * cfg.mini_batches
+def build_objective(cfg: RunConfig, policy: torch.nn.Module, device):
+    """The loss the learner's update trains (`covey.learner.objective`): the preference loss on pairs in
+    preference mode, else the policy-gradient loss of the algorithm axes."""
+    if cfg.preference is not None:
+        from covey.preference.objective import PreferenceLoss, load_guide
 
-    def factor(i: int) -> float:
-        if i < warm:
-            return (i + 1) / warm
-        frac = (i - warm) / max(1, updates - warm)
-        if cfg.schedule == "linear":
-            return max(0.0, 1.0 - frac)
-        if cfg.schedule == "cosine":
-            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
-        return 1.0
+        return PreferenceLoss(cfg.preference, load_guide(cfg.preference, policy, device))
+    from covey.learner.policy_loss import PolicyLoss
 
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    return PolicyLoss(cfg.algo, max_new_tokens=cfg.sampling.max_new_tokens, skip_zero_advantage=cfg.optim.skip_zero_advantage)
 
 
 def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, workers: int | None = None):
@@ -157,12 +105,16 @@ def build_rewards(cfg: RunConfig, task, reward_funcs: list | None = None, worker
     configured rewards, then `reward_funcs` (callables or import paths, from the Python API)."""
     from covey.rewards import RewardRunner, RewardSpec
 
-    if cfg.rollout.strategy.name == "offline_pairs":  # the dataset labels the pairs: that is the only reward
-        return RewardRunner([{"name": "preference_label"}], workers=0)
+    from covey.strategies import STRATEGIES
+
+    label = STRATEGIES.get(cfg.rollout.strategy.name).caps.labelled_reward
+    if label is not None:  # the dataset labels the rows (preference pairs): that is the only reward
+        return RewardRunner([{"name": label}], workers=0)
     rewards: list = []
-    if getattr(task, "reward", None) is not None:
+    verifier = hooks_of(task).reward
+    if verifier is not None:
         spec = RewardSpec(name="accuracy", weight=cfg.task_reward_weight, timeout_s=cfg.task_reward_timeout_s)
-        rewards.append((task.reward, spec))
+        rewards.append((verifier, spec))
     rewards += [r.model_dump() for r in cfg.rewards]
     for fn in reward_funcs or []:
         rewards.append({"name": fn} if isinstance(fn, str) else fn)
@@ -181,6 +133,8 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
     import logging
 
     from covey.algos import ADVANTAGES
+    from covey.algos.hooks import check_hooks
+    from covey.rewards.registry import reward_caps
     from covey.tasks import get_task
 
     if task is None:
@@ -192,9 +146,10 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
     advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     try:
         check_reward_columns(runner.entries, task.examples(cfg.task.split), cfg.task.split)
-        for e in runner.entries:  # a reward tied to an advantage checks it (writing_zero: brpo's reference row)
-            if hasattr(e.fn, "check_advantage"):
-                e.fn.check_advantage(advantage.name, {**advantage.defaults, **cfg.algo.advantage.params})
+        for e in runner.entries:  # a reward tied to an advantage estimator checks it
+            check = reward_caps(e.fn).check_advantage
+            if check is not None:
+                check(advantage.name, {**advantage.defaults, **cfg.algo.advantage.params})
     finally:
         runner.close()
     if "wandb" in cfg.log.report_to:
@@ -203,9 +158,7 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         if importlib.util.find_spec("wandb") is None:
             raise ValueError("log.report_to has wandb but the wandb package is not installed: pip install wandb, "
                              "or remove it from log.report_to")  # fmt: skip
-    if cfg.algo.reference_reset is not None and cfg.model.lora is not None:
-        raise ValueError("algo.reference_reset copies the policy into the reference model, but with model.lora the "
-                         "reference is the base model under the adapters: drop one of them")  # fmt: skip
+    check_hooks(cfg)  # each step hook's own refusals (algo.reference_reset x model.lora)
     singleton = {**advantage.defaults, **cfg.algo.advantage.params}.get("singleton", "zero")
     if cfg.preference is None and advantage.group_relative and singleton != "raw" and cfg.rollout.group_size + cfg.algo.group_size_extra < 2:
         logging.getLogger("covey").warning(

@@ -18,6 +18,7 @@ import torch
 from covey.devices import resolve_device
 from covey.learner.prefix import is_causal
 from covey.likelihood.sft import encode_sft, llada_sft_loss
+from covey.tasks.base import hooks_of
 from covey.models.diffusion import mask_token_id
 from covey.models import apply_chat
 from covey.models import load as load_model
@@ -60,7 +61,7 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
     check_sft_args(steps, batch_size, lr, seed)
     check_sft_loss(model_name, loss)
     loss_fn = SFT_LOSSES.get(loss).bind(loss_params or {})  # a bad name or parameter fails before the model loads
-    demo = getattr(task, "demonstration", None)
+    demo = hooks_of(task).demonstration
     if demo is None:
         raise ValueError(f"task {task.name!r} has no demonstrations (a `demonstration(item)` method) to imitate")
     torch.manual_seed(seed)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from covey.algos.hooks import step_hooks
 from covey.samplers import SAMPLERS, Draw, apply_feedback
 from covey.samplers.lengths import check_prompt_lengths, prompt_token_limit
 from covey.samplers.stats import prompt_stats
@@ -38,12 +39,13 @@ from covey.train.checkpoint import (
     latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, load_weights, rng_state, save_checkpoint, set_rng_state,
 )  # fmt: skip
 from covey.train.config import RunConfig
+from covey.learner.fillers import fill_fields, needs_reference
 from covey.learner.learner import Learner, reset_peak_memory
 from covey.train.metrics import MetricsLogger, sample_rows
 from covey.train.runlock import RunLock
-from covey.train.setup import (
-    build_optimizer, build_reference, build_rewards, check_run, engine_model, engine_state, load_policy, trainable_state,
-)  # fmt: skip
+from covey.learner.optim import build_optimizer
+from covey.models.state import engine_model, engine_state, trainable_state
+from covey.train.setup import build_objective, build_reference, build_rewards, check_run, load_policy
 
 __all__ = ["Trainer"]
 
@@ -91,37 +93,28 @@ class Trainer:
         sampler = cfg.sampler_spec()
         self.sampler = SAMPLERS.build(sampler.name, sampler.params, items, cfg.seed)
         self.advantage = cfg.algo.bind("advantage")
-        needs = cfg.algo.requires() | set(self.sampler.requires)  # optional Rollouts fields read
-        if cfg.preference is not None:  # preference mode: the loss compares policy and reference log-ratios
-            needs = set(self.sampler.requires) | {"ref_logprobs"}
-        self.need_ref = "ref_logprobs" in needs
-        self.need_entropies = "entropies" in needs
-        self.need_probe = "probe_logprobs" in needs  # pi_old at the strategy controller's probe temperature (dcpo)
-        self.need_sum_p2 = "sum_p2" in needs  # sum_v pi_old^2 per position (oblr_baseline)
-        self.reference = build_reference(self.model, cfg.model) if self.need_ref else None
-        shaping = shaping_terms(cfg.algo, cfg.sampling.max_new_tokens, self.add_reference_logprobs)
+        self.objective = build_objective(cfg, self.model, self.device)  # the loss the learner's update trains
+        self.fields = set(self.objective.requires) | set(self.sampler.requires)  # optional Rollouts fields read
+        self.need_entropies = "entropies" in self.fields
+        self.reference = build_reference(self.model, cfg.model) if needs_reference(self.fields) else None
+        shaping = shaping_terms(cfg.algo, cfg.sampling.max_new_tokens, self.fill_fields)
         self.scorer = Scorer(self.rewards, lambda b: completion_texts(self.tokenizer, b), shaping)
         # dtype auto is measured per process; a resumed run keeps what its first process chose
         chosen = _chosen_dtypes(self.run_dir) if resume else {}
         learner_dtype = chosen.get("learner", cfg.model.dtype) if cfg.model.dtype == "auto" else cfg.model.dtype
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.steps)
         o = cfg.optim
-        learner_cls, extra = Learner, {}
-        if cfg.preference is not None:  # the same learner, its update training a preference loss on pairs
-            from covey.preference.learner import PreferenceLearner, load_guide
-
-            learner_cls, extra = PreferenceLearner, {"preference": cfg.preference, "guide": load_guide(cfg.preference, self.model, self.device)}
-        self.learner = learner_cls(
-            self.model, self.optimizer, self.scheduler, cfg.algo, **extra,
+        self.learner = Learner(
+            self.model, self.optimizer, self.scheduler, cfg.algo, objective=self.objective,
             temperature=cfg.sampling.temperature, max_new_tokens=cfg.sampling.max_new_tokens,
             epochs=o.epochs, mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
-            grad_clip=o.grad_clip, dtype=learner_dtype, skip_zero_advantage=o.skip_zero_advantage,
+            grad_clip=o.grad_clip, dtype=learner_dtype,
         )  # fmt: skip
         engine_params = dict(cfg.engine.params)
         if engine_params.get("dtype", "auto") == "auto" and engine_takes_dtype(cfg.engine.name):
             engine_params["dtype"] = chosen.get("engine") or self.learner.dtype  # follows model.dtype
-        # vllm's adapter sync: the engine is built from the PEFT model and every sync passes it (only the adapter moves)
-        syncs_adapter = getattr(ENGINES.get(cfg.engine.name).fn, "syncs_adapter", None)
+        # an adapter sync: the engine is built from the PEFT model and every sync passes it (only the adapter moves)
+        syncs_adapter = ENGINES.get(cfg.engine.name).caps.syncs_adapter
         self.adapter_sync = bool(syncs_adapter and syncs_adapter(cfg.engine.params, cfg.model.lora, cfg.runtime.executor,
                                                                       cfg.resolved_device()))
         source = self.model if self.adapter_sync else engine_model(self.model)
@@ -133,8 +126,8 @@ class Trainer:
             self.engine = build_engine(cfg, self.run_dir, engine_params, source, self.tokenizer, self.rewards, self._owns_ray)
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
-        self.reference_engine = None  # XPO's reference samples: an engine over the frozen reference
-        if getattr(STRATEGIES.get(cfg.strategy_spec().name).fn, "needs_reference_engine", False):
+        self.reference_engine = None  # an engine over the frozen reference, for a strategy that samples from it
+        if STRATEGIES.get(cfg.strategy_spec().name).caps.needs_reference_engine:
             self.reference = self.reference or build_reference(self.model, cfg.model)
             self.reference_engine = ENGINES.build(cfg.engine.name, engine_params, self.reference.engine_model(), self.tokenizer)
         self._sampler_lock = threading.RLock()  # the generator thread and the learner both call the sampler
@@ -145,8 +138,8 @@ class Trainer:
                                            limit=cfg.steps, interrupt_on_update=interrupts_on_update(cfg))  # fmt: skip
         # what the rollout strategy calls: under interrupt_on_update a weight update cuts its generate short
         self.rollout_engine = self.engine if self.executor is None else self.executor.rollout_engine(self.engine)
+        self.hooks = step_hooks(cfg.algo, learner=self.learner, reference=self.reference, optimizer=self.optimizer)
         self.step_num = 0
-        self.last_reference_reset = 0  # the step after which the reference was last reset (0: never)
         self.last_metrics: dict[str, Any] = {}
         self.resumed_from: Path | None = None
         if resume:
@@ -178,22 +171,25 @@ class Trainer:
         t1 = time.perf_counter()
         published = None
         if len(batch) > 0:
-            self.add_reference_logprobs(batch)
-            if self.cfg.preference is None:  # (preference mode: the learner builds pairs from the rewards)
+            self.fill_fields(batch)
+            if self.objective.uses_advantages:
                 adv = self.advantage(batch)  # advantages
                 batch.advantages, batch.sample_mask = adv.advantages.float(), adv.sample_mask
                 metrics.update(adv.metrics)
             gen = torch.Generator().manual_seed(self._seed("learn"))
-            with self._logprob_source(self.step_num + 1, batch) as source:
-                metrics.update((self.learner_group or self.learner).update(batch, gen))  # surrogate + corrections + KL, aggregated
-            metrics.update(source)
+            with contextlib.ExitStack() as around:
+                hooked = [around.enter_context(h.around_update(self.step_num + 1, batch)) for h in self.hooks]
+                metrics.update((self.learner_group or self.learner).update(batch, gen))  # the objective's optimizer steps
+            for m in hooked:
+                metrics.update(m)
             if self.executor is None:
                 self.engine.load_weights(self._engine_weights(), version=self.step_num + 1)  # weight sync
             else:  # a copy; the generator thread loads it between two batches
                 published = weights_copy(engine_state(self.model))
             with self._sampler_lock:
                 metrics.update(self.sampler.after_update(batch, self.policy_logprobs))
-        metrics.update(self._reference_reset(self.step_num + 1))
+        for h in self.hooks:
+            metrics.update(h.after_update(self.step_num + 1))
         if self.executor is not None:  # after after_update: with max_staleness 0 the sampler sees inline's order
             self.executor.publish(published, self.step_num + 1)
         self.step_num += 1
@@ -242,11 +238,11 @@ class Trainer:
             draws, metrics = self.sampler.before_rollout(draws, ctx)
         ctx.draws = _checked_draws(self.sampler, draws)
         if not draws:  # nothing left to roll out: the step is skipped
-            return _empty_batch(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
+            return Rollouts.empty(), {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
                                     "train/skipped_step": 1.0}  # fmt: skip
         batch, m = self.strategy.rollout([d.item for d in draws], ctx)
         metrics.update(m)
-        if len(batch) == 0:  # the strategy skipped the step (DARS: no prompt left after its filter)
+        if len(batch) == 0:  # the strategy skipped the step (no prompt left after its own filter)
             return batch, {**metrics, "time/reward": timer["reward"], "time/generate": time.perf_counter() - t,
                            "train/skipped_step": 1.0}  # fmt: skip
         if batch.rewards is None:
@@ -256,33 +252,15 @@ class Trainer:
         metrics["time/generate"] = elapsed - timer["reward"]
         metrics.update(_rollout_metrics(batch, metrics["time/generate"]))
         with self._sampler_lock:
-            feedback = self.sampler.observe(batch)  # before advantages; it may fill a declared Rollouts field (spo: baseline)
+            feedback = self.sampler.observe(batch)  # before advantages; it may fill a declared Rollouts field (a baseline)
         apply_feedback(batch, feedback)  # the gate: the trainer, not the sampler, drops rows / tokens, zeroes rewards
         metrics.update(feedback.metrics)
         metrics.update(prompt_stats(batch))  # pass-rate histogram, zero-signal groups, rollouts per prompt
         return batch, metrics
 
-    def add_reference_logprobs(self, batch: Rollouts) -> None:
-        """Fill the optional fields the chosen components asked for (registry `requires`)."""
-        if self.need_ref and batch.ref_logprobs is None:
-            with self.reference.active() as ref_model:
-                self.learner.fill_logprobs(batch, model=ref_model, field="ref_logprobs")
-        if self.need_sum_p2 and batch.sum_p2 is None:
-            self._fill_sum_p2(batch)
-        if self.need_probe and batch.probe_logprobs is None:
-            temperature = (batch.controller or {}).get("probe_temperature")
-            if temperature is None:
-                raise ValueError("the advantage estimator needs probe_logprobs, but the batch's rollout strategy set no "
-                                 "controller probe_temperature (use rollout.strategy dcpo)")  # fmt: skip
-            sampling_temperature, self.learner.temperature = self.learner.temperature, temperature
-            try:
-                self.learner.fill_logprobs(batch, field="probe_logprobs")
-            finally:
-                self.learner.temperature = sampling_temperature
-
-    def _fill_sum_p2(self, batch: Rollouts) -> None:
-        """`batch.sum_p2`: sum_v pi_old(v|s)^2 of every position, from the learner's chunked head."""
-        batch.sum_p2 = self.learner.token_stats(batch, ("sum_p2",))["sum_p2"]
+    def fill_fields(self, batch: Rollouts) -> None:
+        """Fill the optional fields the run's components asked for (registry `requires`; `covey.learner.fillers`)."""
+        fill_fields(batch, self.fields, self.learner, self.reference)
 
     @torch.no_grad()
     def policy_logprobs(self, prompt_ids: list[torch.Tensor], completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
@@ -310,39 +288,9 @@ class Trainer:
             ignore_eos=s.ignore_eos,
         )  # fmt: skip
 
-    @contextlib.contextmanager
-    def _logprob_source(self, step: int, batch: Rollouts):
-        """BuPO's hook (`algo.logprob_source`): for steps <= until_step the learner sees the policy read
-        out at an internal layer (same parameters) and recomputes pi_old with it. Yields the metrics."""
-        spec = self.cfg.algo.logprob_source
-        if spec is None or step > spec.until_step:
-            yield {"learn/internal_layer": -1.0} if spec is not None else {}
-            return
-        from covey.train.logprob_source import InternalLayerPolicy
-
-        policy = self.learner.model
-        self.learner.model = InternalLayerPolicy(policy, spec.layer, spec.final_norm)
-        batch.old_logprobs, batch.recompute_old_logprobs = None, True  # pi_old of the internal policy
-        try:
-            yield {"learn/internal_layer": float(spec.layer)}
-        finally:
-            self.learner.model = policy
-
-    def _reference_reset(self, step: int) -> dict[str, float]:
-        """ProRL's hook (`algo.reference_reset`): after a scheduled step, pi_ref <- pi_theta and,
-        when asked, the optimizer's moments are cleared (the LR schedule goes on)."""
-        spec = self.cfg.algo.reference_reset
-        if spec is None or not spec.due(step):
-            return {}
-        self.reference.reset_to_policy()
-        if spec.reset_optimizer:
-            self.optimizer.state.clear()
-        self.last_reference_reset = step
-        return {"ref/reset": 1.0}
-
     def _stateful(self) -> dict[str, Any]:
         """Components whose state the checkpoint holds (through torch.save: tensors, int keys intact)."""
-        return {"sampler": self.sampler, "strategy": self.strategy, "regularizers": self.learner.regularizers}
+        return {"sampler": self.sampler, "strategy": self.strategy, "regularizers": self.objective}
 
     def dtypes(self) -> dict[str, str]:
         """The compute dtypes in use ("bf16"/"fp32"): what `dtype: auto` chose, kept by a resume."""
@@ -377,15 +325,16 @@ class Trainer:
             write_more = None  # the optimizer state lives in the learner actors (fsdp2: sharded, written by them)
             if self.learner_group is not None:
                 write_more = self.learner_group.checkpoint(payload, self.optimizer, self.scheduler)
-            if self.last_reference_reset:  # the reference is no longer the initial model
-                payload["reference"] = {"step": self.last_reference_reset, "weights": self.reference.state_dict()}
+            for h in self.hooks:  # a hook's state, when it has one (a reset reference)
+                if h.checkpoint_key is not None and (state := h.state_dict()):
+                    payload[h.checkpoint_key] = state
             if self.executor is not None:
                 payload["runtime"] = self.executor.state_dict()
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep, write_more=write_more)
 
     def _engine_weights(self):
-        """What a weight sync passes the engine: the PEFT model under vllm's adapter sync, else
+        """What a weight sync passes the engine: the PEFT model under an adapter sync (`EngineCaps.syncs_adapter`), else
         `engine_state` (the model, or LoRA's merged weights)."""
         return self.model if self.adapter_sync else engine_state(self.model)
 
@@ -406,9 +355,9 @@ class Trainer:
         set_rng_state(payload["rng"])
         for name, obj in self._stateful().items():
             obj.load_state_dict(payload.get(name, meta.get(name, {})))
-        if "reference" in payload:
-            self.reference.load_state_dict(payload["reference"]["weights"])
-            self.last_reference_reset = payload["reference"]["step"]
+        for h in self.hooks:
+            if h.checkpoint_key in payload:
+                h.load_state_dict(payload[h.checkpoint_key])
         self.step_num = meta["step"]
         self.engine.load_weights(self._engine_weights(), version=self.step_num)
         if self.executor is not None:
@@ -436,13 +385,6 @@ def _checked_draws(sampler, draws) -> list[Draw]:
         raise TypeError(f"sampler {type(sampler).__name__}: next() and before_rollout() must return a list of "
                         f"covey.samplers.Draw, got {got}")  # fmt: skip
     return draws
-
-
-def _empty_batch() -> Rollouts:
-    """A batch of no rows (a skipped step)."""
-    z = torch.zeros(0, 0)
-    return Rollouts(prompt_ids=[], completion_ids=z.long(), completion_mask=z, behaviour_logprobs=z,
-                    group=torch.zeros(0, dtype=torch.long), prompt_id=torch.zeros(0, dtype=torch.long), items=[])  # fmt: skip
 
 
 def _rollout_metrics(batch: Rollouts, gen_time: float) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Shared machinery for the advantage estimators: group statistics, input checks, whitening, metrics.
 
 Everything here is vectorised over arbitrary group ids (`Rollouts.group` values need not be contiguous,
-sorted or small): rows are mapped to a dense group index with `torch.unique`, and per-group sums,
+sorted or small): `covey.rollouts.Groups` maps rows to a dense group index, and per-group sums,
 means, standard deviations, minima and ranks are scatter/index operations, never a Python loop over
 rows. Arithmetic runs in float64 on the batch's device (results are cast to float32 at the end), so
 rounding stays far below the ~1e-6 precision of the tests' hand-computed vectors.
@@ -11,7 +11,7 @@ This module knows no method: the estimators in the sibling modules combine these
 
 from __future__ import annotations
 
-from typing import Annotated, NamedTuple
+from typing import Annotated
 
 import pydantic
 import torch
@@ -19,60 +19,10 @@ from torch import Tensor
 
 from covey.algos.aggregation import masked_row_mean
 from covey.algos.registry import AdvantageResult
-from covey.rollouts import Rollouts, RolloutsError
+from covey.rollouts import Groups, Rollouts, RolloutsError
 
 F64 = torch.float64
 ZERO_TOL = 1e-8  # |A| at or below this counts as "no signal" in the metrics
-
-
-class Groups(NamedTuple):
-    """Dense view of `Rollouts.group`: row i belongs to group ``index[i]`` in ``[0, num)``."""
-
-    index: Tensor  # [N] long
-    size: Tensor  # [B] float64, rows per group
-    num: int  # B
-
-    def sum(self, x: Tensor) -> Tensor:
-        """[N] -> [B] per-group sum."""
-        return torch.zeros(self.num, dtype=x.dtype, device=x.device).index_add_(0, self.index, x)
-
-    def mean(self, x: Tensor) -> Tensor:
-        """[N] -> [B] per-group mean."""
-        return self.sum(x) / self.size.to(x.dtype)
-
-    def std(self, x: Tensor) -> Tensor:
-        """[N] -> [B] unbiased (N-1) standard deviation; 0 for groups with a single row."""
-        mean = self.mean(x)[self.index]
-        ss = self.sum((x - mean) ** 2)
-        n = self.size.to(x.dtype)
-        return torch.where(n > 1, ss / (n - 1).clamp(min=1), torch.zeros_like(ss)).sqrt()
-
-    def amax(self, x: Tensor) -> Tensor:
-        """[N] -> [B] per-group maximum."""
-        out = torch.full((self.num,), -torch.inf, dtype=x.dtype, device=x.device)
-        return out.scatter_reduce(0, self.index, x, reduce="amax")
-
-    def amin(self, x: Tensor) -> Tensor:
-        """[N] -> [B] per-group minimum."""
-        out = torch.full((self.num,), torch.inf, dtype=x.dtype, device=x.device)
-        return out.scatter_reduce(0, self.index, x, reduce="amin")
-
-    def rank(self, key: Tensor | None = None) -> Tensor:
-        """[N] long: position of each row inside its group, ordered by ``key`` (stable; row order if None)."""
-        n = self.index.numel()
-        dev = self.index.device
-        order = torch.arange(n, device=dev) if key is None else torch.argsort(key, stable=True)
-        order = order[torch.argsort(self.index[order], stable=True)]  # rows sorted by (group, key)
-        start = torch.cumsum(self.size.long(), 0) - self.size.long()  # [B] first slot of each group
-        rank = torch.empty(n, dtype=torch.long, device=dev)
-        rank[order] = torch.arange(n, device=dev) - start[self.index[order]]
-        return rank
-
-    def first_row(self) -> Tensor:
-        """[B] long: the smallest row index of each group (its first appearance in the batch)."""
-        n, dev = self.index.numel(), self.index.device
-        out = torch.full((self.num,), n, dtype=torch.long, device=dev)
-        return out.scatter_reduce(0, self.index, torch.arange(n, device=dev), reduce="amin")
 
 
 # ---------------------------------------------------------------------------- input checks
@@ -85,8 +35,7 @@ def groups_of(batch: Rollouts) -> Groups:
         raise RolloutsError(f"group must be a [N]=({n},) long tensor of group ids, got {got}")
     if n == 0:
         raise RolloutsError("cannot compute advantages of an empty batch (N=0)")
-    _, inv, counts = torch.unique(g, return_inverse=True, return_counts=True)
-    return Groups(inv, counts.to(F64), int(counts.numel()))
+    return Groups.of(g)
 
 
 def reward_matrix(batch: Rollouts) -> Tensor:

@@ -18,7 +18,7 @@ import torch
 
 from covey.algos.advantages._groups import PosFloat, result
 from covey.algos.advantages.drpo import _group_softmax, binary_sets
-from covey.algos.registry import AdvantageResult, register_advantage
+from covey.algos.registry import AdvantageCaps, AdvantageResult, register_advantage
 from covey.rollouts import Rollouts
 
 __all__ = ["disco"]
@@ -58,4 +58,4 @@ def disco(batch: Rollouts, *, tau: PosFloat = 10.0, neg: Literal["softmax", "mea
     return result("disco", scale * (p_pos - p_neg), batch, g, metrics=metrics)
 
 
-disco.exact_surrogate = "disco"  # several updates per batch: the surrogate that recomputes the loss (compat.check_algo)
+disco.caps = AdvantageCaps(exact_surrogate="disco")  # several updates per batch: the surrogate that recomputes the loss (compat.check_algo)

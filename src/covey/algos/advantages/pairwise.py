@@ -25,7 +25,7 @@ from covey.algos.advantages._groups import (
     token_field,
 )
 from covey.algos.aggregation import masked_row_mean
-from covey.algos.registry import AdvantageResult, register_advantage
+from covey.algos.registry import AdvantageCaps, AdvantageResult, register_advantage
 from covey.rollouts import Rollouts, RolloutsError
 
 __all__ = ["dagrpo_provisional", "trpa", "trpa_pairs"]
@@ -153,4 +153,4 @@ def trpa(
     return result("trpa", adv, batch, g, metrics=metrics)
 
 
-trpa.exact_surrogate = "trpa"  # several updates per batch: the surrogate that recomputes the loss (compat.check_algo)
+trpa.caps = AdvantageCaps(exact_surrogate="trpa")  # several updates per batch: the surrogate that recomputes the loss (compat.check_algo)

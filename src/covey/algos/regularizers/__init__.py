@@ -9,10 +9,10 @@ normalisation and state. The protocol is in `covey.algos.regularizers.base`. Fil
 Importing this package registers them in `REGULARIZERS`.
 """
 
-from covey.algos.regularizers.base import REGULARIZERS, Regularizer, RegularizerSet, register_regularizer
+from covey.algos.regularizers.base import REGULARIZERS, Regularizer, RegularizerCaps, RegularizerSet, register_regularizer
 from covey.algos.regularizers.epo import EPO
 from covey.algos.regularizers.kl import DiscoKL, KLOld
 from covey.algos.regularizers.llds import LLDS
 from covey.algos.regularizers.r2vpo import R2VPO
 
-__all__ = ["EPO", "LLDS", "R2VPO", "REGULARIZERS", "DiscoKL", "KLOld", "Regularizer", "RegularizerSet", "register_regularizer"]
+__all__ = ["EPO", "LLDS", "R2VPO", "REGULARIZERS", "DiscoKL", "KLOld", "Regularizer", "RegularizerCaps", "RegularizerSet", "register_regularizer"]

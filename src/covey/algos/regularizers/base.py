@@ -38,9 +38,9 @@ import torch
 from torch import Tensor
 
 from covey.algos.registry import BatchTotals, LossInputs
-from covey.registry import Registry, Spec
+from covey.registry import Caps, Registry, Spec
 
-__all__ = ["REGULARIZERS", "Regularizer", "RegularizerSet", "detached", "register_regularizer"]
+__all__ = ["REGULARIZERS", "Regularizer", "RegularizerCaps", "RegularizerSet", "detached", "register_regularizer"]
 
 
 class Regularizer:
@@ -71,8 +71,21 @@ class Regularizer:
             raise ValueError(f"regularizer {type(self).__name__} keeps no state, but the checkpoint holds {sorted(state)}")
 
 
+class RegularizerCaps(Caps):
+    """What a regularizer declares (its `caps`; defaults: neither).
+
+    entropy_bonus:        it holds the entropy bonus itself (`algo.entropy_coef` would add it twice).
+    old_policy_trust_region:  a term on pi_theta against pi_old, which never acts with one update per
+                          batch (the policy is pi_old then; warned when the config is read).
+    """
+
+    entropy_bonus: bool = False
+    old_policy_trust_region: bool = False
+
+
 REGULARIZERS = Registry(
     "regularizer",
+    caps=RegularizerCaps,
     protocol=Regularizer,
     signature="class R(covey.algos.regularizers.Regularizer): __init__(self, *, **params); "
               "__call__(inp: LossInputs, totals: BatchTotals) -> (reg [N,T] or scalar, metrics)",

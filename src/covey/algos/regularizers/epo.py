@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import torch
 from pydantic import Field
 
-from covey.algos.regularizers.base import Regularizer, register_regularizer
+from covey.algos.regularizers.base import Regularizer, RegularizerCaps, register_regularizer
 from covey.algos.registry import BatchTotals, LossInputs
 
 NonNeg = Annotated[float, Field(ge=0.0)]
@@ -19,6 +19,7 @@ NonNeg = Annotated[float, Field(ge=0.0)]
           "penalty with a gradient: covey option)",
     arxiv="2509.22576",
     requires=("stat:entropy",),
+    caps=RegularizerCaps(entropy_bonus=True),
 )  # fmt: skip
 class EPO(Regularizer):
     """EPO: an entropy bonus minus an entropy-smoothing penalty that holds each turn's entropy near its

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import torch
 from pydantic import Field
 
-from covey.algos.regularizers.base import Regularizer, as_float, masked_token_mean, register_regularizer
+from covey.algos.regularizers.base import Regularizer, RegularizerCaps, as_float, masked_token_mean, register_regularizer
 from covey.algos.registry import KL_ESTIMATORS, BatchTotals, LossInputs
 from covey.registry import RegistryError
 
@@ -18,6 +18,7 @@ NonNeg = Annotated[float, Field(ge=0.0)]
     "disco_kl",
     paper="DisCO: Reinforcing Large Reasoning Models with Discriminative Constrained Optimization (VERIFIED-CODE)",
     arxiv="2505.12366",
+    caps=RegularizerCaps(old_policy_trust_region=True),
 )  # fmt: skip
 class DiscoKL(Regularizer):
     """DisCO's KL constraint to pi_old as a squared-hinge penalty. Returns a scalar.
@@ -76,6 +77,7 @@ class DiscoKL(Regularizer):
     paper="Trust Region Preference Approximation: A simple and stable reinforcement learning algorithm for LLM "
           "reasoning (VERIFIED-CODE)",
     arxiv="2504.04524",
+    caps=RegularizerCaps(old_policy_trust_region=True),
 )  # fmt: skip
 class KLOld(Regularizer):
     """TRPA's trust region: coef * token mean of a KL estimator between pi_theta and pi_old. Returns a scalar.

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from covey.algos.regularizers.base import Regularizer, as_float, register_regularizer
+from covey.algos.regularizers.base import Regularizer, RegularizerCaps, as_float, register_regularizer
 from covey.algos.registry import BatchTotals, LossInputs
 
 NonNeg = Annotated[float, Field(ge=0.0)]
@@ -16,6 +16,7 @@ NonNeg = Annotated[float, Field(ge=0.0)]
     "llds",
     paper="Lazy Likelihood Displacement regularization, LLDS (PARTIAL: third-party gates; paper title not read)",
     arxiv="2512.04220",
+    caps=RegularizerCaps(old_policy_trust_region=True),
 )  # fmt: skip
 class LLDS(Regularizer):
     """LLDS: penalise the drop of log-likelihood on tokens of non-negative-advantage responses whose

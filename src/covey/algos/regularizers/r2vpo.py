@@ -7,7 +7,7 @@ from typing import Annotated
 import torch
 from pydantic import Field
 
-from covey.algos.regularizers.base import Regularizer, register_regularizer
+from covey.algos.regularizers.base import Regularizer, RegularizerCaps, register_regularizer
 from covey.algos.registry import BatchTotals, LossInputs
 
 NonNeg = Annotated[float, Field(ge=0.0)]
@@ -18,6 +18,7 @@ Positive = Annotated[float, Field(gt=0.0)]
     "r2vpo_provisional",
     paper="Ratio-Variance Regularized Policy Optimization (UNVERIFIED reconstruction)",
     arxiv="2601.03320",
+    caps=RegularizerCaps(old_policy_trust_region=True),
 )  # fmt: skip
 class R2VPO(Regularizer):
     """lambda * Var_tok(ratio) with a primal-dual update of lambda. Returns a scalar.

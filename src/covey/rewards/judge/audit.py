@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 
+from covey.rewards.registry import reward_caps
+
 __all__ = ["audit_verifier"]
 
 log = logging.getLogger("covey.rewards.runner")
@@ -30,19 +32,20 @@ def audit_verifier(batch, entries, logged: set, columns: dict | None = None) -> 
 
     names = list(batch.names)
     for k, e in enumerate(entries):
-        against = getattr(e.fn, "audit_against", None)
+        caps = reward_caps(e.fn)
+        against = caps.audit_against
         if not against or against not in names or names.index(against) == k:
             continue
         v = names.index(against)
         ok = ~(batch.failed[:, k] | batch.missing[:, k] | batch.failed[:, v] | batch.missing[:, v])
         if not bool(ok.any()):
             continue
-        agree = (batch.rewards[:, k] >= float(getattr(e.fn, "audit_threshold", 0.5))) == (batch.rewards[:, v] >= 0.5)
+        agree = (batch.rewards[:, k] >= float(caps.audit_threshold)) == (batch.rewards[:, v] >= 0.5)
         slices = {"": ok}
-        for col in getattr(e.fn, "audit_columns", None) or ():
+        for col in caps.audit_columns:
             flag = torch.tensor([bool(x) for x in (columns or {}).get(col, [False] * len(ok))])
             slices[f"/{col}"], slices[f"/not_{col}"] = ok & flag, ok & ~flag
-        below = float(getattr(e.fn, "audit_warn_below", 0.5))
+        below = float(caps.audit_warn_below)
         for suffix, rows in slices.items():
             if not bool(rows.any()):
                 continue

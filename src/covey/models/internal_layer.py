@@ -1,4 +1,4 @@
-"""Where the learner's log-probs come from: BuPO's internal-layer policy for the first steps.
+"""The policy read out at an internal layer: BuPO's learner log-prob source for the first steps.
 
 Paper: "Bottom-up Policy Optimization" (BuPO), arXiv 2512.19673. Status VERIFIED-CODE per covey's
 objectives spec (§2.27), which read Trae1ounG/BuPO @ d3a85c698912 (`verl/workers/actor/dp_actor.py`
@@ -14,8 +14,8 @@ repository was not in this session's code store.
 
 Rollouts still come from the full model. `InternalLayerPolicy` is a view of the policy (same
 parameters) whose `get_decoder()` returns h_k, so the learner's log-prob path, prefix sharing and
-fused head run unchanged; the trainer hands it to the learner while the source is active
-(`algo.logprob_source`) and makes the learner recompute pi_old with it.
+fused head run unchanged; the step hook of `algo.logprob_source` (`covey.algos.hooks`) hands it to
+the learner while the source is active and makes the learner recompute pi_old with it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (`covey.compat.check_combination`: `covey config show` and `covey train` refuse before a model loads).
 
 A masked-diffusion model (docs/diffusion.md) needs: the family's engine (`engine: masked_diffusion`,
-or an engine class with `family = "masked_diffusion"`), a likelihood estimator (`algo.likelihood`,
+or an engine declaring `EngineCaps(family="masked_diffusion")`), a likelihood estimator (`algo.likelihood`,
 which every diffusion preset sets), no entropies or logit statistics (the estimators give none;
 regularizers that read them are refused, and any regularizer with the per-sample `bgpo` surrogate),
 no internal-layer log-probs (`algo.logprob_source`), no importance
@@ -25,7 +25,7 @@ DIFFUSION = "masked_diffusion"
 def _engine_family(name: str) -> str:
     from covey.engine import ENGINES
 
-    return getattr(ENGINES.get(name).fn, "family", "causal")
+    return ENGINES.get(name).caps.family
 
 
 def check_family(cfg) -> None:
@@ -40,7 +40,7 @@ def check_family(cfg) -> None:
         what = "a masked-diffusion model (bidirectional, with a mask token)" if actual == DIFFUSION else "a causal model"
         raise ValueError(f"model.family is {family!r} but model {cfg.model.name!r} is {what}: set model.family: {actual}")
     engine = _engine_family(cfg.engine.name)
-    per_mc = getattr(SURROGATES.get(cfg.algo.surrogate.name).fn, "per_mc", False)
+    per_mc = SURROGATES.get(cfg.algo.surrogate.name).caps.per_mc
     if family != DIFFUSION:
         if cfg.algo.likelihood is not None:
             raise ValueError(f"algo.likelihood {cfg.algo.likelihood.name!r} estimates a masked-diffusion model's likelihood: "

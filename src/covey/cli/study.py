@@ -14,7 +14,7 @@ STUDY.yaml::
       options: {limit: 100, max_new_tokens: 8}   # covey eval options shared by every cell
 
 Everything already done is reused: a finished run (with ``final/``) is not retrained, a killed one is
-resumed from its checkpoint (`covey.eval.compare.train_seed`), and an eval result file that exists is
+resumed from its checkpoint (`covey.cli.compare.train_seed`), and an eval result file that exists is
 not recomputed (each is written whole after its `covey eval` succeeds). The study file is checked before
 anything runs.
 """
@@ -111,7 +111,7 @@ def run_eval(args: list[str], out: Path) -> None:
 def run_study(study: dict, *, train=None, evaluate=None, log=print) -> tuple[list[Path], dict[str, list[Path]]]:
     """Train the rows, evaluate base and rows on every column; returns (base files, {row: files}).
     `train(config, seed, run_dir, overrides)` and `evaluate(args, out)` default to the subprocess ones."""
-    from covey.eval.compare import train_seed
+    from covey.cli.compare import train_seed
 
     train, evaluate = train or train_seed, evaluate or run_eval
     runs, evals = study["runs_dir"], study["runs_dir"] / "eval"

@@ -360,7 +360,7 @@ def _domain_values(files: list[tuple[Path, str | None]], metric: str, what: str)
 
 
 def matrix_cmd(
-    study: Annotated[Optional[Path], typer.Argument(help="STUDY.yaml: train its configs and evaluate base and runs on its tasks first (covey.eval.study).")] = None,
+    study: Annotated[Optional[Path], typer.Argument(help="STUDY.yaml: train its configs and evaluate base and runs on its tasks first (covey.cli.study).")] = None,
     base: Annotated[Optional[str], typer.Option(help="Eval result file(s) of the base model (comma-separated): `covey eval` stdout.")] = None,
     row: Annotated[Optional[list[str]], typer.Option(help="NAME=FILE[,FILE...]: eval results of a model trained on NAME (repeatable).")] = None,
     metric: Annotated[str, typer.Option(help="The eval metric to compare.")] = "accuracy",
@@ -372,7 +372,7 @@ def matrix_cmd(
     STUDY.yaml: per study column). With STUDY.yaml the runs and evals it names are made first (reused
     when already there); else --base and --row name existing result files."""
     if study is not None:
-        from covey.eval.study import load_study, run_study
+        from covey.cli.study import load_study, run_study
 
         if base is not None or row:
             raise ValueError("give a STUDY.yaml or --base/--row, not both")

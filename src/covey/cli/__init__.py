@@ -7,7 +7,6 @@ import functools
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -37,7 +36,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
             RayActorFailed)  # fmt: skip
 
 
-_COVEY_SRC = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_COVEY_SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # src/covey/
 
 
 # A file covey was told to use cannot be written (read-only file system, no permission, full disk or
@@ -209,7 +208,7 @@ def plan_cmd(
         render(plan)
 
 
-def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
+def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str, str]]]]:
     """(kind, config key, rows of (name, summary, paper/arXiv, parameters)) for every registry and
     preset table, in the order a config file reads."""
     from covey.algos import REGISTRIES
@@ -229,11 +228,11 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
             e = registry[name]
             paper = ", ".join(x for x in (e.paper, f"arXiv {e.arxiv}" if e.arxiv else "") if x)
             params = ", ".join(f"{k}={_short(v)}" for k, v in e.defaults.items())
-            out.append((name, e.summary, paper, params))
+            out.append((name, e.summary, paper, params, _declared(e.caps)))
         return out
 
     kinds = [("task", "task", rows(TASKS)), ("reward", "rewards", rows(REWARDS)), ("sampler", "sampler", rows(SAMPLERS)),
-             ("sampler preset", "sampler", [(n, p["about"], "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
+             ("sampler preset", "sampler", [(n, p["about"], "", "", "") for n, p in sorted(SAMPLER_PRESETS.items())]),
              ("strategy", "rollout.strategy", rows(STRATEGIES)), ("environment", "env", rows(ENVS)),
              ("engine", "engine", rows(ENGINES))]  # fmt: skip
     kinds += [(axis, "algo.regularizers" if axis == "regularizer" else f"algo.{axis}", rows(registry))
@@ -241,7 +240,7 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
     from covey.likelihood import LIKELIHOODS
 
     kinds.append(("likelihood", "algo.likelihood", rows(LIKELIHOODS)))  # masked-diffusion models (docs/diffusion.md)
-    kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "") for n in sorted(PRESETS)]))
+    kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "", "") for n in sorted(PRESETS)]))
     kinds += [("preference loss", "preference.loss", rows(PREFERENCE_LOSSES)), ("pair builder", "preference.pairs", rows(PAIRS)),
               ("sft loss", "covey sft --loss", rows(SFT_LOSSES))]
     return kinds
@@ -250,6 +249,20 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
 def _short(value, width: int = 24) -> str:
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _declared(caps) -> str:
+    """A registry entry's declared capabilities (those that differ from the defaults), e.g.
+    ``engine_protocols=(ForkingEngine), provides=(tree_path)``; a declared function shows as ``fn``."""
+
+    def plain(v) -> str:
+        if isinstance(v, type):
+            return v.__name__
+        if isinstance(v, tuple):
+            return "(" + ", ".join(plain(x) for x in v) + ")"
+        return "fn" if callable(v) else str(v)
+
+    return ", ".join(f"{k}={plain(v)}" for k, v in caps.declared().items())
 
 
 ALGO_KINDS = ("advantage", "surrogate", "aggregation", "kl", "correction", "regularizer", "likelihood", "preset")
@@ -267,12 +280,12 @@ def list_cmd(kinds: Annotated[Optional[list[str]], typer.Argument(help="Only the
     unknown = sorted(set(kinds or ()) - set(known))
     if unknown:
         _fail(f"unknown kind(s) {unknown}; kinds: {', '.join(known)}")
-    table = Table("kind (config key)", "name", "summary", "paper", "parameters (defaults)")
+    table = Table("kind (config key)", "name", "summary", "paper", "parameters (defaults)", "declares")
     for kind, key, entries in catalogue:
         if kinds and kind not in kinds:
             continue
-        for name, summary, paper, params in entries:
-            table.add_row(f"{kind} ({key})", name, summary, paper, params)
+        for name, summary, paper, params, declares in entries:
+            table.add_row(f"{kind} ({key})", name, summary, paper, params, declares)
     Console(width=220).print(table)
 
 
@@ -291,7 +304,7 @@ def algos():
         if kind not in ALGO_KINDS:
             continue
         arxiv = _arxiv_ids(kind)
-        for name, _summary, _paper, params in entries:
+        for name, _summary, _paper, params, _declares in entries:
             status, source = status_of(kind, name)
             table.add_row(f"{kind} ({key})", name, arxiv.get(name, ""), status, source, params)
     Console(width=220).print(table)
@@ -422,7 +435,9 @@ def eval_cmd(
         if m is not None:
             check_model_support(m, "torch")  # from its config.json, before anything loads
     rewards = build_rewards(run_cfg, t, workers=run_cfg.reward_workers) if same_task else None  # the run's columns
-    if rewards is None and getattr(t, "reward", None) is None:
+    from covey.tasks.base import hooks_of
+
+    if rewards is None and hooks_of(t).reward is None:
         _fail(f"task {name!r} has no verifier to score with (for `dataset`: give rows an answer column, see answer_key)")
     if samples_out is not None and rewards is not None and "accuracy" not in rewards.names:
         rewards.close()
@@ -490,7 +505,9 @@ def sft(
     except ValueError as e:
         _fail(f"--loss: {e}")
     t = get_task(task, **parse_overrides(task_param or []))
-    if getattr(t, "demonstration", None) is None:
+    from covey.tasks.base import hooks_of
+
+    if hooks_of(t).demonstration is None:
         _fail(f"task {task!r} has no demonstrations (a `demonstration(item)` method) to imitate")
     t.examples("train")  # the data loads
     check_name(model)  # an unknown model fails before anything loads
@@ -593,7 +610,7 @@ def models_prepare(
 
 
 def _register_compare() -> None:
-    from covey.eval.compare import COMMANDS
+    from covey.cli.compare import COMMANDS
 
     for name, fn in COMMANDS.items():
         compare_app.command(name)(fn)
@@ -604,7 +621,3 @@ _register_compare()
 
 def main() -> None:  # pragma: no cover
     app(prog_name="covey")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,3 @@
+"""The covey version (pyproject.toml's `version`), importable without importing the package's API."""
+
+__version__ = "0.1.0"
