@@ -15,9 +15,19 @@ founding year or river); only a search finds the answer.
 Each turn the model either calls ``<tool_call>{"name": "search", "arguments": {"query": "capital of
 Zorvia"}}</tool_call>`` and gets the `k` best documents (BM25 over lower-cased words, English stop
 words removed) as a tool message, or answers: a turn without a tool call is the final answer, reward
-1.0 when the item's answer appears in it as a whole word (any case), else 0.0, terminated. Malformed
-calls, unknown tools and bad arguments come back as tool errors (counted); `max_calls` tool turns,
-then truncated. The anchor is the number of tool calls made (the state without history).
+1.0 when it is the item's answer by Search-R1's exact match, else 0.0, terminated. Malformed calls,
+unknown tools and bad arguments come back as tool errors (counted); `max_calls` tool turns, then
+truncated. The anchor is the number of tool calls made (the state without history).
+
+Exact match (`exact_match`), as Search-R1's ``qa_em.py`` (PeterGriffinJin/Search-R1 a14dc3a,
+verl/utils/reward_score/qa_em.py: `normalize_answer`, `em_check`): the answer is the last
+``<answer>...</answer>`` of the turn if it has one, else the whole turn (covey's prompt asks for the
+answer alone, Search-R1's for the tag); both sides lower-cased, punctuation and the articles a / an / the
+removed, spaces collapsed; equal -> 1.0. The answer is as long as the gold one: a reply that repeats a
+retrieved document (which holds the answer and the country's other facts) is not an answer. The former
+rule, the gold answer as a whole word anywhere in the reply, scored such an echo 1.0 (on 30 of 30 questions
+in tests/envs/test_search.py). Search-R1 only scores a reply with two or more <answer> tags (its prompt shows
+one); covey takes the last tag, or the whole reply.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import copy
 import json
 import random
 import re
+import string
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -35,7 +46,8 @@ from covey.envs.tools import answer_tool_calls
 from covey.tasks._common import check_split
 from covey.tasks.registry import register_task
 
-__all__ = ["SEARCH_SCHEMA", "Index", "SearchQAEnv", "SearchQATask", "index_for", "make_corpus"]
+__all__ = ["SEARCH_SCHEMA", "Index", "SearchQAEnv", "SearchQATask", "exact_match", "index_for", "make_corpus",
+           "normalize_answer"]
 
 SEARCH_SCHEMA = {
     "type": "function",
@@ -138,9 +150,29 @@ def corpus_texts(corpus: str) -> list[str]:
     return texts
 
 
-def contains_answer(text: str, answer: str) -> bool:
-    """The answer as a whole word (any case) in the text."""
-    return re.search(rf"(?<!\w){re.escape(answer.strip())}(?!\w)", text, re.IGNORECASE) is not None
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """Search-R1's `normalize_answer`: lower case, no punctuation, no articles, single spaces.
+
+    >>> normalize_answer("  The River  Osk. ")
+    'river osk'
+    """
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text.lower().translate(_PUNCTUATION)).split())
+
+
+def exact_match(reply: str, answer: str) -> bool:
+    """Search-R1's exact match of a final reply (its last ``<answer>`` block if any) against the gold answer.
+
+    >>> exact_match("Quelmar.", "Quelmar"), exact_match("<answer>the Osk</answer>", "Osk")
+    (True, True)
+    >>> exact_match("Zorvia is a country. Its capital is Quelmar. It was founded in 1642.", "Quelmar")
+    False
+    """
+    tags = _ANSWER_TAG.findall(reply)
+    return normalize_answer(tags[-1] if tags else reply) == normalize_answer(answer)
 
 
 @register_env("search_qa")
@@ -171,7 +203,7 @@ class SearchQAEnv:
 
     def step(self, action: Action) -> StepResult:
         if not action.tool_calls:
-            ok = contains_answer(action.text, self.answer)
+            ok = exact_match(action.text, self.answer)
             return StepResult([], 1.0 if ok else 0.0, terminated=True, anchor=self.calls, info={"success": ok})
         self.calls += 1
         out, info = answer_tool_calls(action.tool_calls, "search", self._search, 'search needs {"query": "<keywords>"}')
@@ -196,10 +228,10 @@ class SearchQAEnv:
 class SearchQATask:
     """Questions about a generated corpus ``{"id", "prompt", "answer", "corpus"}``: one fact (capital,
     founding year, river) of one country each; train and test take different questions. The verifier
-    checks the answer as a whole word in the completion. Params: n_entities, seed, n_train, n_test."""
+    is Search-R1's exact match (`exact_match`). Params: n_entities, seed, n_train, n_test."""
 
     name = "search_qa"
-    answer_format = "The answer (a name or a year) as a word in the reply."
+    answer_format = "The answer alone (a name or a year), or in <answer>...</answer>."
 
     def __init__(self, *, n_entities: int = 200, seed: int = 0, n_train: int = 128, n_test: int = 64):
         if n_entities < 2 or n_train < 1 or n_test < 0 or n_train + n_test > 3 * n_entities:
@@ -223,5 +255,5 @@ class SearchQATask:
         return '<tool_call>{"name": "search", "arguments": {"query": ' + json.dumps(query) + "}}</tool_call>"
 
     def reward(self, prompts, completions, answer, **_) -> list[float]:
-        return [1.0 if contains_answer(c if isinstance(c, str) else c[-1]["content"], a) else 0.0
+        return [1.0 if exact_match(c if isinstance(c, str) else c[-1]["content"], a) else 0.0
                 for c, a in zip(completions, answer)]  # fmt: skip
