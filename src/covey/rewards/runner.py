@@ -17,8 +17,9 @@ Where rewards run: the batch is cut into chunks of whole groups; chunks of all r
 parallel worker processes (`_pool.py`), each call bounded by its reward's ``timeout_s``. A reward
 runs in the calling process instead when ``in_process=True``, ``workers=0``, or a worker cannot
 rebuild it by reference (closures, lambdas, anything from ``__main__``: `_entry.py`); there the same
-``timeout_s`` is enforced by a signal in the main thread (`_deadline.py`; off the main thread there is
-no limit, and a warning says so). Workers never re-run the user's script, and processes a reward
+``timeout_s`` is enforced by a signal in the main thread and, in any other thread (the thread executor
+scores in its generator thread), by running the call in a helper thread under an asynchronous exception
+and not waiting past the limit (`_deadline.py`: a call blocked in a sleep or read is left behind). Workers never re-run the user's script, and processes a reward
 starts die with its worker (timeout, crash, `close`, interpreter exit).
 
 None is not a failure: as in TRL, a reward returns None for a sample it does not apply to (one reward
@@ -99,8 +100,8 @@ class RewardSpec(Spec):
     alias: str | None = None
     """Column name (default: the name, or the function name of an import path); must be unique."""
     in_process: bool = False
-    """Run in the calling process, not a worker: for cheap rewards. timeout_s is enforced by a signal in the
-    main thread (none off it); a reward that kills the process (os._exit) ends the run."""
+    """Run in the calling process, not a worker: for cheap rewards. timeout_s is enforced in any thread
+    (`_deadline.py`); a reward that kills the process (os._exit) ends the run."""
 
     @field_validator("name")
     @classmethod
@@ -329,18 +330,12 @@ class RewardRunner:
 
     def _score_here(self, e: Entry, args: dict, idx: list[int], units: list[list[int]]) -> ChunkOutcome:
         """Score one chunk in this process; SystemExit & co. become RewardCrashed."""
-        main = threading.current_thread() is threading.main_thread()
-        if not main and (e.label, "thread") not in self._logged:
-            self._logged.add((e.label, "thread"))
-            log.warning("reward %r runs in the calling process, which is not the main thread: its timeout_s=%s "
-                        "cannot be enforced (it needs a signal handler); call the runner from the main thread or "
-                        "give the reward a worker", e.label, e.timeout_s)
         pos = {i: j for j, i in enumerate(idx)}
         kwargs = {name: [col[i] for i in idx] for name, col in args.items()}
+
         try:
             with exit_intercepted(), capped_prints(e.label), self._children.watch():
-                return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
-                                   timeout_s=e.timeout_s if main else None)
+                return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units], timeout_s=e.timeout_s)
         except KeyboardInterrupt as exc:  # Ctrl-C (or a reward raising it) stays an interrupt
             exc.add_note(f"raised while reward {e.label!r} ran in the calling process")
             raise
