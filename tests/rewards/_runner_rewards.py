@@ -167,3 +167,4 @@ def hangs_on_second_call(prompts, completions, **_):
     while CALLS["hangs_on_second_call"] in (2, 3):
         pass
     return [float(len(c)) for c in completions]
+

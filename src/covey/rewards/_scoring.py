@@ -135,18 +135,29 @@ def _await(out):
 
 
 def _numeric_metrics(raw) -> tuple[dict[str, list[float]], str]:
-    """(the metrics whose values are all finite numbers, a note naming the first one that is not):
-    a metric such as a string is dropped, never fatal (it used to kill the worker on every call)."""
+    """(the metrics whose values are all finite numbers, a note naming the first one that is not): a NaN or
+    infinite value drops its metric with a note; a value that is not a number (a string, None, a list) is
+    the reward's bug, BadReturn (fatal: RewardReturnError names the reward)."""
+    if not isinstance(raw, dict):
+        raise BadReturn(f"returned RewardOutput metrics of type {type(raw).__name__}, not a dict of name -> numbers")
     metrics, bad = {}, ""
-    for name, vals in dict(raw).items():
-        try:
-            nums = [float(v) for v in (vals if isinstance(vals, (list, tuple)) else [vals])]
-            if not all(math.isfinite(v) for v in nums):
-                raise ValueError("not finite")
-        except (TypeError, ValueError):
+    for name, vals in raw.items():
+        vals = vals if isinstance(vals, (list, tuple)) else [vals]
+        if not isinstance(name, str):
+            raise BadReturn(f"returned a metric named {name!r:.40}, not a string")
+        nums = []
+        for v in vals:
+            try:
+                if isinstance(v, (str, bytes)) or v is None:
+                    raise TypeError
+                nums.append(float(v))  # numbers, numpy scalars and bools
+            except (TypeError, ValueError):
+                raise BadReturn(f"returned metric {name[:40]!r} with a value {v!r:.60} ({type(v).__name__}) that is "
+                                "not a number") from None
+        if not all(math.isfinite(v) for v in nums):
             bad = bad or f"metric {name!r} has a value that is not a finite number ({vals!r:.100}); it is not logged"
             continue
-        metrics[str(name)] = nums
+        metrics[name] = nums
     return metrics, bad
 
 

@@ -51,7 +51,9 @@ naming the reward). ``os._exit`` in an in-process reward raises instead (`_deadl
 and is a `RewardCrashed` too. In a worker those count as exception failures. An in-process reward
 that kills the process by a signal (a segfault) takes the run with it: give such rewards a worker.
 Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean); a
-metric with a value that is not a finite number is dropped with a warning. Rows whose weighted sum
+metric with a NaN or infinite value is dropped with a warning, and one whose values are not numbers (a
+string) is a `RewardReturnError`, in a worker as in this process. A reward that returns None for every
+sample of a batch is logged once and counted as ``reward/<name>/none_batch``. Rows whose weighted sum
 would be beyond float32 get every reward's fallback and are counted as ``reward/total/overflow``.
 A call keeps `_deadline.PRINT_LIMIT` characters of what it prints per stream; processes an
 in-process reward left running are killed by `close`.
@@ -398,7 +400,7 @@ class RewardRunner:
                 if res.fatal:
                     raise RewardReturnError(
                         f"reward {e.label!r} {res.fatal}; a reward must return one score per completion, in order "
-                        "(None for a completion it cannot score)"
+                        "(None for a completion it cannot score), and RewardOutput metrics as lists of numbers"
                     )
                 for j, i in enumerate(idx):
                     v, kind = res.values[j], res.kinds[j]
@@ -422,10 +424,17 @@ class RewardRunner:
                     self._logged.add((e.label, kind))
                     log.warning("reward %r failed (%s); its sample(s) got fallback %s. First error:\n%s",
                                 e.label, kind, e.fallback, tb)
-            col = rewards[~missing[:, k], k]  # TRL's nanmean / nanstd: the samples the reward applies to
-            metrics[f"reward/{e.label}/mean"] = col.mean().item() if len(col) else math.nan
-            metrics[f"reward/{e.label}/std"] = col.std(unbiased=False).item() if len(col) else math.nan
+            col = rewards[~missing[:, k], k].double()  # TRL's nanmean / nanstd over the samples the reward applies to;
+            metrics[f"reward/{e.label}/mean"] = col.mean().item() if len(col) else math.nan  # float64: a mean of
+            metrics[f"reward/{e.label}/std"] = col.std(unbiased=False).item() if len(col) else math.nan  # 3e38s is finite
             metrics[f"reward/{e.label}/none"] = float(missing[:, k].sum())
+            none_batch = n > 0 and bool(missing[:, k].all())
+            metrics[f"reward/{e.label}/none_batch"] = float(none_batch)
+            if none_batch and (e.label, "none_batch") not in self._logged:
+                self._logged.add((e.label, "none_batch"))
+                log.warning("reward %r returned None (not applicable) for every sample of a batch of %d: its column is "
+                            "0.0 on every row; check that the items carry what it needs (counted as reward/%s/none_batch)",
+                            e.label, n, e.label)
             metrics[f"reward/{e.label}/failures"] = float(sum(counts.values()))
             for kind, c in counts.items():
                 metrics[f"reward/{e.label}/failures/{kind}"] = float(c)
