@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("bm25s")
 
 from covey.envs import ENVS, Action, parse_tool_calls  # noqa: E402
-from covey.envs.search import Index, contains_answer, make_corpus  # noqa: E402
+from covey.envs.search import Index, exact_match, make_corpus  # noqa: E402
 from covey.tasks.search_qa import SearchQATask  # noqa: E402
 
 
@@ -67,19 +67,22 @@ def test_search_qa_episode_search_errors_answer_and_truncation():
     assert r.messages[2]["content"].startswith("error: tool call is not valid JSON")
     assert r.info["tool_errors"] == 3 and r.info["valid"] is True and r.truncated  # max_calls 2
     env.reset(item, seed=0)
-    r = env.step(Action(f"The answer: {item['answer']}.", []))
+    r = env.step(Action(f"{item['answer']}.", []))
     assert r.terminated and r.reward == 1.0 and r.info["success"]
-    env.reset(item, seed=0)
-    assert env.step(Action(f"{item['answer']}0", [])).reward == 0.0  # a whole word only
+    for reply in (f"{item['answer']}0", f"The answer: {item['answer']}."):  # the answer, and nothing else
+        env.reset(item, seed=0)
+        assert env.step(Action(reply, [])).reward == 0.0
 
 
 def test_search_qa_task_verifier_demonstration_and_bad_params(tmp_path):
     task = SearchQATask(n_entities=10, n_train=3, n_test=1)
     item = task.examples("train")[0]
-    assert task.reward([None] * 2, [f"It is {item['answer']}", "no idea"], answer=[item["answer"]] * 2) == [1.0, 0.0]
+    assert task.reward([None] * 3, [f" {item['answer']}!", f"It is {item['answer']}", "no idea"],
+                       answer=[item["answer"]] * 3) == [1.0, 0.0, 0.0]  # fmt: skip
     demo = parse_tool_calls(task.demonstration(item))
     assert demo[0].name == "search" and demo[0].arguments == {"query": item["prompt"].rstrip("?")}
-    assert contains_answer("Capital: Dunta.", "dunta") and not contains_answer("Duntaville", "Dunta")
+    assert exact_match("Dunta.", "dunta") and exact_match("<answer>a</answer> <answer>The Dunta</answer>", "Dunta")
+    assert not exact_match("Capital: Dunta.", "Dunta") and not exact_match("Duntaville", "Dunta")
     with pytest.raises(ValueError, match="3 \\* n_entities"):
         SearchQATask(n_entities=2, n_train=6, n_test=1)
     corpus = tmp_path / "c.jsonl"
@@ -91,3 +94,22 @@ def test_search_qa_task_verifier_demonstration_and_bad_params(tmp_path):
         ENVS.build("search_qa", {"corpus": str(tmp_path / "missing.jsonl")})
     with pytest.raises(ValueError, match="an 'answer' and a corpus"):
         ENVS.build("search_qa", {}).reset({"id": 0, "prompt": "x", "answer": "y"}, seed=0)
+
+
+def test_echoing_the_first_search_result_is_not_an_answer():
+    """A reply that repeats the first document for the question (it holds the answer and the country's other
+    facts) scored 1.0 on all 30 questions here under the former containment rule (16 of 30 in the review, which
+    searched with other words); the answer itself scores 1.0."""
+    task = SearchQATask(n_entities=40, seed=0, n_train=30, n_test=0)
+    env = ENVS.build("search_qa", {"k": 3})
+    echoed, answered = [], []
+    for item in task.examples("train"):
+        env.reset(item, seed=0)
+        first = env.step(call(item["prompt"])).messages[0]["content"].split("\n")[0].removeprefix("[1] ")
+        env.reset(item, seed=0)
+        echoed.append(env.step(Action(first, [])).reward)
+        env.reset(item, seed=0)
+        answered.append(env.step(Action(f"<answer>{item['answer']}</answer>", [])).reward)
+    assert sum(echoed) == 0.0 and sum(answered) == 30.0
+    assert task.reward([None] * 2, [first, [{"role": "assistant", "content": item["answer"]}]],
+                       answer=[item["answer"]] * 2) == [0.0, 1.0]  # fmt: skip

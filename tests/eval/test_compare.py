@@ -188,3 +188,36 @@ def test_train_seed_keeps_finished_runs_and_refuses_a_run_without_checkpoint(tmp
     cut = make_run(tmp_path, "cut", "grpo", 0, [1.0])
     with pytest.raises(ValueError, match="without a checkpoint"):
         train_seed(tmp_path / "missing.yaml", 0, cut, [])
+
+
+@pytest.mark.parametrize(("damage", "msg"), [
+    (lambda ls: ls.__setitem__(3, ls[3].replace('"problem_id": 0, ', "")), "x.jsonl:4: 'problem_id' must be an integer"),
+    (lambda ls: ls.__setitem__(2, ls[2].replace('"correct": true', '"seed": 1')), "x.jsonl:3: 'correct' must be true or false"),
+    (lambda ls: ls.__setitem__(2, "[1, 2]"), "x.jsonl:3: a record must be a JSON object, got list"),
+    (lambda ls: ls.__setitem__(0, '{"meta": [1]}'), "x.jsonl:1: no covey eval header line"),
+    (lambda ls: ls.__setitem__(0, '{"head": {}}'), "x.jsonl:1: no covey eval header line"),
+    (lambda ls: ls.__setitem__(2, "[" * 100_000 + "]" * 100_000), "x.jsonl:3: not a JSON line (RecursionError)"),
+    (lambda ls: ls.__setitem__(2, ls[2].replace('"sample": 1', '"sample": null')), "x.jsonl:3: 'sample' must be an integer"),
+    (lambda ls: ls.__setitem__(2, ls[2].replace('"correct": true', '"correct": "false"')),
+     """x.jsonl:3: 'correct' must be true or false, got "false\""""),  # a string used to count as correct
+    (lambda ls: ls.insert(3, ls[2]), "x.jsonl:4: sample 1 of problem 0 appears twice"),  # used to inflate N
+])
+def test_damaged_sample_files_are_one_line_errors_naming_file_and_line(tmp_path, damage, msg):
+    good = write_samples(tmp_path / "good.jsonl", [2, 1], n=4)
+    lines = good.read_text().splitlines()
+    damage(lines)
+    bad = tmp_path / "x.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    for cmd in ("passk", "coverage"):
+        res = runner.invoke(app, ["compare", cmd, str(bad), str(good), "--out", str(tmp_path / "o")])
+        assert res.exit_code == 2 and msg in " ".join(res.output.split()) and "Traceback" not in res.output, res.output
+
+
+def test_samples_of_another_task_are_not_compared(tmp_path):
+    a = write_samples(tmp_path / "a.jsonl", [2, 1], n=4)
+    b = write_samples(tmp_path / "b.jsonl", [2, 1], n=4)
+    for path, task in ((a, "gsm8k"), (b, "math500")):
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join([json.dumps({"meta": {"n": 4, "task": task, "split": "test"}}), *lines[1:]]) + "\n")
+    res = runner.invoke(app, ["compare", "passk", str(a), str(b), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "different problems: task 'gsm8k'" in res.output, res.output

@@ -78,7 +78,13 @@ def test_task_params_reach_eval_as_yaml(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"train": {"a": "missing.yaml"}}, "does not exist"),
-    ({"train": {"base": "grpo.yaml"}}, "reserved"),
+    ({"train": {"base": "grpo.yaml"}}, "must be a plain file name"),
+    ({"train": {"..": "grpo.yaml"}}, "'..' must be a plain file name"),  # RUNS_DIR/.. is outside the study
+    ({"train": {".": "grpo.yaml"}}, "'.' must be a plain file name"),
+    ({"train": {"eval": "grpo.yaml"}}, "'eval' must be a plain file name"),  # RUNS_DIR/eval holds the results
+    ({"train": {"a/b": "grpo.yaml"}}, "must be a plain file name"),
+    ({"train": {"a--b": "grpo.yaml"}}, "must be a plain file name"),
+    ({"eval": {"tasks": {"..": "arithmetic"}}}, "eval column name '..'"),
     ({"train": {"a": {"config": "grpo.yaml", "overrides": ["noequals"]}}}, "key=value"),
     ({"eval": {"tasks": ["arithmetic"], "options": {"bogus": 1}}}, "eval.options"),
     ({"eval": {"tasks": []}}, "eval.tasks"),

@@ -24,3 +24,15 @@ def starts_sleeper(prompts, completions, **_):
     with open(completions[0], "a") as f:
         f.write(f"{proc.pid}\n")
     return [1.0] * len(completions)
+
+
+def nan_metric(prompts, completions, **_):
+    return RewardOutput([1.0] * len(completions), {"ratio": [float("nan")] * len(completions), "hits": [2.0, 4.0]})
+
+
+def nones(prompts, completions, **_):
+    return [None if c == "none" else 1.0 for c in completions]
+
+
+def ones(prompts, completions, **_):
+    return [1.0] * len(completions)

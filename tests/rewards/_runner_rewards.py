@@ -145,3 +145,26 @@ async def async_hang(prompts, completions, **_):
 
     await asyncio.sleep(60)
     return [0.0] * len(completions)
+
+
+def spins(prompts, completions, **_):
+    """A Python loop that never ends on 'hang' (an asynchronous exception stops it between bytecodes)."""
+    out = []
+    for c in completions:
+        while c == "hang":
+            pass
+        out.append(1.0)
+    return out
+
+
+CALLS = {"hangs_on_second_call": 0}
+
+
+def hangs_on_second_call(prompts, completions, **_):
+    """Length of each completion; the second and third calls never return (a Python loop): a chunk, then the
+    first sample it is re-scored with."""
+    CALLS["hangs_on_second_call"] += 1
+    while CALLS["hangs_on_second_call"] in (2, 3):
+        pass
+    return [float(len(c)) for c in completions]
+

@@ -123,3 +123,16 @@ def test_first_point_in_box_is_the_first_candidate_only():
     assert first_point_in_box(pts(IN), *BOX) == 0.0  # no think block
     assert first_point_in_box(pts(IN), *BOX, no_think=True) == 1.0
     assert first_point_in_box(think("[]"), *BOX) == 0.0
+
+
+@pytest.mark.parametrize("answer", [
+    "[" * 100_000 + "]" * 100_000,  # nesting past the recursion limit: RecursionError in json
+    "[" + ", ".join(f'{{"point_2d": [{i}, {i * i}]}}' for i in range(2000)) + "]",  # 1.3e9 triples to test
+])
+def test_answers_written_to_hang_or_crash_the_reward_are_format_errors(answer):
+    import time
+
+    t = time.perf_counter()
+    assert aer_gui_score(answer, 10, 10, 20, 20, no_think=True) == -1.0
+    assert first_point_in_box(answer, 10, 10, 20, 20, no_think=True) == 0.0
+    assert time.perf_counter() - t < 2.0

@@ -163,3 +163,113 @@ def test_config_errors_before_any_request(monkeypatch):
                    template="step_error_index", on_fail="tie")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     assert get_reward("judge", backend={"kind": "openai", "model": "m"}).judge.backend.base_url == "http://127.0.0.1:9/v1"
+
+
+class Hostile:
+    """A server that redirects (to `other_url`), trickles, floods or nests, as `mode` says."""
+
+    def __init__(self, other_url=""):
+        self.hits = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.hits.append(dict(self.headers))
+                word = self.path.rsplit("/", 1)[-1] if "evil" in self.path else ""
+                body = json.dumps({"choices": [{"message": {"content": "YES"}}]}).encode()
+                if word == "evil":  # the other origin: a verdict of its own
+                    return self._reply(200, body)
+                mode = outer.mode
+                if mode == "redirect":
+                    self.send_response(302)
+                    self.send_header("Location", other_url + "/evil")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif mode == "trickle_body":  # one byte every 0.3 s: never a socket timeout
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    for b in body:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(0.3)
+                elif mode == "trickle_head":
+                    for b in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 200:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(0.3)
+                elif mode == "flood":  # no Content-Length, 3 MB
+                    self.send_response(200)
+                    self.end_headers()
+                    for _ in range(48):
+                        self.wfile.write(b" " * 65536)
+                elif mode == "declared":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(4 << 30))
+                    self.end_headers()
+                elif mode == "deep":
+                    self._reply(200, b"[" * 100_000 + b"]" * 100_000)
+
+            def _reply(self, code, data):
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.mode = ""
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_hostile_servers_cost_one_deadline_and_never_get_the_key(monkeypatch):
+    monkeypatch.setenv("JUDGE_TEST_KEY", "sk-test-123")
+    evil = Hostile()
+    host = Hostile(other_url=evil.url)
+    try:
+        b = OpenAIBackend(base_url=host.url, model="m", api_key_env="JUDGE_TEST_KEY", timeout_s=1.5, retries=1,
+                          backoff_s=0.01, max_reply_bytes=1 << 20)
+        want = {"redirect": "RedirectRefused: HTTP 302 redirect to " + evil.url.rsplit("/", 1)[0] + " refused",
+                "trickle_body": "DeadlineExceeded: no complete reply within 1.5 s",
+                "trickle_head": "DeadlineExceeded: no complete reply within 1.5 s",
+                "flood": "BodyTooLarge: reply longer than max_reply_bytes=1048576",
+                "declared": f"BodyTooLarge: reply of {4 << 30} bytes (max_reply_bytes=1048576)",
+                "deep": "RecursionError"}
+        for mode, error in want.items():
+            host.mode, t0 = mode, time.monotonic()
+            (reply,) = b.complete([req("x")])
+            took = time.monotonic() - t0
+            assert reply.text is None and reply.error.startswith(error), (mode, reply.error)
+            retried = mode not in ("redirect", "flood", "declared")
+            assert reply.http_errors == 1 + retried, mode
+            assert took < (1.5 + 0.5) * (1 + retried), (mode, took)  # one deadline per attempt, not per byte
+        assert evil.hits == []  # the other origin never saw a request, let alone the key
+        assert all(h.get("Authorization") == "Bearer sk-test-123" for h in host.hits)
+    finally:
+        host.close()
+        evil.close()
+
+
+def test_the_cache_key_holds_everything_that_changes_the_verdict():
+    from covey.rewards.judge.backends import LocalBackend
+    from covey.rewards.judge.core import Judge
+
+    def key(backend):
+        judge = Judge(backend, template="score_0_10", parser="number_in_range")
+        return judge._key(judge._request({"prompt": "q", "completion": "c", "answer": ""}, 0.0, 0))
+
+    plain = OpenAIBackend(base_url="http://127.0.0.1:9/v1", model="m")
+    thinking = OpenAIBackend(base_url="http://127.0.0.1:9/v1", model="m", extra_body={"reasoning_effort": "high"})
+    again = OpenAIBackend(base_url="http://127.0.0.1:9/v1", model="m", extra_body={"reasoning_effort": "high"})
+    assert key(plain) != key(thinking) == key(again)
+    fp32, bf16 = LocalBackend("tiny-llama", dtype="fp32", device="cpu"), LocalBackend("tiny-llama", dtype="bf16", device="cpu")
+    assert key(fp32) != key(bf16) and key(fp32) == key(LocalBackend("tiny-llama", dtype="float32", device="cpu"))

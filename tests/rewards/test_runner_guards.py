@@ -1,5 +1,6 @@
-"""Rewards that used to end or flood a run quietly (issue 20 #14): a non-numeric metric, a weighted
-sum beyond float32, unbounded printing, and processes left running by an in-process reward."""
+"""Rewards that used to end or flood a run quietly (issue 20 #14, issue 35): a non-numeric metric, a weighted
+sum beyond float32, a reward that applies to no sample, unbounded printing, and processes left running by an
+in-process reward."""
 
 import logging
 import math
@@ -11,18 +12,39 @@ import time
 import pytest
 
 import _guard_rewards  # noqa: F401 - importable by the workers
-from covey.rewards import RewardRunner
+from covey.rewards import RewardReturnError, RewardRunner
 from covey.rewards._deadline import PRINT_LIMIT
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_a_non_numeric_metric_is_dropped_with_a_warning_and_the_scores_kept(workers, caplog):
-    with RewardRunner([{"name": "_guard_rewards:text_metric"}], workers=workers) as runner, caplog.at_level(logging.WARNING):
-        for _ in range(2):  # it used to kill the worker on every call
+def test_a_non_numeric_metric_is_the_rewards_bug_named_in_one_error(workers):
+    """It used to kill the worker on every call, then was dropped with a warning (accepted); a string where a
+    number belongs is the reward's bug, as a wrong number of scores is: RewardReturnError, in both places."""
+    with RewardRunner([{"name": "_guard_rewards:text_metric"}], workers=workers) as runner:
+        with pytest.raises(RewardReturnError, match="reward 'text_metric' returned metric 'label' with a value 'good' "
+                                                    r"\(str\) that is not a number"):
+            runner(["p", "p"], ["a", "b"])
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_non_finite_metric_is_dropped_with_a_warning_and_the_scores_kept(workers, caplog):
+    with RewardRunner([{"name": "_guard_rewards:nan_metric"}], workers=workers) as runner, caplog.at_level(logging.WARNING):
+        for _ in range(2):
             batch = runner(["p", "p"], ["a", "b"])
             assert batch.rewards[:, 0].tolist() == [1.0, 1.0] and not batch.failed.any()
-            assert batch.metrics["reward/text_metric/hits"] == 3.0 and "reward/text_metric/label" not in batch.metrics
-    assert caplog.text.count("metric 'label' has a value that is not a finite number") == 1
+            assert batch.metrics["reward/nan_metric/hits"] == 3.0 and "reward/nan_metric/ratio" not in batch.metrics
+    assert caplog.text.count("metric 'ratio' has a value that is not a finite number") == 1
+
+
+def test_a_reward_that_applies_to_no_sample_of_a_batch_is_a_counted_warning(caplog):
+    with RewardRunner([{"name": "_guard_rewards:nones"}, {"name": "_guard_rewards:ones"}], workers=0) as runner, \
+            caplog.at_level(logging.WARNING):
+        batch = runner(["p", "p"], ["none", "none"])
+        assert batch.metrics["reward/nones/none_batch"] == 1.0 and batch.metrics["reward/ones/none_batch"] == 0.0
+        assert batch.total.tolist() == [1.0, 1.0] and batch.metrics["reward/unscorable"] == 0.0
+        batch = runner(["p", "p"], ["a", "none"])  # applies to one sample: not counted
+        assert batch.metrics["reward/nones/none_batch"] == 0.0
+    assert caplog.text.count("reward 'nones' returned None (not applicable) for every sample of a batch of 2") == 1
 
 
 def test_a_weighted_sum_beyond_float32_gets_the_fallbacks_and_is_counted(caplog):
@@ -37,6 +59,11 @@ def test_a_weighted_sum_beyond_float32_gets_the_fallbacks_and_is_counted(caplog)
     with RewardRunner([{"name": "_guard_rewards:huge"}], workers=0) as runner:  # 3e38 alone fits
         batch = runner(["p"], ["a"])
     assert batch.metrics["reward/total/overflow"] == 0.0 and batch.rewards.item() == pytest.approx(3e38)
+    # weight 2: 6e38 overflows; the per-reward metrics stay finite (a float32 mean of two 3e38 was inf)
+    with RewardRunner([{"name": "_guard_rewards:huge", "weight": 2.0}], workers=0) as runner:
+        batch = runner(["p", "p"], ["a", "b"])
+    assert batch.metrics["reward/total/overflow"] == 2.0 and batch.total.tolist() == [0.0, 0.0]
+    assert batch.metrics["reward/huge/mean"] == pytest.approx(3e38) and math.isfinite(batch.metrics["reward/huge/std"])
 
 
 @pytest.mark.parametrize("workers", [0, 1])

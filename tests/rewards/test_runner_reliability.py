@@ -98,15 +98,25 @@ def test_in_process_timeout_survives_a_reward_that_cancels_its_own_alarm():
     assert time.monotonic() - start < 5.0 and batch.metrics["reward/alarm_then_hang/failures/timeout"] == 1.0
 
 
-def test_in_process_reward_off_the_main_thread_runs_without_a_limit(caplog):
-    runner = RewardRunner([rr.length_reward], workers=0)
+@pytest.mark.parametrize("name", ["spins", "flaky"])  # a Python loop; a 60 s sleep
+def test_in_process_reward_off_the_main_thread_has_its_limit_too(name):
+    """The thread executor scores in its generator thread: a hanging in-process reward there used to hang the
+    run (no signal handler off the main thread). Now only the culprit times out, within about 4 x timeout_s."""
+    runner = RewardRunner([{"name": f"_runner_rewards:{name}", "timeout_s": 0.5}, rr.length_reward], workers=0)
     out = {}
-    with caplog.at_level(logging.WARNING):
-        t = threading.Thread(target=lambda: out.update(batch=runner(["p"], ["abc"])))
-        t.start()
-        t.join(30)
-    assert out["batch"].rewards.tolist() == [[3.0]]
-    assert "not the main thread" in caplog.text
+    start = time.monotonic()
+    t = threading.Thread(target=lambda: out.update(batch=runner(["p"] * 3, ["ok", "hang", "ok"])), daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive() and time.monotonic() - start < 4.5
+    batch = out["batch"]
+    assert batch.failed[:, 0].tolist() == [False, True, False] and batch.rewards[:, 1].tolist() == [2.0, 4.0, 2.0]
+    assert batch.metrics[f"reward/{name}/failures/timeout"] == 1.0
+    again = {}  # no CallTimeout is left pending in the thread for later code
+    t = threading.Thread(target=lambda: again.update(batch=runner(["p"], ["ok"])), daemon=True)
+    t.start()
+    t.join(30)
+    assert again["batch"].rewards.tolist() == [[1.0, 2.0]]
 
 
 # ---------------------------------------------------------------- 3. one hanging sample fails only itself

@@ -7,7 +7,16 @@ import pytest
 pytest.importorskip("apted", reason="the table2latex extra (apted) is not installed")
 
 from covey.rewards import get_reward  # noqa: E402
-from covey.rewards.table_latex import cw_ssim, latex_grid, teds_structure  # noqa: E402
+from covey.rewards.table_latex import (  # noqa: E402
+    TableTooLarge,
+    cell_texts,
+    cw_ssim,
+    ink_crop,
+    latex_grid,
+    same_canvas,
+    teds_structure,
+    text_overlap,
+)
 
 REF = r"\begin{tabular}{|c|c|c|}\hline \multicolumn{2}{c}{AB} & C \\ \hline 1 & 2 & 3 \\ 4 & 5 & 6 \\ \hline\end{tabular}"
 
@@ -93,7 +102,9 @@ def test_table_teds_reward_thresholds_and_metrics():
     out = fn(prompts=["p"] * 4, completions=[REF, REF.replace(r"4 & 5 & 6 \\ ", ""), "none", REF],
              answer=[REF, REF, REF, "no table"])  # fmt: skip
     assert list(out) == [1.0, 0.0, 0.0, None]  # 1 - 4/15 = 0.73 is not > 0.9
-    assert out.metrics["no_table_frac"] == [0.0, 0.0, 1.0, 0.0]
+    assert out.metrics["no_table_frac"] == [0.0, 0.0, 1.0]  # over the rows the reward applies to
+    # 11 nodes against 15 cannot give TEDS-S > 11/15 = 0.73, so no edit distance is computed: 0.0 in the metric
+    assert out.metrics["teds_s"] == [1.0, 0.0, 0.0]
     dense = get_reward("table_teds", threshold=None)
     assert dense(prompts=["p"], completions=[REF.replace(r"4 & 5 & 6 \\ ", "")], answer=[REF]) == [pytest.approx(11 / 15)]
     chat = [{"role": "assistant", "content": "Here it is:\n" + REF}]
@@ -181,3 +192,129 @@ def test_the_example_config_trains_one_step(tmp_path):
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert row["reward/table_teds/failures"] == 0.0 and row["reward/table_render/failures"] == 0.0
     assert "reward/table_teds/no_table_frac" in row  # a random tiny model writes no tabular
+
+
+# ------------------------------------------------------------------ bounds (a table of 60 characters)
+@pytest.mark.parametrize("table", [
+    r"\begin{tabular}{c}\multicolumn{1000000000}{c}{x}\\\end{tabular}",  # 1e9 columns
+    r"\begin{tabular}{c}\multirow{1000000000}{*}{x}\\\end{tabular}",  # 1e9 rows added by one span
+    r"\begin{tabular}{c}\multicolumn{" + "9" * 5000 + r"}{c}{x}\\\end{tabular}",  # int() refuses 4,300+ digits
+    r"\begin{tabular}{c}" + r"\multicolumn{40}{c}{x} & " * 40 + r"\\ a \\ b \\ \end{tabular}",  # 1,600 x 3 slots
+])
+def test_a_table_over_the_bound_is_refused_before_its_grid_is_built(table):
+    with pytest.raises(TableTooLarge):
+        latex_grid(table)
+    assert teds_structure(table, REF) == 0.0 and teds_structure(REF, table) == 0.0
+    out = get_reward("table_teds", threshold=None)(prompts=["p"] * 2, completions=[table, REF], answer=[REF] * 2)
+    assert list(out) == [0.0, 1.0] and out.metrics["too_large_frac"] == [1.0, 0.0]
+
+
+def test_the_bounded_parser_runs_in_little_memory_and_time():
+    """In a process limited to 1 GiB of address space (the reward's memory limit is 1,024 MB): the spans above
+    used to allocate 8 GB (MemoryError here; the OOM killer in a 2 GiB cgroup)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src"
+    script = (
+        "import resource, sys, time; sys.path.insert(0, %r)\n"
+        "from covey.rewards.table_latex import teds_structure\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "t = time.time()\n"
+        "for span in (r'\\multicolumn{1000000000}{c}{x}', r'\\multirow{1000000000}{*}{x}'):\n"
+        "    assert teds_structure(r'\\begin{tabular}{c}' + span + r'\\\\\\end{tabular}', %r) == 0.0\n"
+        "print(round(time.time() - t, 3))\n"
+    ) % (str(src), REF)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout) < 1.0
+
+
+def test_a_size_that_cannot_pass_skips_the_edit_distance(monkeypatch):
+    import covey.rewards.table_latex as tl
+
+    big = REF.replace(r"4 & 5 & 6 \\", r"4 & 5 & 6 \\ " * 12)  # 15 tr + (2 + 3 + 12 * 3 + 3) td = 59 nodes
+    monkeypatch.setattr(tl, "_teds_cached", lambda *a: pytest.fail("APTED ran"))
+    assert teds_structure(big, REF, floor=0.3) == 0.0  # TEDS-S <= 15 / 59 = 0.25 < 0.3
+    monkeypatch.undo()
+    assert teds_structure(big, REF) == pytest.approx(15 / 59)  # 44 nodes deleted: 1 - 44 / 59
+
+
+# ------------------------------------------------------------------ what the render compares
+def test_cell_texts_and_their_overlap():
+    assert cell_texts(latex_grid(REF)) == ["AB", "C", "1", "2", "3", "4", "5", "6"]
+    assert cell_texts(latex_grid(r"\begin{tabularx}{5cm}{X{c}} {\bf a} & \textbf{b \&} \\ \end{tabularx}")) == ["a", "b&"]
+    garbage = REF.replace("AB", "xy").replace("1 & 2", "7 & 7")
+    # AB -> xy, 1 -> 7, 2 -> 7: 5 of 8 cells still match
+    assert text_overlap(cell_texts(latex_grid(garbage)), cell_texts(latex_grid(REF))) == 5 / 8
+    assert text_overlap([], []) == 1.0 and text_overlap(["a"], []) == 0.0
+
+
+def test_ink_crop_and_canvas_keep_the_scale():
+    page = np.full((10, 8), 255, np.uint8)
+    assert ink_crop(page) is None  # a blank page
+    page[2, 3], page[5, 6] = 0, 249
+    assert ink_crop(page).shape == (4, 4)
+    page[5, 6] = 250  # not ink
+    assert ink_crop(page).shape == (1, 1)
+    a, b = same_canvas(np.zeros((1, 1), np.uint8), np.zeros((3, 5), np.uint8))
+    assert a.shape == b.shape == (3, 5) and a.sum() == 255 * 14 and b.sum() == 0  # padded white, not resized
+
+
+# the issue's fake passes: against the whole page each scored 0.72-0.80 (0.63 for the garbage text) at 150 dpi,
+# 0.72-0.80 at 300 dpi, above the 0.6 threshold
+FAKES = {
+    "iffalse": r"\iffalse " + TABLE + r" \fi" if (TABLE := (
+        r"\begin{tabular}{|l|c|c|}\hline Name & Year & Score \\ \hline Alpha & 2019 & 81.5 \\ Beta & 2020 & 77.0 \\"
+        r" Gamma & 2021 & 90.2 \\ \hline\end{tabular}")) else "",
+    "off_the_page": r"\raisebox{-40cm}{" + TABLE + "}",
+    "white": r"\color{white}" + TABLE,
+    "garbage_text": TABLE.replace("Name", "qq").replace("Alpha", "zz").replace("Beta", "xx").replace("Gamma", "ww")
+    .replace("2019", "aa").replace("2020", "bb").replace("2021", "cc").replace("Year", "g").replace("Score", "h"),
+    "one_cm_wide": r"\resizebox{1cm}{!}{" + TABLE + r"}\hspace{12cm}",
+    "phantom": r"\phantom{" + TABLE + "}",
+}
+
+
+def test_table_render_refuses_blank_pages_garbage_text_and_tiny_tables():
+    _tex()
+    fn = get_reward("table_render", dpi=150)
+    typo = TABLE.replace("Alpha", "Alfa").replace("81.5", "81.6")  # a near miss: still a pass
+    out = fn(prompts=["p"] * 8, completions=[TABLE, typo, *FAKES.values()], answer=[TABLE] * 8)
+    assert list(out) == [1.0, 1.0] + [0.0] * 6, dict(zip(["ref", "typo", *FAKES], out))
+    # blank: \iffalse, \raisebox off the page, white, \phantom; the garbage text never renders (text gate)
+    assert out.metrics["blank_frac"] == [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0]
+    assert out.metrics["text_gated_frac"] == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    dense = get_reward("table_render", dpi=150, threshold=None, text_gate=0.0)
+    s = dense(prompts=["p"] * 2, completions=[FAKES["garbage_text"], FAKES["one_cm_wide"]], answer=[TABLE] * 2)
+    assert max(s) < 0.3, list(s)  # rendered at one scale, cut to the ink: far from the reference's table
+
+
+def test_the_binary_profile_renders_for_a_non_root_user():
+    _tex()
+    from _non_root import run_as_non_root
+
+    from covey.rewards.latex_render import _SCRIPT, ENDING, PREAMBLE, TEX_BINDS, TEX_ENV
+
+    tex = (PREAMBLE + TABLE + ENDING).encode()
+    script = (
+        "import os\n"
+        "from sbx.binary import run_script\n"
+        "from sbx.limits import SandboxLimits\n"
+        "lim = SandboxLimits(timeout_s=60, memory_mb=1024, file_mb=64, tmpfs_mb=256, nproc=64, nofile=256, "
+        "max_drain_bytes=1 << 26)\n"
+        "try:\n"
+        f"    r = run_script({_SCRIPT.replace('{dpi}', '72')!r}, {{'main.tex': {tex!r}}}, lim, binds={TEX_BINDS!r}, "
+        f"env={TEX_ENV!r})\n"
+        "except sbx.SandboxUnavailable as e:\n"
+        "    print('refused', e); raise SystemExit\n"
+        "print(os.getuid(), r.exit_code, r.channel[:2], len(r.channel) > 612 * 792)\n"
+    )
+    out, why = run_as_non_root(script, timeout=120)
+    if out is None:
+        pytest.skip(why)
+    if out.stdout.startswith("refused"):
+        pytest.skip(f"bubblewrap cannot run for a non-root user here: {out.stdout.strip()}")
+    uid = str(65534 if __import__("os").geteuid() == 0 else __import__("os").getuid())
+    assert out.stdout.split() == [uid, "0", "b'P5'", "True"], (out.stdout, out.stderr[-2000:])

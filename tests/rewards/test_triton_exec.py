@@ -18,6 +18,7 @@ from covey.rewards import get_reward
 from covey.rewards.sandbox.profile import STDLIB, Profile
 from covey.rewards.sandbox.tensors import compare, decode, run_module
 from covey.rewards.sandbox.torch_profile import torch_profile, triton_available
+from covey.rewards.triton_gate import runtime_gate
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rewards" / "triton_kernels.yaml"
 
@@ -252,3 +253,92 @@ def test_a_failed_reference_is_cached_but_a_timed_out_one_is_retried(monkeypatch
     reward = get_reward("triton_exec", language="torch")
     assert [reward.reference(s) for s in ("slow", "slow", "bad", "bad")] == ["timed out"] * 2 + ["get_inputs: ValueError: x"] * 2
     assert calls == ["slow", "slow", "bad"]
+
+
+# --- what the program writes is data: the dtype rule, and channel lines that used to raise ---
+
+def _tensor(a, torch_dtype):
+    return decode(enc(a) | {"d": torch_dtype})
+
+
+def test_a_different_dtype_is_a_mismatch_as_in_torch_allclose():
+    ref = _tensor(np.array([1.0, 2.0], np.float32), "torch.float32")
+    assert compare(_tensor(np.array([1.0, 2.0], np.float32), "torch.float32"), ref, 1e-2, 1e-2) is None
+    half = _tensor(np.array([1.0, 2.0], np.float16), "torch.float16")
+    assert compare(half, ref, 1e-2, 1e-2) == "output: dtype torch.float16 != expected torch.float32"
+    # bfloat16 travels as float32: the torch dtype still tells them apart
+    bf16 = _tensor(np.array([1.0, 2.0], np.float32), "torch.bfloat16")
+    assert compare(bf16, ref, 1e-2, 1e-2) == "output: dtype torch.bfloat16 != expected torch.float32"
+    assert compare([ref.reshape(1, 2)], [ref], 0, 0) == "output[0]: shape [1, 2] != expected [2]"
+    with pytest.raises(ValueError, match="torch dtype"):
+        decode(enc(np.zeros(1, np.float32)) | {"d": 5})
+
+
+def test_a_huge_integer_against_a_float_is_a_mismatch_not_an_exception():
+    assert compare(10**1000, 1.0, 1e-2, 1e-2) == "output: " + "1" + "0" * 39 + " is out of range"
+    assert compare(10**1000, 10**1000 + 1, 0, 0).startswith("output: 1000")
+
+
+def _fake_channel(monkeypatch, channel: bytes):
+    from covey.rewards.sandbox import RunResult, tensors
+
+    monkeypatch.setattr(tensors, "execute", lambda *a, **k: RunResult(exit_code=0, stdout="", stderr="", channel=channel))
+
+
+@pytest.mark.parametrize("line", [
+    b"[" * 100_000 + b"]" * 100_000,  # nesting past the recursion limit: RecursionError in json
+    b'{"i": 0, "out": {"v": 1' + b"0" * 5000 + b"}}",  # a 5,001-digit integer: ValueError in int()
+])
+def test_channel_lines_that_do_not_parse_are_the_runs_error(monkeypatch, line):
+    _fake_channel(monkeypatch, line + b"\n")
+    run = run_module("x", "candidate", [0], init={"l": []}, inputs=[{"l": []}])
+    assert run.error.startswith("the result channel carried a line that is not JSON")
+
+
+def test_bad_result_data_scores_zero_and_is_counted(monkeypatch):
+    """The program answers every trial itself (it can write to the channel): a 1,000-digit integer where the
+    reference returned a float, then a value that is not an encoding. Neither raises out of the reward."""
+    from covey.rewards import triton_exec
+    from covey.rewards.sandbox.tensors import ModuleRun
+
+    reward = get_reward("triton_exec", language="torch", trials=1)
+    reward._references["ref"] = ({"l": []}, [{"l": []}], [1.5])
+    outs = iter([{"v": 10**1000}, {"t": "<f4", "d": "torch.float32", "s": [10**30], "b": ""}])
+    monkeypatch.setattr(triton_exec, "run_module", lambda *a, **k: ModuleRun(records=[{"i": 0, "out": next(outs)}]))
+    out = reward(prompts=["p"] * 2, completions=[block(NEW)] * 2, reference=["ref"] * 2)
+    assert out.scores == [0.0, 0.0]
+    assert [o for o, _ in reward.last_outcomes] == ["mismatch", "error"]
+    assert out.metrics["mismatch"] == [1.0, 0.0] and out.metrics["error"] == [0.0, 1.0]
+
+
+@pytest.mark.slow  # one sandbox run importing torch
+def test_a_float16_output_fails_a_float32_reference_end_to_end():
+    reward = get_reward("triton_exec", language="torch", trials=1)
+    half = NEW.replace("return (x + y).clamp(min=0) * self.scale", "return ((x + y).clamp(min=0) * self.scale).half()")
+    out = reward(prompts=["p"], completions=[block(half)], reference=[REF])
+    assert out.scores == [0.0]
+    assert reward.last_outcomes == [("mismatch", "trial 0: output: dtype torch.float16 != expected torch.float32")]
+
+
+def test_the_recorder_sees_a_forward_and_notices_when_it_is_removed():
+    """run_module's trace (what triton_exec's run-time gate reads), without the static filter in front."""
+    prog = '''
+import threading, torch
+from torch.utils import _python_dispatch as pd
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 1:
+            return (x * 2).sum()
+        self.off = pd._disable_current_modes()  # the recorder off for the rest of the forward: nothing below is seen
+        self.off.__enter__()
+        torch.Tensor.numpy = torch._C.TensorBase.numpy
+        return (x * 2).numpy().sum().item()
+'''
+    inputs = [{"l": [enc(np.ones((1, 2), np.float32))]}, {"l": [enc(np.ones((2, 2), np.float32))]}]
+    run = run_module(prog, "candidate", [0, 1], init={"l": []}, inputs=inputs, trace=True)
+    assert run.error is None, run.error
+    first, second = (r["trace"] for r in run.records)
+    assert first == {"ops": {"mul": 1, "sum": 1}, "launches": 0}
+    assert set(second["ops"]) == {"tamper:dispatch_mode", "tamper:dispatch_stack", "tamper:Tensor.numpy"}
+    assert runtime_gate(second).startswith("PyTorch did work outside Triton kernels:")

@@ -101,3 +101,75 @@ def test_the_example_trains_one_step(tmp_path):
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert row["reward/triton_exec/failures"] == 0.0
     assert row["reward/triton_exec/no_code"] == 1.0  # a random tiny model writes no ```python block
+
+
+# A kernel that does nothing is launched, and PyTorch does the work by routes a reading of the text misses.
+# Each of these scored 1.0 before the gate was also decided at run time.
+LINEAR_REF = '''
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.fc = torch.nn.Linear(n_in, n_out)
+
+    def forward(self, x):
+        return self.fc(x)
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+def get_init_inputs():
+    return [8, 6]
+'''
+
+NOOP = '''
+import torch
+import triton
+import triton.language as tl
+{imports}
+
+@triton.jit
+def noop_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.load(x_ptr + offs, mask=offs < n)
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        {init}
+
+    def forward(self, x):
+        noop_kernel[(1,)](x, x.numel(), BLOCK=16)
+        return {expr}
+'''
+
+LINEAR_INIT = "self.fc = torch.nn.Linear(*args)"  # held for its weights: KernelBench programs do so
+HACKS = [  # (imports, init, forward's return, reference, the outcome now)
+    ("", LINEAR_INIT, 'getattr(torch, "matmul")(x, self.fc.weight.t()) + self.fc.bias', LINEAR_REF, "gate"),
+    ("", LINEAR_INIT, "x.__matmul__(self.fc.weight.t()) + self.fc.bias", LINEAR_REF, "gate"),
+    ("", LINEAR_INIT, "torch.tensordot(x, self.fc.weight, dims=([1], [1])) + self.fc.bias", LINEAR_REF, "gate"),
+    ("", LINEAR_INIT, 'eval("self.fc(x)")', LINEAR_REF, "gate"),
+    ("", LINEAR_INIT, "self.fc(x)", LINEAR_REF, "runtime_gate"),  # nn.Linear's forward
+    ("", "self.sm = torch.nn.Softmax(dim=-1)", "self.sm(x)", "row_softmax", "runtime_gate"),  # nn.Softmax
+    ("", LINEAR_INIT, 'torch.__dict__["mat" + "mul"](x, self.fc.weight.t()) + self.fc.bias', LINEAR_REF, "runtime_gate"),
+    ("import functools, operator", "", "functools.reduce(operator.add, [x.sum(dim=-1)])", "row_sum", "runtime_gate"),
+    ("", "", "torch.from_numpy(x.numpy().sum(axis=-1))", "row_sum", "runtime_gate"),  # NumPy does the work
+]
+
+
+def test_pytorch_doing_the_work_beside_a_noop_kernel_scores_zero():
+    reward = get_reward("triton_exec", trials=1)
+    programs = [NOOP.format(imports=i, init=init or "pass", expr=e) for i, init, e, _, _ in HACKS]
+    refs = [REFERENCES.get(r, r) for _, _, _, r, _ in HACKS]
+    out = reward(prompts=["p"] * len(HACKS), completions=[block(p) for p in programs], reference=refs)
+    assert [o for o, _ in reward.last_outcomes] == [want for *_, want in HACKS], reward.last_outcomes
+    assert out.scores == [0.0] * len(HACKS)
+    messages = [m for _, m in reward.last_outcomes]
+    assert messages[4] == "trial 0: PyTorch did work outside Triton kernels: addmm x1"
+    assert messages[5].startswith("trial 0: PyTorch did work outside Triton kernels: _softmax x1")
+    assert "host:numpy" in messages[8]
+    # a launch the text shows but the run never makes
+    idle = NOOP.format(imports="", init="pass", expr="x").replace("        noop_kernel[(1,)]", "        0 and noop_kernel[(1,)]")
+    assert reward.score(idle, REFERENCES["row_sum"]) == ("runtime_gate", "trial 0: no Triton kernel was launched")

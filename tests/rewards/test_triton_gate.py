@@ -3,7 +3,7 @@
 import pytest
 
 from covey.rewards import get_reward
-from covey.rewards.triton_gate import triton_structure
+from covey.rewards.triton_gate import RUNTIME_ALLOW, runtime_gate, triton_structure
 
 GOOD = '''
 import torch
@@ -60,3 +60,44 @@ def test_tl_ops_inside_the_kernel_are_allowed_and_the_reward():
     assert out.metrics["denied_op_frac"] == [0.0, 0.0, 1.0]
     custom = get_reward("triton_gate", extra_deny=["torch.empty_like"])
     assert custom(prompts=["p"], completions=[block(GOOD)]).scores == [0.0]
+
+
+@pytest.mark.parametrize("ret", [
+    'getattr(torch, "matmul")(x, y)',  # a constant name is read like torch.matmul
+    "getattr(torch, name)(x, y)",  # a name made at run time
+    "x.__matmul__(y)",
+    "torch.tensordot(x, y, dims=1)",
+    "torch.linalg.matmul(x, y)",
+    'eval("x @ y")',
+    'exec("out = x")',
+    "__import__('torch').mm(x, y)",
+    "torch._C._VariableFunctions.mm(x, y)",
+    "torch.utils._python_dispatch._disable_current_modes()",
+])
+def test_routes_around_the_deny_list_are_denied(ret):
+    assert triton_structure(GOOD.replace("return out", f"return {ret}"))["denied"]
+
+
+@pytest.mark.parametrize("head", ["import threading", "import ctypes", "from concurrent.futures import ThreadPoolExecutor",
+                                  "import torch.library"])
+def test_modules_that_hide_work_from_the_run_time_recorder_are_denied(head):
+    assert triton_structure(head + "\n" + GOOD)["denied"]
+
+
+def test_modules_held_for_their_weights_pass_the_static_check():
+    # KernelBench programs build nn.Linear to get the reference's initialisation; calling it is caught at run time
+    held = GOOD.replace("self.w = torch.nn.Parameter(torch.ones(4))", "self.fc = torch.nn.Linear(4, 4)")
+    assert triton_structure(held) == {"parses": True, "kernel": True, "launch": True, "denied": False}
+    assert not triton_structure("x = (" * 200 + ")" * 200)["parses"]  # nesting the parser refuses: no exception
+
+
+def test_runtime_gate_reads_the_trace():
+    assert runtime_gate({"ops": {"empty_like": 1, "view": 2, "_to_copy": 1}, "launches": 2}) is None
+    assert runtime_gate({"ops": {"mm": 1, "host:numpy": 1}, "launches": 1}) == \
+        "PyTorch did work outside Triton kernels: host:numpy x1, mm x1"
+    assert runtime_gate({"ops": {}, "launches": 0}) == "no Triton kernel was launched"
+    assert runtime_gate({"ops": {"tamper:dispatch_mode": 1}, "launches": 1}).endswith("tamper:dispatch_mode x1")
+    assert runtime_gate({"ops": {"mylib::empty": 1}, "launches": 1}) is not None  # other namespaces never allowed
+    assert runtime_gate({"ops": {"cat": 1}, "launches": 1}, RUNTIME_ALLOW | {"cat"}) is None
+    for bad in (None, {"ops": [], "launches": 1}, {"ops": {"x": "1"}, "launches": 1}, {"ops": {}, "launches": True}):
+        assert runtime_gate(bad) is not None

@@ -67,3 +67,19 @@ class UninterruptibleEngine(TorchEngine):
     """A torch engine that does not offer `interrupt()` (not an `InterruptibleEngine`)."""
 
     interrupt = None
+
+
+class HangingEngine(TorchEngine):
+    """A torch engine whose `hang_at`-th generate call (0-based) blocks for `hang_s` seconds (a stuck backend)."""
+
+    def __init__(self, model, tokenizer=None, *, hang_at: int = 1, hang_s: float = 120.0, **kw):
+        super().__init__(model, tokenizer, **kw)
+        self.hang_at, self.hang_s, self.calls = hang_at, hang_s, 0
+
+    def generate(self, prompts, n, sampling):
+        import time
+
+        self.calls += 1
+        if self.calls - 1 == self.hang_at:
+            time.sleep(self.hang_s)
+        return super().generate(prompts, n, sampling)

@@ -153,3 +153,34 @@ def test_the_cli_reports_a_failing_generator_in_one_line(tmp_path):
     assert errors == ["error: runtime: the generation thread failed generating batch 1 (step 2) at policy version 1: "
                       "RuntimeError: fake engine failure at call 1"], out.stderr[-2000:]  # fmt: skip
     assert "Traceback" not in out.stderr
+
+
+def test_a_hanging_in_process_reward_on_the_generator_thread_times_out_and_the_run_goes_on(tmp_path):
+    """It used to hang the generator (no limit off the main thread), so the run stopped with no checkpoint."""
+    from tests.rewards import _runner_rewards as rr
+
+    rr.CALLS["hangs_on_second_call"] = 0
+    cfg = _cfg(tmp_path, "runtime.executor=thread", "runtime.timeout_s=60",
+               "rewards=[{name: tests.rewards._runner_rewards:hangs_on_second_call, timeout_s: 0.5, in_process: true}]",
+               "rollout.prompts_per_step=1")  # one chunk per call: the second step's call hangs  # fmt: skip
+    rows, _ = _train(cfg, tmp_path / "run")
+    assert [r["reward/hangs_on_second_call/failures/timeout"] for r in rows] == [0.0, 1.0, 0.0]  # 1 sample of 4
+
+
+def test_a_stuck_generator_still_leaves_a_checkpoint_to_resume_from(tmp_path):
+    cfg = _cfg(tmp_path, "runtime.executor=thread", "runtime.max_staleness=0", "runtime.timeout_s=3",
+               "engine.name=tests.runtime._engines:HangingEngine", "engine.params={hang_at: 1, hang_s: 30}")  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        trainer.step()
+        with pytest.raises(GenerationFailed, match="no batch from the generation thread within runtime.timeout_s=3"):
+            trainer.step()
+        path = trainer.save()  # pause() cannot reach a batch boundary: saved without it
+    finally:
+        trainer.close()
+    assert path.name.endswith("step-000001")
+    again = Trainer(_cfg(tmp_path, "runtime.executor=thread", "runtime.max_staleness=0"), tmp_path / "run", resume=True)
+    try:
+        assert again.step_num == 1 and again.step()["reward/mean"] >= 0
+    finally:
+        again.close()

@@ -1,12 +1,13 @@
 """The `episodes` strategy: token-exact multi-turn rows, limits, and failures that never stop a run."""
 
+import logging
 import time
 
 import pytest
 import torch
 
 from covey.engine import Generation, SamplingParams, TorchEngine
-from covey.envs import Action
+from covey.envs import Action, StepResult
 from covey.envs.maze import MazeEnv
 from covey.tasks.maze import MazeTask
 from covey.models import load
@@ -470,3 +471,64 @@ def test_evaluate_episodes_plays_one_greedy_episode_per_item():
     out = evaluate_episodes(engine, tok, crash, [maze_item(0), maze_item(1)], max_new_tokens=8)
     assert out["accuracy"] == 0.0 and out["failed"] == 1.0 and out["episodes"] == 2.0  # item 1's reset crashes
     assert seen and all(s.greedy for s in seen)
+
+
+# ---------------------------------------------------------------------------- faults that used to hang or kill a run
+BUILT = {"n": 0}
+
+
+class FaultyEnv(MazeEnv):
+    """`mode`: new_hang (every constructor after the first hangs), always_hang (every constructor), close_hang
+    (close() hangs once the env was stepped), huge (the first step answers with a 20 MB observation)."""
+
+    def __init__(self, *, mode: str):
+        BUILT["n"] += 1
+        if mode == "always_hang" or (mode == "new_hang" and BUILT["n"] > 1):
+            time.sleep(3)
+        super().__init__()
+        self.mode, self.n = mode, 0
+
+    def step(self, action):
+        self.n += 1
+        if self.mode == "huge":
+            return StepResult([{"role": "user", "content": "x" * 20_000_000}], 0.0)
+        return super().step(action)
+
+    def close(self):
+        if self.mode == "close_hang" and self.n:
+            time.sleep(3)
+
+
+@pytest.mark.parametrize(("mode", "end"), [("new_hang", "env_timeout"), ("close_hang", "max_turns"), ("huge", "context")])
+def test_env_faults_cost_at_most_a_timeout(mode, end, caplog):
+    BUILT["n"] = 0
+    tok, engine = tiny_script(lambda p, k: "up")
+    st = strategy({"name": "tests.strategies.test_episodes:FaultyEnv", "mode": mode}, max_turns=2, step_timeout_s=0.3)
+    t0 = time.perf_counter()
+    with caplog.at_level(logging.WARNING):
+        _, m = st.rollout([maze_item(0)], context([maze_item(0)], engine, tok))
+    assert time.perf_counter() - t0 < 2.5, mode  # a hung constructor / close is abandoned, the observation refused
+    assert m[f"episodes/end/{end}"] == 1.0
+    if mode != "huge":
+        call = "constructor" if mode == "new_hang" else "close()"
+        assert f"environment 'tests.strategies.test_episodes:FaultyEnv' {call} gave no answer within step_timeout_s=0.3" \
+            in caplog.text
+
+
+def test_a_constructor_that_hangs_is_a_one_line_config_error():
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"episodes: environment '.*FaultyEnv' constructor gave no answer within "
+                                         r"step_timeout_s=0.3 \(building one to check its parameters\)"):
+        strategy({"name": "tests.strategies.test_episodes:FaultyEnv", "mode": "always_hang"}, step_timeout_s=0.3)
+    assert time.perf_counter() - t0 < 2.0
+
+
+@pytest.mark.parametrize("call", ["[" * 1000 + "]" * 1000, '{"name": "calculator", "arguments": {"expression": ' + "9" * 5000 + "}}"])
+def test_tool_calls_python_cannot_parse_are_tool_errors_not_a_lost_run(call):
+    """JSON nested 1,000 deep (RecursionError) and a 5,000-digit integer (ValueError) in a tool call."""
+    tok, engine = tiny_script(lambda p, k: f"<tool_call>{call}</tool_call>")
+    item = {"id": 0, "prompt": "2+2?", "answer": "4"}
+    st = strategy({"name": "calculator", "max_calls": 9}, max_invalid=2, max_context_tokens=30_000)
+    batch, m = st.rollout([item], context([item], engine, tok, group=1, max_new_tokens=10_000))
+    assert m["episodes/end/invalid_streak"] == 1.0 and m["episodes/tool_malformed"] == 2.0 and len(batch) == 1
+    assert "error: tool call JSON" in tok.decode(batch.completion_ids[0].tolist())

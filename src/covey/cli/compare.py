@@ -153,6 +153,10 @@ def curves_cmd(
 def _pass_sets(a: str, b: str) -> tuple[dict, dict, dict, dict]:
     meta_a, recs_a = read_samples(_files(a))
     meta_b, recs_b = read_samples(_files(b))
+    for key in ("task", "params", "split", "limit"):  # the models and sampling may differ; the problems may not
+        if meta_a.get(key) != meta_b.get(key):
+            raise ValueError(f"the two sample sets are of different problems: {key} {meta_a.get(key)!r} in {a}, "
+                             f"{meta_b.get(key)!r} in {b}")  # fmt: skip
     if set(recs_a) != set(recs_b):
         only = sorted(set(recs_a) ^ set(recs_b))
         raise ValueError(f"the two sample sets cover different problems (e.g. ids {only[:5]}); evaluate the same problems")

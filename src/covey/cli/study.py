@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,9 +63,7 @@ def load_study(path: Path) -> dict:
     if not isinstance(raw["train"], dict) or not raw["train"]:
         raise ValueError(f"{path}: train must map row names to configs")
     for name, spec in raw["train"].items():
-        name = str(name)
-        if name == "base" or "--" in name or "/" in name:
-            raise ValueError(f"{path}: train row name {name!r} is reserved or holds '--' or '/'")
+        name = _plain_name(path, "train row", name)
         spec = {"config": spec} if isinstance(spec, str) else spec
         if not isinstance(spec, dict) or set(spec) - {"config", "overrides"} or not isinstance(spec.get("config"), str):
             raise ValueError(f"{path}: train.{name} must be a config path or {{config: PATH, overrides: [key=value]}}, got {spec!r}")
@@ -85,16 +84,31 @@ def load_study(path: Path) -> dict:
     columns = {}
     for col, spec in tasks.items():
         spec = {"task": spec} if isinstance(spec, str) else spec
+        col = _plain_name(path, "eval column", col)
         if (not isinstance(spec, dict) or set(spec) - {"task", "params"} or not isinstance(spec.get("task"), str)
-                or not isinstance(spec.get("params", {}), dict) or "--" in str(col) or "/" in str(col)):
+                or not isinstance(spec.get("params", {}), dict)):
             raise ValueError(f"{path}: eval.tasks.{col} must be a task name or {{task: NAME, params: {{...}}}}, got {spec!r}")
-        columns[str(col)] = (spec["task"], dict(spec.get("params", {})))
+        columns[col] = (spec["task"], dict(spec.get("params", {})))
     options = ev.get("options", {}) or {}
     if not isinstance(options, dict) or set(options) - set(EVAL_OPTIONS):
         raise ValueError(f"{path}: eval.options takes {', '.join(EVAL_OPTIONS)}, got {options!r}")
     flags = [x for k, v in options.items() for x in (EVAL_OPTIONS[k], str(v))]
     runs_dir = Path(raw["runs_dir"]) if Path(raw["runs_dir"]).is_absolute() else root / raw["runs_dir"]
     return {"runs_dir": runs_dir, "base": raw["base"], "seed": seed, "train": train, "columns": columns, "options": flags}
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+_RESERVED = {"base", "eval"}  # the matrix's reference row; RUNS_DIR/eval holds the results
+
+
+def _plain_name(path, what: str, name) -> str:
+    """A row or column name is a folder / file name part: plain characters, not `.` / `..`, no '--', not reserved."""
+    name = str(name)
+    if not _PLAIN.fullmatch(name) or "--" in name or name.lower() in _RESERVED:
+        raise ValueError(f"{path}: {what} name {name!r} must be a plain file name (letters, digits, . _ + -, not starting "
+                         f"with a dot, no '--') and not one of {sorted(_RESERVED)}: rows are folders RUNS_DIR/<row> and "
+                         "cells RUNS_DIR/eval/<row>--<column>.json")  # fmt: skip
+    return name
 
 
 def run_eval(args: list[str], out: Path) -> None:

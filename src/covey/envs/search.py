@@ -16,9 +16,19 @@ founding year or river); only a search finds the answer.
 Each turn the model either calls ``<tool_call>{"name": "search", "arguments": {"query": "capital of
 Zorvia"}}</tool_call>`` and gets the `k` best documents (BM25 over lower-cased words, English stop
 words removed) as a tool message, or answers: a turn without a tool call is the final answer, reward
-1.0 when the item's answer appears in it as a whole word (any case), else 0.0, terminated. Malformed
-calls, unknown tools and bad arguments come back as tool errors (counted); `max_calls` tool turns,
-then truncated. The anchor is the number of tool calls made (the state without history).
+1.0 when it is the item's answer by Search-R1's exact match, else 0.0, terminated. Malformed calls,
+unknown tools and bad arguments come back as tool errors (counted); `max_calls` tool turns, then
+truncated. The anchor is the number of tool calls made (the state without history).
+
+Exact match (`exact_match`), as Search-R1's ``qa_em.py`` (PeterGriffinJin/Search-R1 a14dc3a,
+verl/utils/reward_score/qa_em.py: `normalize_answer`, `em_check`): the answer is the last
+``<answer>...</answer>`` of the turn if it has one, else the whole turn (covey's prompt asks for the
+answer alone, Search-R1's for the tag); both sides lower-cased, punctuation and the articles a / an / the
+removed, spaces collapsed; equal -> 1.0. The answer is as long as the gold one: a reply that repeats a
+retrieved document (which holds the answer and the country's other facts) is not an answer. The former
+rule, the gold answer as a whole word anywhere in the reply, scored such an echo 1.0 (on 30 of 30 questions
+in tests/envs/test_search.py). Search-R1 only scores a reply with two or more <answer> tags (its prompt shows
+one); covey takes the last tag, or the whole reply.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import copy
 import json
 import random
 import re
+import string
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +45,8 @@ from pathlib import Path
 from covey.envs.base import Action, MissingExtra, StepResult, register_env
 from covey.envs.tools import answer_tool_calls
 
-__all__ = ["FACTS", "QUESTIONS", "SEARCH_SCHEMA", "Index", "SearchQAEnv", "contains_answer", "index_for", "make_corpus"]
+__all__ = ["FACTS", "QUESTIONS", "SEARCH_SCHEMA", "Index", "SearchQAEnv", "exact_match", "index_for", "make_corpus",
+           "normalize_answer"]
 
 SEARCH_SCHEMA = {
     "type": "function",
@@ -137,9 +149,29 @@ def corpus_texts(corpus: str) -> list[str]:
     return texts
 
 
-def contains_answer(text: str, answer: str) -> bool:
-    """The answer as a whole word (any case) in the text."""
-    return re.search(rf"(?<!\w){re.escape(answer.strip())}(?!\w)", text, re.IGNORECASE) is not None
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """Search-R1's `normalize_answer`: lower case, no punctuation, no articles, single spaces.
+
+    >>> normalize_answer("  The River  Osk. ")
+    'river osk'
+    """
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text.lower().translate(_PUNCTUATION)).split())
+
+
+def exact_match(reply: str, answer: str) -> bool:
+    """Search-R1's exact match of a final reply (its last ``<answer>`` block if any) against the gold answer.
+
+    >>> exact_match("Quelmar.", "Quelmar"), exact_match("<answer>the Osk</answer>", "Osk")
+    (True, True)
+    >>> exact_match("Zorvia is a country. Its capital is Quelmar. It was founded in 1642.", "Quelmar")
+    False
+    """
+    tags = _ANSWER_TAG.findall(reply)
+    return normalize_answer(tags[-1] if tags else reply) == normalize_answer(answer)
 
 
 @register_env("search_qa")
@@ -170,7 +202,7 @@ class SearchQAEnv:
 
     def step(self, action: Action) -> StepResult:
         if not action.tool_calls:
-            ok = contains_answer(action.text, self.answer)
+            ok = exact_match(action.text, self.answer)
             return StepResult([], 1.0 if ok else 0.0, terminated=True, anchor=self.calls, info={"success": ok})
         self.calls += 1
         out, info = answer_tool_calls(action.tool_calls, "search", self._search, 'search needs {"query": "<keywords>"}')

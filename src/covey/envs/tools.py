@@ -1,7 +1,11 @@
 """Tool calls: the Qwen/Hermes ``<tool_call>{json}</tool_call>`` parser and the built-in calculator.
 
 A malformed call never raises: it comes back as a `ToolCall` with `arguments=None` and an `error`,
-which the environment returns to the model as a tool message (and the episode loop counts).
+which the environment returns to the model as a tool message (and the episode loop counts). That
+includes JSON that Python's parser refuses by raising something else than a decode error: nesting past
+the recursion limit (RecursionError: 1,000 levels are about 510 SmolLM2 tokens), an integer of more than
+4,300 digits (ValueError), and calls nested deeper than `MAX_DEPTH` (32) levels, which a tool's arguments
+never need and which a later `json.dumps` (verifiers' tool messages) could not write back.
 """
 
 from __future__ import annotations
@@ -16,9 +20,32 @@ from collections.abc import Callable
 
 from covey.envs.base import ToolCall
 
-__all__ = ["CALCULATOR_SCHEMA", "answer_tool_calls", "calculate", "parse_tool_calls", "tool_message"]
+__all__ = ["CALCULATOR_SCHEMA", "MAX_DEPTH", "answer_tool_calls", "calculate", "parse_tool_calls", "tool_message"]
 
 _CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+MAX_DEPTH = 32
+
+
+def _loads(text: str) -> tuple[object, str | None]:
+    """(value, None) or (None, why): json.loads that never raises, with the nesting bounded."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"tool call is not valid JSON ({e.msg} at char {e.pos})"
+    except RecursionError:
+        return None, "tool call JSON is nested too deep"
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits
+        return None, f"tool call JSON cannot be read ({str(e)[:80]})"
+    stack = [(value, 1)]
+    while stack:
+        v, level = stack.pop()
+        if level > MAX_DEPTH:
+            return None, f"tool call JSON is nested deeper than {MAX_DEPTH} levels"
+        if isinstance(v, dict):
+            stack.extend((x, level + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, level + 1) for x in v)
+    return value, None
 
 
 def parse_tool_calls(text: str) -> list[ToolCall]:
@@ -31,20 +58,21 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
         if not closed:
             calls.append(ToolCall("", None, "unclosed <tool_call> (no </tool_call>)"))
             continue
-        try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as e:
-            calls.append(ToolCall("", None, f"tool call is not valid JSON ({e.msg} at char {e.pos})"))
+        obj, why = _loads(body)
+        if why is not None:
+            calls.append(ToolCall("", None, why))
             continue
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
             calls.append(ToolCall("", None, 'a tool call must be a JSON object with a "name" string'))
             continue
         args = obj.get("arguments", {})
         if isinstance(args, str):  # some models emit the arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                pass
+            inner, why = _loads(args)
+            if why is None:
+                args = inner
+            elif not why.startswith("tool call is not valid JSON"):
+                calls.append(ToolCall(obj["name"], None, why))
+                continue
         if not isinstance(args, dict):
             calls.append(ToolCall(obj["name"], None, '"arguments" must be a JSON object'))
             continue

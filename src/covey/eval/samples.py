@@ -7,6 +7,11 @@ records of a whole batch of problems with one write and an fsync, so a killed ev
 problems plus at most one torn last line; `open_samples` drops that tail, checks the header against
 the new call's settings and returns the finished problems, which the runner then skips (resume).
 Shards (`--shard i/m`) write separate files; `read_samples` merges several files by problem id.
+
+A file is checked line by line when it is read: the header must be ``{"meta": {...}}``; every record an
+object with an integer ``problem_id`` and ``sample`` (>= 0) and a boolean ``correct`` (``"false"`` is a
+string, not False); no (problem_id, sample) twice (a copied line would inflate N). Anything else is a
+one-line ValueError naming the file and the line, never a traceback or a silently wrong count.
 """
 
 from __future__ import annotations
@@ -19,17 +24,46 @@ __all__ = ["append_records", "correct_counts", "open_samples", "read_samples"]
 
 
 def _lines(path: Path, hint: str = "") -> tuple[list[dict], int]:
-    """Parsed lines and the byte length of the complete ones (a torn last line is not counted); a file
-    that is not a covey samples file (unparsable, or no header line first) is a ValueError."""
+    """Parsed and checked lines (`_check_record`) and the byte length of the complete ones (a torn last line
+    is not counted); a file that is not a covey samples file is a ValueError naming the file and line."""
     raw = path.read_bytes()
     good = raw.rfind(b"\n") + 1  # bytes up to the last newline; anything after it is a torn write
     try:
-        rows = [json.loads(line) for line in raw[:good].decode().splitlines() if line.strip()]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = raw[:good].decode()
+    except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not a covey samples file ({e})") from None
-    if not rows or "meta" not in rows[0]:
+    rows, seen = [], set()
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as e:  # RecursionError: nesting past the limit
+            why = e.msg if isinstance(e, json.JSONDecodeError) else type(e).__name__
+            raise ValueError(f"{path}:{no}: not a JSON line ({why}); is it a covey samples file?") from None
+        if not rows:
+            if not isinstance(row, dict) or not isinstance(row.get("meta"), dict):
+                raise ValueError(f"{path}:{no}: no covey eval header line (a {{\"meta\": {{...}}}} object){hint}")
+        else:
+            _check_record(row, f"{path}:{no}", seen)
+        rows.append(row)
+    if not rows:
         raise ValueError(f"{path} has no covey eval header line{hint}")
     return rows, good
+
+
+def _check_record(r, where: str, seen: set) -> None:
+    if not isinstance(r, dict):
+        raise ValueError(f"{where}: a record must be a JSON object, got {type(r).__name__}")
+    for key in ("problem_id", "sample"):
+        if type(r.get(key)) is not int or r[key] < 0:
+            raise ValueError(f"{where}: {key!r} must be an integer >= 0, got {str(r.get(key))[:40]}")
+    if type(r.get("correct")) is not bool:
+        raise ValueError(f"{where}: 'correct' must be true or false, got {json.dumps(r.get('correct'))[:40]}")
+    key = (r["problem_id"], r["sample"])
+    if key in seen:
+        raise ValueError(f"{where}: sample {r['sample']} of problem {r['problem_id']} appears twice")
+    seen.add(key)
 
 
 def open_samples(path: str | Path, meta: dict, n: int) -> dict[int, list[dict]]:
@@ -54,7 +88,7 @@ def open_samples(path: str | Path, meta: dict, n: int) -> dict[int, list[dict]]:
             f.truncate(good)
     by_pid: dict[int, list[dict]] = {}
     for r in rows[1:]:
-        by_pid.setdefault(int(r["problem_id"]), []).append(r)
+        by_pid.setdefault(r["problem_id"], []).append(r)
     return {pid: sorted(rs, key=lambda r: r["sample"]) for pid, rs in by_pid.items() if len({r["sample"] for r in rs}) >= n}
 
 
@@ -85,7 +119,7 @@ def read_samples(paths: str | Path | list) -> tuple[dict, dict[int, list[dict]]]
         meta = meta or rows[0]["meta"]
         mine: dict[int, list[dict]] = {}
         for r in rows[1:]:
-            mine.setdefault(int(r["problem_id"]), []).append(r)
+            mine.setdefault(r["problem_id"], []).append(r)
         clash = sorted(set(mine) & set(merged))
         if clash:
             raise ValueError(f"problem ids {clash[:5]} appear in more than one samples file ({p})")

@@ -1,16 +1,20 @@
 """A wall-clock limit for reward calls that run in the calling process (`RewardSpec.in_process`).
 
 ``with time_limit(5.0): fn()`` raises `CallTimeout` inside ``fn`` once 5 s have passed. A watchdog
-thread waits out the limit and then sends a private real-time signal (SIGRTMAX - 2) to the main
-thread with ``pthread_kill``; that signal's handler raises `CallTimeout` there. Why not
-``signal.alarm`` / ``setitimer``: math-verify (the ``math`` reward) arms and cancels its own alarm on
-every parse (``alarm(0)``), which would silently cancel ours; a signal nobody else uses cannot clash.
-`CallTimeout` derives from BaseException so a reward's ``except Exception`` does not swallow it.
+thread waits out the limit. In the main thread it then sends a private real-time signal (SIGRTMAX - 2)
+with ``pthread_kill``; that signal's handler raises `CallTimeout` there (and the signal also ends a
+blocking sleep or read). Why not ``signal.alarm`` / ``setitimer``: math-verify (the ``math`` reward) arms
+and cancels its own alarm on every parse (``alarm(0)``), which would silently cancel ours; a signal
+nobody else uses cannot clash. Signal handlers exist only in the main thread, so in any other thread
+(the thread executor's generator runs rewards there) the watchdog sets `CallTimeout` as that thread's
+asynchronous exception (``PyThreadState_SetAsyncExc``); a late one, set as the call returned, is
+cleared before the limit ends. `CallTimeout` derives from BaseException so a reward's ``except
+Exception`` does not swallow it.
 
-Limits, by design of Python signals: the handler runs between bytecodes, so a call stuck inside one
-long C function (a catastrophic regex) is stopped only when that function returns; a reward that
-catches BaseException defeats the limit. Signal handlers exist only in the main thread, so off the
-main thread the call runs WITHOUT a limit (`time_limit` yields False). Worker processes need none
+Limits, by design of Python: the exception is raised between bytecodes, so a call stuck inside one
+long C function (a catastrophic regex) is stopped only when that function returns, and off the main
+thread a blocking sleep or read is not cut short either (the runner then stops waiting for the call,
+`abandon_after`); a reward that catches BaseException defeats the limit. Worker processes need none
 of this: the parent kills a worker whose call overruns.
 
 `exit_intercepted` guards the same calls against ``os._exit``, which skips every ``finally``,
@@ -29,13 +33,15 @@ in-process reward left running, so the runner can end them with the run.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import posix
 import signal
 import sys
 import threading
 
-__all__ = ["PRINT_LIMIT", "CallTimeout", "Children", "ProcessExit", "capped_prints", "exit_intercepted", "time_limit"]
+__all__ = ["PRINT_LIMIT", "CallTimeout", "Children", "ProcessExit", "abandon_after", "capped_prints", "exit_intercepted",
+           "time_limit"]
 
 PRINT_LIMIT = 64 * 1024
 
@@ -48,9 +54,15 @@ class CallTimeout(BaseException):
     """The call ran past its limit (raised inside the call, in the main thread)."""
 
 
+def _set_async(ident: int, exc) -> None:
+    """Raise `exc` (a class; None clears a pending one) in thread `ident` at its next bytecode."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc) if exc else None)
+
+
 class _Limit:
-    def __init__(self, timeout_s: float):
+    def __init__(self, timeout_s: float, ident: int | None = None):
         self.timeout_s = timeout_s
+        self.ident = ident  # None: the main thread (a signal); else that thread (an asynchronous exception)
         self.fired = False
         self.open = True
         self.lock = threading.Lock()
@@ -59,7 +71,16 @@ class _Limit:
         with self.lock:
             if self.open:
                 self.fired = True
-                signal.pthread_kill(threading.main_thread().ident, _SIGNAL)
+                if self.ident is None:
+                    signal.pthread_kill(threading.main_thread().ident, _SIGNAL)
+                else:
+                    _set_async(self.ident, CallTimeout)
+
+    def close(self) -> None:  # in the limited thread, once the call is over
+        with self.lock:
+            self.open = False
+            if self.fired and self.ident is not None:
+                _set_async(self.ident, None)  # set as the call returned: not raised later in the caller
 
 
 def _on_signal(signum, frame) -> None:
@@ -71,10 +92,18 @@ def _on_signal(signum, frame) -> None:
 
 @contextlib.contextmanager
 def time_limit(timeout_s: float):
-    """Raise `CallTimeout` in the body after `timeout_s` seconds; yields False (no limit) off the main thread."""
+    """Raise `CallTimeout` in the body after `timeout_s` seconds, in whichever thread runs it."""
     global _active, _installed
     if threading.current_thread() is not threading.main_thread():
-        yield False
+        limit = _Limit(timeout_s, threading.get_ident())
+        timer = threading.Timer(timeout_s, limit.fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield True
+        finally:
+            timer.cancel()
+            limit.close()
         return
     if not _installed:  # stays installed: it ignores the signal unless a limited call is running
         signal.signal(_SIGNAL, _on_signal)
@@ -88,9 +117,30 @@ def time_limit(timeout_s: float):
         yield True
     finally:
         _active = None  # first: from here on a late signal is ignored
-        with limit.lock:
-            limit.open = False
+        limit.close()
         timer.cancel()
+
+
+def abandon_after(fn, wait_s: float):
+    """``(True, fn())`` when `fn` returns (or raises) within `wait_s` seconds in a helper thread, else
+    ``(False, None)``: the caller goes on and the helper is left behind (a daemon). For calls off the main
+    thread that `time_limit` cannot cut short (blocked in a sleep or a read)."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["out"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller as raised
+            box["err"] = e
+
+    helper = threading.Thread(target=run, name="covey-reward-call", daemon=True)
+    helper.start()
+    helper.join(wait_s)
+    if helper.is_alive():
+        return False, None
+    if "err" in box:
+        raise box["err"]
+    return True, box["out"]
 
 
 class ProcessExit(BaseException):

@@ -20,17 +20,19 @@ import concurrent.futures
 import contextlib
 import inspect
 import math
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 
-from covey.rewards._deadline import CallTimeout, time_limit
+from covey.rewards._deadline import CallTimeout, abandon_after, time_limit
 
 __all__ = ["ChunkOutcome", "FAILURE_KINDS", "NOT_APPLICABLE", "RewardOutput", "score_chunk"]
 
 FAILURE_KINDS = ("exception", "timeout", "nan", "overflow")
 NOT_APPLICABLE = "none"  # the status of a sample the reward returned None for: not scored, not failed
 FLOAT32_MAX = 3.4028234663852886e38  # torch refuses to store anything larger in a float32 tensor
+ABANDON_GRACE_S = 0.1  # off the main thread: how long past its limit a call's helper thread is waited for
 RETRY_BUDGET = 2  # re-scoring a failed chunk piece by piece starts no call after RETRY_BUDGET x timeout_s
 
 
@@ -133,27 +135,46 @@ def _await(out):
 
 
 def _numeric_metrics(raw) -> tuple[dict[str, list[float]], str]:
-    """(the metrics whose values are all finite numbers, a note naming the first one that is not):
-    a metric such as a string is dropped, never fatal (it used to kill the worker on every call)."""
+    """(the metrics whose values are all finite numbers, a note naming the first one that is not): a NaN or
+    infinite value drops its metric with a note; a value that is not a number (a string, None, a list) is
+    the reward's bug, BadReturn (fatal: RewardReturnError names the reward)."""
+    if not isinstance(raw, dict):
+        raise BadReturn(f"returned RewardOutput metrics of type {type(raw).__name__}, not a dict of name -> numbers")
     metrics, bad = {}, ""
-    for name, vals in dict(raw).items():
-        try:
-            nums = [float(v) for v in (vals if isinstance(vals, (list, tuple)) else [vals])]
-            if not all(math.isfinite(v) for v in nums):
-                raise ValueError("not finite")
-        except (TypeError, ValueError):
+    for name, vals in raw.items():
+        vals = vals if isinstance(vals, (list, tuple)) else [vals]
+        if not isinstance(name, str):
+            raise BadReturn(f"returned a metric named {name!r:.40}, not a string")
+        nums = []
+        for v in vals:
+            try:
+                if isinstance(v, (str, bytes)) or v is None:
+                    raise TypeError
+                nums.append(float(v))  # numbers, numpy scalars and bools
+            except (TypeError, ValueError):
+                raise BadReturn(f"returned metric {name[:40]!r} with a value {v!r:.60} ({type(v).__name__}) that is "
+                                "not a number") from None
+        if not all(math.isfinite(v) for v in nums):
             bad = bad or f"metric {name!r} has a value that is not a finite number ({vals!r:.100}); it is not logged"
             continue
-        metrics[str(name)] = nums
+        metrics[name] = nums
     return metrics, bad
 
 
 def _call(fn, kwargs: dict, idx: list[int] | None, timeout_s: float | None, isolated: bool):
-    """Call `fn` on the samples `idx` (None = all); returns its raw output or a failure kind."""
+    """Call `fn` on the samples `idx` (None = all); returns its raw output or a failure kind. Off the main
+    thread a limited call runs in a helper thread that is not waited for past the limit (`abandon_after`)."""
     sub = kwargs if idx is None else {k: [v[i] for i in idx] for k, v in kwargs.items()}
-    try:
+
+    def call():
         with time_limit(timeout_s) if timeout_s else contextlib.nullcontext():
-            return _await(fn(**sub)), None
+            return _await(fn(**sub))
+
+    try:
+        if timeout_s and threading.current_thread() is not threading.main_thread():
+            done, out = abandon_after(call, timeout_s + ABANDON_GRACE_S)
+            return (out, None) if done else (None, "timeout")
+        return call(), None
     except CallTimeout:
         return None, "timeout"
     except Exception:  # noqa: BLE001 - a failing reward must not stop training

@@ -5,6 +5,11 @@ Exploration Policy Optimization" (arXiv 2508.05731), checked against volcengine/
 recipe/infigui-g1/reward_fn.py (the authors' recipe, trained there with RLOO, run_3b.sh).
 `first_point_in_box` is the usual grounding accuracy (the first candidate inside the box), used by the
 `gui_points` task as its verifier. One parser serves both (`parse_points`).
+
+Departure from the recipe, for completions written to hurt: a list of more than `MAX_POINTS` (64) points is a
+format error (-1), since the recipe's collinearity test looks at every triple (2,000 points are 1.3e9
+triples: the reward never returned), and JSON nested past the recursion limit is a format error, not an
+exception.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from covey.rewards.registry import register_reward
 __all__ = ["AerGuiReward", "aer_gui_score", "first_point_in_box", "parse_points", "think_answer"]
 
 _THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+MAX_POINTS = 64
 
 
 def think_answer(text: str) -> str | None:
@@ -56,15 +62,17 @@ def parse_points(answer: str) -> list[list] | None:
     [[3, 4], [5, 6]]
     >>> parse_points("[]"), parse_points('[{"point_2d": [3]}]'), parse_points('{"point_2d": [3, 4]}')
     ([], None, None)
+    >>> parse_points(str([{"point_2d": [i, 0]} for i in range(MAX_POINTS + 1)]).replace("'", '"')) is None
+    True
     """
     start, end = answer.find("["), answer.rfind("]")
     if start == -1 or end == -1 or start >= end:
         return None
     try:
         items = json.loads(answer[start:end + 1])
-    except ValueError:
+    except (ValueError, RecursionError):  # also a 4,300+ digit integer, or nesting past the recursion limit
         return None
-    if not isinstance(items, list):
+    if not isinstance(items, list) or len(items) > MAX_POINTS:
         return None
     points = []
     for item in items:

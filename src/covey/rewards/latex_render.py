@@ -12,7 +12,8 @@ missing from the TeX tree's caches are generated inside the sandbox (TEXMFVAR in
 
 The document is Table2LaTeX-RL's render template (newLLing/Table2LaTeX-RL cff3258f,
 examples/train/grpo/plugin/plugin.py::safe_render_tex): article with its package list, the table body
-inside ``\begin{table}\centering\resizebox{0.5\columnwidth}{!}{...}\end{table}``, page 1 at 300 dpi.
+inside ``\begin{table}\centering\resizebox{0.5\columnwidth}{!}{...}\end{table}``, page 1 at 300 dpi;
+covey adds ``\pagestyle{empty}`` (no page number: `table_render` crops the page to its ink).
 Toolchain (Debian): texlive-latex-base, texlive-latex-recommended (booktabs, xcolor), texlive-latex-extra
 (multirow), poppler-utils (pdftoppm), bubblewrap.
 """
@@ -38,6 +39,7 @@ PREAMBLE = (
     r"\usepackage[T1]{fontenc}"
     r"\usepackage{amsmath, amsthm, amssymb, graphicx, geometry, array,xcolor}"
     r"\usepackage{booktabs, multirow, natbib, tabularx, multicol, bm}"
+    r"\pagestyle{empty}"
     r"\begin{document}\begin{table}\centering\resizebox{0.5\columnwidth}{!}{"
 )
 ENDING = r"}\end{table}\end{document}"

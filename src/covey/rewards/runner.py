@@ -17,8 +17,9 @@ Where rewards run: the batch is cut into chunks of whole groups; chunks of all r
 parallel worker processes (`_pool.py`), each call bounded by its reward's ``timeout_s``. A reward
 runs in the calling process instead when ``in_process=True``, ``workers=0``, or a worker cannot
 rebuild it by reference (closures, lambdas, anything from ``__main__``: `_entry.py`); there the same
-``timeout_s`` is enforced by a signal in the main thread (`_deadline.py`; off the main thread there is
-no limit, and a warning says so). Workers never re-run the user's script, and processes a reward
+``timeout_s`` is enforced by a signal in the main thread and, in any other thread (the thread executor
+scores in its generator thread), by running the call in a helper thread under an asynchronous exception
+and not waiting past the limit (`_deadline.py`: a call blocked in a sleep or read is left behind). Workers never re-run the user's script, and processes a reward
 starts die with its worker (timeout, crash, `close`, interpreter exit).
 
 None is not a failure: as in TRL, a reward returns None for a sample it does not apply to (one reward
@@ -50,7 +51,9 @@ naming the reward). ``os._exit`` in an in-process reward raises instead (`_deadl
 and is a `RewardCrashed` too. In a worker those count as exception failures. An in-process reward
 that kills the process by a signal (a segfault) takes the run with it: give such rewards a worker.
 Metrics a reward returns through `RewardOutput` are logged as ``reward/<name>/<metric>`` (mean); a
-metric with a value that is not a finite number is dropped with a warning. Rows whose weighted sum
+metric with a NaN or infinite value is dropped with a warning, and one whose values are not numbers (a
+string) is a `RewardReturnError`, in a worker as in this process. A reward that returns None for every
+sample of a batch is logged once and counted as ``reward/<name>/none_batch``. Rows whose weighted sum
 would be beyond float32 get every reward's fallback and are counted as ``reward/total/overflow``.
 A call keeps `_deadline.PRINT_LIMIT` characters of what it prints per stream; processes an
 in-process reward left running are killed by `close`.
@@ -100,8 +103,8 @@ class RewardSpec(Spec):
     alias: str | None = None
     """Column name (default: the name, or the function name of an import path); must be unique."""
     in_process: bool = False
-    """Run in the calling process, not a worker: for cheap rewards. timeout_s is enforced by a signal in the
-    main thread (none off it); a reward that kills the process (os._exit) ends the run."""
+    """Run in the calling process, not a worker: for cheap rewards. timeout_s is enforced in any thread
+    (`_deadline.py`); a reward that kills the process (os._exit) ends the run."""
 
     @field_validator("name")
     @classmethod
@@ -330,18 +333,12 @@ class RewardRunner:
 
     def _score_here(self, e: Entry, args: dict, idx: list[int], units: list[list[int]]) -> ChunkOutcome:
         """Score one chunk in this process; SystemExit & co. become RewardCrashed."""
-        main = threading.current_thread() is threading.main_thread()
-        if not main and (e.label, "thread") not in self._logged:
-            self._logged.add((e.label, "thread"))
-            log.warning("reward %r runs in the calling process, which is not the main thread: its timeout_s=%s "
-                        "cannot be enforced (it needs a signal handler); call the runner from the main thread or "
-                        "give the reward a worker", e.label, e.timeout_s)
         pos = {i: j for j, i in enumerate(idx)}
         kwargs = {name: [col[i] for i in idx] for name, col in args.items()}
+
         try:
             with exit_intercepted(), capped_prints(e.label), self._children.watch():
-                return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units],
-                                   timeout_s=e.timeout_s if main else None)
+                return score_chunk(e.fn, kwargs, len(idx), [[pos[i] for i in u] for u in units], timeout_s=e.timeout_s)
         except KeyboardInterrupt as exc:  # Ctrl-C (or a reward raising it) stays an interrupt
             exc.add_note(f"raised while reward {e.label!r} ran in the calling process")
             raise
@@ -404,7 +401,7 @@ class RewardRunner:
                 if res.fatal:
                     raise RewardReturnError(
                         f"reward {e.label!r} {res.fatal}; a reward must return one score per completion, in order "
-                        "(None for a completion it cannot score)"
+                        "(None for a completion it cannot score), and RewardOutput metrics as lists of numbers"
                     )
                 for j, i in enumerate(idx):
                     v, kind = res.values[j], res.kinds[j]
@@ -428,10 +425,17 @@ class RewardRunner:
                     self._logged.add((e.label, kind))
                     log.warning("reward %r failed (%s); its sample(s) got fallback %s. First error:\n%s",
                                 e.label, kind, e.fallback, tb)
-            col = rewards[~missing[:, k], k]  # TRL's nanmean / nanstd: the samples the reward applies to
-            metrics[f"reward/{e.label}/mean"] = col.mean().item() if len(col) else math.nan
-            metrics[f"reward/{e.label}/std"] = col.std(unbiased=False).item() if len(col) else math.nan
+            col = rewards[~missing[:, k], k].double()  # TRL's nanmean / nanstd over the samples the reward applies to;
+            metrics[f"reward/{e.label}/mean"] = col.mean().item() if len(col) else math.nan  # float64: a mean of
+            metrics[f"reward/{e.label}/std"] = col.std(unbiased=False).item() if len(col) else math.nan  # 3e38s is finite
             metrics[f"reward/{e.label}/none"] = float(missing[:, k].sum())
+            none_batch = n > 0 and bool(missing[:, k].all())
+            metrics[f"reward/{e.label}/none_batch"] = float(none_batch)
+            if none_batch and (e.label, "none_batch") not in self._logged:
+                self._logged.add((e.label, "none_batch"))
+                log.warning("reward %r returned None (not applicable) for every sample of a batch of %d: its column is "
+                            "0.0 on every row; check that the items carry what it needs (counted as reward/%s/none_batch)",
+                            e.label, n, e.label)
             metrics[f"reward/{e.label}/failures"] = float(sum(counts.values()))
             for kind, c in counts.items():
                 metrics[f"reward/{e.label}/failures/{kind}"] = float(c)

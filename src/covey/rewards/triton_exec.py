@@ -7,11 +7,24 @@ stored snapshot and its reward code was not read (searched 2026-11-24). The exec
 KernelBench's `run_and_check_correctness` (the harness AutoTriton evaluates with): the item's reference
 program defines ``Model``, ``get_inputs()`` and ``get_init_inputs()``; the completion's last ```python block
 defines ``ModelNew``; each of `trials` seeds draws inputs, both modules (built after ``torch.manual_seed(42)``)
-run on them under ``torch.no_grad()``, and a trial passes when the shapes agree and
+run on them under ``torch.no_grad()``, and a trial passes when the shapes and dtypes agree (KernelBench's
+``torch.allclose`` refuses a float16 output against a float32 reference) and
 ``|new - ref| <= atol + rtol * |ref|`` everywhere (atol = rtol = 1e-2, KernelBench's; NaN never passes)::
 
-    reward = gate * exec         gate = triton_gate(program)   (language "triton"; 1 for "torch")
+    reward = gate * exec         gate = triton_gate(program) and, on every trial, the run-time gate
+                                        (language "triton"; 1 for "torch")
                                  exec = 1 iff every trial passes, else 0
+
+The run-time gate (covey's; the static rules are read from the text and missed getattr(torch, "matmul"),
+``x.__matmul__``, ``nn.Linear`` / ``nn.Softmax`` modules, ``torch.tensordot`` and eval / exec, each scoring 1.0
+with a do-nothing kernel): the candidate's forward runs under a recorder of every aten op (a
+``TorchDispatchMode`` in the sandbox, `_tensor_harness.py`), of reads of tensor data into Python / NumPy and of
+threads started, and counts Triton launches; a trial passes the gate when at least one kernel was launched and
+every op is allocation, a view, a copy or metadata (`triton_gate.RUNTIME_ALLOW`, plus `allow_ops`). What it
+cannot see: work done in NumPy or Python on data reached without those reads (e.g. through raw pointers), code
+that removes the recorder for a while and puts it back (the static filter refuses the names it knows:
+torch._C, _python_dispatch, ctypes, ...), and, under the interpreter, kernel bodies that run NumPy / Python a
+GPU compiler would refuse. A data-movement task (a transpose) can be done with allowed ops alone.
 
 The reference runs in one sandbox (cached per item), the program in another: neither sees the other's
 outputs, and only data (tensors as bytes) comes back; the comparison runs here (`sandbox/tensors.py`).
@@ -35,13 +48,13 @@ from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
 from covey.rewards.sandbox.tensors import compare, decode, run_module
 from covey.rewards.sandbox.torch_profile import TORCH_LIMITS, triton_available
-from covey.rewards.triton_gate import DEFAULT_DENY, triton_structure
+from covey.rewards.triton_gate import DEFAULT_DENY, RUNTIME_ALLOW, runtime_gate, triton_structure
 
 __all__ = ["TritonExec"]
 
 log = logging.getLogger(__name__)
 
-_OUTCOMES = ("pass", "gate", "no_code", "error", "mismatch", "timeout")
+_OUTCOMES = ("pass", "gate", "runtime_gate", "no_code", "error", "mismatch", "timeout")
 
 
 @register_reward("triton_exec")
@@ -50,16 +63,18 @@ class TritonExec:
 
     Params: `column` (the reference program; default ``reference``), `language` (``triton`` | ``torch``),
     `trials` (seeds `seed` .. `seed` + trials - 1), `atol`, `rtol`, `timeout_s` and `memory_mb` (per sandbox
-    run), `deny` / `extra_deny` (the gate's, as in `triton_gate`), `allow_unsandboxed`.
-    Metrics: the fraction of each outcome (``pass``, ``gate``: failed the gate, ``no_code``, ``error``: did not
-    load or raised, ``mismatch``: wrong shape or values, ``timeout``) and ``reference_error``. After a call,
+    run), `deny` / `extra_deny` (the gate's, as in `triton_gate`), `allow_ops` (aten ops the forward may run
+    besides `RUNTIME_ALLOW`, e.g. ``[cat]``), `allow_unsandboxed`.
+    Metrics: the fraction of each outcome (``pass``, ``gate``: failed the static gate, ``runtime_gate``: PyTorch
+    did the work or no kernel ran, ``no_code``, ``error``: did not load, raised, or wrote a result the host
+    refuses, ``mismatch``: wrong shape, dtype or values, ``timeout``) and ``reference_error``. After a call,
     `last_outcomes` holds each completion's (outcome, message), e.g. ``("mismatch", "trial 0: output: shape ...")``.
     """
 
     def __init__(self, column: str = "reference", language: str = "triton", trials: int = 5, seed: int = 0,
                  atol: float = 1e-2, rtol: float = 1e-2, timeout_s: float = 120.0, memory_mb: int = TORCH_LIMITS.memory_mb,
                  deny: list[str] | None = None, extra_deny: list[str] | None = None,
-                 allow_unsandboxed: bool | None = None):
+                 allow_ops: list[str] | None = None, allow_unsandboxed: bool | None = None):
         if language not in ("triton", "torch"):
             raise ValueError(f"triton_exec: language must be 'triton' or 'torch', got {language!r}")
         if language == "triton" and not triton_available():
@@ -76,6 +91,9 @@ class TritonExec:
         self.column, self.language, self.atol, self.rtol = column, language, float(atol), float(rtol)
         self.seeds = [seed + k for k in range(trials)]
         self.deny = tuple(deny if deny is not None else DEFAULT_DENY) + tuple(extra_deny or ())
+        if not all(isinstance(op, str) and op for op in allow_ops or ()):
+            raise ValueError(f"triton_exec: allow_ops must be a list of aten op names (e.g. [cat]), got {allow_ops!r}")
+        self.allow_ops = RUNTIME_ALLOW | frozenset(allow_ops or ())
         self.allow_unsandboxed = allow_unsandboxed
         self._references: dict[str, tuple | str] = {}  # reference source -> (init, [inputs], [outputs]) or error
         self.__name__ = "triton_exec"
@@ -109,15 +127,20 @@ class TritonExec:
         if isinstance(ref, str):
             return "reference", ref
         init, inputs, refs = ref
+        traced = self.language == "triton"
         run = run_module(code, "candidate", self.seeds, init=init, inputs=inputs, limits=self.limits,
-                         allow_unsandboxed=self.allow_unsandboxed)
+                         allow_unsandboxed=self.allow_unsandboxed, trace=traced)
         if run.error is not None:
             return ("timeout" if run.timed_out else "error"), run.error
         for k, (rec, expected) in enumerate(zip(run.records, refs)):
+            why = runtime_gate(rec.get("trace"), self.allow_ops) if traced else None
+            if why is not None:
+                return "runtime_gate", f"trial {k}: {why}"
             try:
-                why = compare(decode(rec["out"]), expected, self.atol, self.rtol)
+                out = decode(rec["out"])
             except ValueError as e:
-                why = f"output: {e}"
+                return "error", f"trial {k}: output: {e}"
+            why = compare(out, expected, self.atol, self.rtol)
             if why is not None:
                 return "mismatch", f"trial {k}: {why}"
         return "pass", ""
@@ -134,7 +157,10 @@ class TritonExec:
                 scores.append(None)
                 self.last_outcomes.append(None)
                 continue
-            outcome, message = self.score(extract_code(completion_text(c)), source)
+            try:
+                outcome, message = self.score(extract_code(completion_text(c)), source)
+            except (ValueError, TypeError, OverflowError, RecursionError) as e:  # data the program wrote: its zero
+                outcome, message = "error", f"the result could not be read: {type(e).__name__}: {str(e)[:200]}"
             self.last_outcomes.append((outcome, message))
             if outcome == "reference":
                 log.warning("triton_exec: the reference program failed, its item scores None: %s", message)

@@ -49,6 +49,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -56,7 +57,8 @@ from typing import Any, Literal
 
 import torch
 
-from covey.envs.base import ENVS, Action, Env, StepResult
+from covey.engine.base import Engine
+from covey.envs.base import ENVS, Action, Env, StepResult, ToolCall
 from covey.envs.tools import parse_tool_calls
 from covey.models.chat import TemplateDelta, TemplateError, render
 from covey.rollouts import Rollouts
@@ -129,10 +131,10 @@ def _check_result(out: Any) -> StepResult:
     return out
 
 
-def _timed(fn: Callable[[], Any], box: dict) -> None:
+def _timed(fn: Callable[[], Any], box: dict, check: Callable[[Any], Any] = _check_result) -> None:
     t0 = time.perf_counter()
     try:
-        box["out"] = _check_result(fn())
+        box["out"] = check(fn())
     except Exception as e:  # noqa: BLE001 - any env bug fails its episode, not the run
         box["err"] = _EnvFailure("env_error", f"{type(e).__name__}: {e}")
     box["s"] = time.perf_counter() - t0
@@ -159,7 +161,8 @@ def _run_async(calls: list[Callable[[], Any]], boxes: list[dict], timeout_s: flo
 
 
 def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float, *, workers: int | None = None,
-                     async_calls: list[bool] | None = None) -> list[tuple[Any, float]]:  # fmt: skip
+                     async_calls: list[bool] | None = None, check: Callable[[Any], Any] = _check_result,
+                     what: str = "the call") -> list[tuple[Any, float]]:  # fmt: skip
     """Run env `calls` concurrently; per call (its checked `StepResult` or an `_EnvFailure`, seconds).
 
     A call flagged in `async_calls` returns a coroutine (an env's `astep`): those run together on one
@@ -168,7 +171,8 @@ def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float, *, worker
     `step`). `workers` (None = all at once) caps how many calls run at a time: sync calls go in
     waves of `workers` threads, async ones share a semaphore of `workers` slots. A call that has not
     returned `timeout_s` after it started is abandoned as ``env_timeout`` (its thread keeps running
-    detached)."""
+    detached). `check` turns a sync call's return value into the answer (default: a checked `StepResult`;
+    the env's constructor and `close` pass others); `what` names the call in the timeout message."""
     flags = async_calls or [False] * len(calls)
     boxes: list[dict] = [{} for _ in calls]
     aidx = [i for i, f in enumerate(flags) if f]
@@ -183,7 +187,7 @@ def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float, *, worker
     size = workers or max(len(sidx), 1)
     for w in range(0, len(sidx), size):
         wave = sidx[w : w + size]
-        threads = [threading.Thread(target=_timed, args=(calls[i], boxes[i]), daemon=True) for i in wave]
+        threads = [threading.Thread(target=_timed, args=(calls[i], boxes[i], check), daemon=True) for i in wave]
         start = time.perf_counter()
         for th in threads:
             th.start()
@@ -196,7 +200,7 @@ def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float, *, worker
     out = []
     for box in boxes:
         if "s" not in box:
-            out.append((_EnvFailure("env_timeout", f"no answer within step_timeout_s={timeout_s}"), timeout_s))
+            out.append((_EnvFailure("env_timeout", f"{what} gave no answer within step_timeout_s={timeout_s}"), timeout_s))
         else:
             out.append((box.get("out", box.get("err")), box["s"]))
     return out
@@ -224,9 +228,16 @@ class Episodes:
         self.layout = layout
         self.env_name, self.env_params = env["name"], {k: v for k, v in env.items() if k != "name"}
         ENVS.check_params(self.env_name, self.env_params)
-        self.new_env().close()  # bad env parameter values fail now (before the model loads), not at the first step
         self.max_turns, self.max_context, self.max_invalid = max_turns, max_context_tokens, max_invalid
         self.timeout = float(step_timeout_s)
+        # bad env parameter values fail now (before the model loads), not at the first step; a constructor or
+        # close() that hangs is a one-line error naming the environment, not a stalled start
+        ((env, _),) = run_with_timeout([self.new_env], self.timeout, check=_as_is, what=self._label("constructor"))
+        if isinstance(env, _EnvFailure):
+            raise ValueError(f"episodes: {env} (building one to check its parameters)")
+        ((closed, _),) = run_with_timeout([env.close], self.timeout, check=_as_is, what=self._label("close()"))
+        if isinstance(closed, _EnvFailure):
+            raise ValueError(f"episodes: {closed} (closing the environment built to check its parameters)")
         self._tok: Any = None  # the tokenizer the layout was chosen for
         self._tools: list[dict] | None = None
         self._delta: TemplateDelta | None = None  # concat: env messages -> tokens
@@ -235,6 +246,9 @@ class Episodes:
 
     def new_env(self) -> Env:
         return ENVS.build(self.env_name, self.env_params)
+
+    def _label(self, call: str) -> str:
+        return f"environment {self.env_name!r} {call}"
 
     # -------------------------------------------------------------------------------- the loop
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
@@ -254,28 +268,37 @@ class Episodes:
             for ep, action, (res, secs) in zip(live, actions, results):
                 env_times.append(secs)
                 self._record(ep, action, res, turn, counts)
-        for ep in episodes:
-            if ep.env is not None:
-                try:
-                    ep.env.close()
-                except Exception as e:  # noqa: BLE001
-                    self._warn("close", f"environment close() raised {type(e).__name__}: {e}")
+        self._close([ep.env for ep in episodes if ep.env is not None])
         kept = [ep for ep in episodes if ep.end not in ("env_error", "env_timeout") and ep.rewards]
         metrics = _metrics(episodes, kept, counts, env_times)
         metrics["episodes/per_step_layout"] = float(self._per_step)
         return self._batch(kept, tok, ctx), metrics
 
+    def _close(self, envs: list[Env]) -> None:
+        """Close the episodes' envs, each within `step_timeout_s` (after an abandoned step too); a close that
+        raises or hangs is logged once, never waited for longer."""
+        calls = [env.close for env in envs]
+        for res, _ in run_with_timeout(calls, self.timeout, workers=self.env_workers, check=_as_is,
+                                       what=self._label("close()")):  # fmt: skip
+            if isinstance(res, _EnvFailure):
+                self._warn("close", f"{res} (left behind)" if res.kind == "env_timeout" else
+                                    f"environment {self.env_name!r} close() raised {res}")  # fmt: skip
+
     def _reset(self, episodes: list[_Episode], base_seed: int, tok, counts: Counter, env_times: list[float]) -> None:
-        """Build and reset every episode's env (group g gets seed base_seed + g); choose the layout."""
+        """Build and reset every episode's env (group g gets seed base_seed + g), each call within
+        `step_timeout_s`; choose the layout."""
         built = []
-        for ep in episodes:
-            try:
-                ep.env = self.new_env()
+        made = run_with_timeout([self.new_env] * len(episodes), self.timeout, workers=self.env_workers, check=_as_is,
+                                what=self._label("constructor"))  # fmt: skip
+        for ep, (env, _) in zip(episodes, made):
+            if isinstance(env, _EnvFailure):  # a factory that fails (or hangs) fails its episode
+                self._fail(ep, env, counts)
+            else:
+                ep.env = env
                 built.append(ep)
-            except Exception as e:  # noqa: BLE001 - a factory that fails fails its episode
-                self._fail(ep, _EnvFailure("env_error", f"{type(e).__name__}: {e}"), counts)
         calls = [lambda ep=ep: ep.env.reset(ep.item, seed=base_seed + ep.group) for ep in built]
-        for ep, (res, secs) in zip(built, run_with_timeout(calls, self.timeout, workers=self.env_workers)):
+        for ep, (res, secs) in zip(built, run_with_timeout(calls, self.timeout, workers=self.env_workers,
+                                                           what=self._label("reset()"))):  # fmt: skip
             env_times.append(secs)
             if isinstance(res, _EnvFailure):
                 self._fail(ep, res, counts)
@@ -283,6 +306,9 @@ class Episodes:
             ep.anchor, ep.messages, ep.agent = res.anchor, list(res.messages), res.info.get("agent", 0)
             ep.transcript = [dict(m) for m in res.messages]
             self._template(tok, ep.env)
+            if not self._may_fit(tok, res.messages, self.max_context):
+                ep.end = "context"  # never tokenised: the first prompt alone is over the context
+                continue
             ep.prompt = render(tok, res.messages, generation_prompt=True, tools=self._tools)
             if res.done:
                 self._fail(ep, _EnvFailure("env_error", "reset() returned a finished episode"), counts)
@@ -293,7 +319,8 @@ class Episodes:
         asyncs = [callable(getattr(ep.env, "astep", None)) for ep in live]
         calls = [(lambda ep=ep, a=a: ep.env.astep(a)) if is_async else (lambda ep=ep, a=a: ep.env.step(a))
                  for ep, a, is_async in zip(live, actions, asyncs)]  # fmt: skip
-        return run_with_timeout(calls, self.timeout, workers=self.env_workers, async_calls=asyncs)
+        return run_with_timeout(calls, self.timeout, workers=self.env_workers, async_calls=asyncs,
+                                what=self._label("step()"))
 
     def _live(self, episodes: list[_Episode], tok) -> tuple[list[_Episode], list[list[int]]]:
         """The episodes that go on, with this turn's prompt (ending those with no room left)."""
@@ -327,7 +354,10 @@ class Episodes:
             ep.anchors.append(ep.anchor)
             ep.agents.append(ep.agent)
             text = ctx.tokenizer.decode(ids, skip_special_tokens=True)
-            calls = parse_tool_calls(text)
+            try:
+                calls = parse_tool_calls(text)
+            except Exception as e:  # noqa: BLE001 - a turn the parser cannot read is a malformed call, not a lost run
+                calls = [ToolCall("", None, f"the tool calls could not be read ({type(e).__name__})")]
             counts["tool_calls"] += len(calls)
             counts["tool_malformed"] += sum(c.error is not None for c in calls)
             actions.append(Action(text, ids, calls, gen.finish_reason[i]))
@@ -360,9 +390,21 @@ class Episodes:
         elif turn + 1 == self.max_turns:
             ep.end = "max_turns"
         else:
+            room = self.max_context if self._per_step else self.max_context - len(ep.stream())
+            if not self._may_fit(self._tok, res.messages, room):
+                ep.end = "context"  # the observation alone is over the context: never tokenised
+                return
             ep.messages += [{"role": "assistant", "content": action.text}, *res.messages]
             if not self._per_step:
                 self._append_env_tokens(ep, action, res, counts)
+
+    @staticmethod
+    def _may_fit(tok, messages: list[dict], room: int) -> bool:
+        """False when `messages` certainly take more than `room` tokens, judged from their length in characters
+        (no token covers more characters than the tokenizer's longest token string), without tokenising them:
+        a 20 MB observation is refused at once instead of tokenised for minutes."""
+        chars = sum(len(m["content"]) for m in messages)
+        return chars <= max(room, 0) * _longest_token(tok)
 
     def _template(self, tok, env: Env) -> None:
         """Once per tokenizer: the layout (`auto` takes per_step when the template rewrites earlier
@@ -459,6 +501,30 @@ class Episodes:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+def _as_is(x: Any) -> Any:
+    return x
+
+
+_LONGEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _longest_token(tok) -> int:
+    """The most characters one token of `tok` decodes to (bounded by the length of its longest token string:
+    a byte-level token string has one character per byte), cached per tokenizer."""
+    try:
+        return _LONGEST[tok]
+    except (KeyError, TypeError):
+        pass
+    n = len(tok)
+    longest = max((len(t) for t in tok.convert_ids_to_tokens(list(range(n))) if isinstance(t, str)), default=1)
+    longest = max(longest, *(len(t) for t in getattr(tok, "all_special_tokens", ()) or ("",)), 1)
+    try:
+        _LONGEST[tok] = longest
+    except TypeError:
+        pass
+    return longest
 
 
 def _metrics(episodes: list[_Episode], kept: list[_Episode], counts: Counter, env_times: list[float]) -> dict[str, float]:

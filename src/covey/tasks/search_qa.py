@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 
-from covey.envs.search import FACTS, QUESTIONS, contains_answer, make_corpus
+from covey.envs.search import FACTS, QUESTIONS, exact_match, make_corpus
 from covey.tasks._common import check_split
 from covey.tasks.registry import register_task
 
@@ -17,10 +17,10 @@ __all__ = ["SearchQATask"]
 class SearchQATask:
     """Questions about a generated corpus ``{"id", "prompt", "answer", "corpus"}``: one fact (capital,
     founding year, river) of one country each; train and test take different questions. The verifier
-    checks the answer as a whole word in the completion. Params: n_entities, seed, n_train, n_test."""
+    is Search-R1's exact match (`exact_match`). Params: n_entities, seed, n_train, n_test."""
 
     name = "search_qa"
-    answer_format = "The answer (a name or a year) as a word in the reply."
+    answer_format = "The answer alone (a name or a year), or in <answer>...</answer>."
 
     def __init__(self, *, n_entities: int = 200, seed: int = 0, n_train: int = 128, n_test: int = 64):
         if n_entities < 2 or n_train < 1 or n_test < 0 or n_train + n_test > 3 * n_entities:
@@ -44,5 +44,5 @@ class SearchQATask:
         return '<tool_call>{"name": "search", "arguments": {"query": ' + json.dumps(query) + "}}</tool_call>"
 
     def reward(self, prompts, completions, answer, **_) -> list[float]:
-        return [1.0 if contains_answer(c if isinstance(c, str) else c[-1]["content"], a) else 0.0
+        return [1.0 if exact_match(c if isinstance(c, str) else c[-1]["content"], a) else 0.0
                 for c, a in zip(completions, answer)]  # fmt: skip

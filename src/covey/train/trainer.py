@@ -14,6 +14,7 @@ import contextlib
 import copy
 import functools
 import hashlib
+import logging
 import random
 import threading
 import time
@@ -33,7 +34,7 @@ from covey.strategies import STRATEGIES, RolloutContext, completion_texts
 from covey.rollouts import Rollouts
 from covey.runtime.config import interrupts_on_update
 from covey.runtime.staleness import staleness_metrics
-from covey.runtime.thread import ThreadExecutor
+from covey.runtime.thread import GenerationFailed, ThreadExecutor
 from covey.tasks import get_task
 from covey.train.checkpoint import (
     latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, load_weights, rng_state, save_checkpoint, set_rng_state,
@@ -314,22 +315,31 @@ class Trainer:
             self.executor.resume()
 
     def save(self) -> Path:
-        with self.paused():  # thread executor: finished, untrained batches are saved with the state that made them
-            payload = {
-                "model": trainable_state(self.model),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "rng": rng_state(),
-                **{name: obj.state_dict() for name, obj in self._stateful().items()},
-            }
-            write_more = None  # the optimizer state lives in the learner actors (fsdp2: sharded, written by them)
-            if self.learner_group is not None:
-                write_more = self.learner_group.checkpoint(payload, self.optimizer, self.scheduler)
-            for h in self.hooks:  # a hook's state, when it has one (a reset reference)
-                if h.checkpoint_key is not None and (state := h.state_dict()):
-                    payload[h.checkpoint_key] = state
-            if self.executor is not None:
-                payload["runtime"] = self.executor.state_dict()
+        try:
+            with self.paused():  # thread executor: finished, untrained batches are saved with the state that made them
+                return self._write_checkpoint()
+        except GenerationFailed as e:  # the generator is stuck inside a batch: the trained steps are saved anyway
+            logging.getLogger(__name__).warning(
+                "%s; saving step %d without holding the generator: the batch it is stuck in is drawn again by a resume "
+                "(not bit-exactly as an uninterrupted run)", e, self.step_num)
+            return self._write_checkpoint()
+
+    def _write_checkpoint(self) -> Path:
+        payload = {
+            "model": trainable_state(self.model),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state(),
+            **{name: obj.state_dict() for name, obj in self._stateful().items()},
+        }
+        write_more = None  # the optimizer state lives in the learner actors (fsdp2: sharded, written by them)
+        if self.learner_group is not None:
+            write_more = self.learner_group.checkpoint(payload, self.optimizer, self.scheduler)
+        for h in self.hooks:  # a hook's state, when it has one (a reset reference)
+            if h.checkpoint_key is not None and (state := h.state_dict()):
+                payload[h.checkpoint_key] = state
+        if self.executor is not None:
+            payload["runtime"] = self.executor.state_dict()
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
         return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep, write_more=write_more)
 

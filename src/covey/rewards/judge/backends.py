@@ -6,10 +6,13 @@
             forward instead (no decoding). Loaded lazily, once per process, and shared by every judge
             of that process that names the same (model, dtype, device, seed).
     openai  ``POST {base_url}/chat/completions`` of an OpenAI-compatible server (vLLM, SGLang,
-            llama.cpp, a hosted API), with the standard library's urllib: a pool of `concurrency`
-            requests, `timeout_s` each, `retries` retries with exponential backoff (``backoff_s`` x 2^i,
-            capped at 8 s) on connection errors, timeouts, HTTP 408 / 429 / 5xx and undecodable bodies;
-            other 4xx replies are not retried. There is no default host: `base_url` (or the variable
+            llama.cpp, a hosted API), with the standard library's urllib (`_http.post`): a pool of
+            `concurrency` requests, each attempt within `timeout_s` in total (connect, headers and body: a
+            server that trickles bytes times out) and refused past `max_reply_bytes`; `retries` retries
+            with exponential backoff (``backoff_s`` x 2^i, capped at 8 s) on connection errors, timeouts,
+            HTTP 408 / 429 / 5xx and undecodable bodies; other 4xx replies, oversized bodies and redirects
+            are not retried. A redirect is never followed (the key would go to another host, and that
+            host's reply would be the verdict). There is no default host: `base_url` (or the variable
             named by `base_url_env`) must be given, and the key is read from the variable named by
             `api_key_env` (never stored in the run's config.yaml).
 
@@ -33,9 +36,10 @@ import os
 import threading
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from covey.rewards.judge import _http
 
 __all__ = ["JudgeReply", "JudgeRequest", "LocalBackend", "OpenAIBackend", "PolicyBackend", "build_backend"]
 
@@ -101,11 +105,18 @@ class LocalBackend:
         self.model_name, self.dtype, self.device, self.seed = model, dtype, device, int(seed)
         folder = Path(model).expanduser()
         if model in ("tiny-llama", "tiny-qwen2"):
-            self.fingerprint = f"{model}:random-init-seed-{self.seed}"
+            weights = f"{model}:random-init-seed-{self.seed}"
         elif folder.is_dir():
-            self.fingerprint = _fingerprint_folder(folder)
+            weights = _fingerprint_folder(folder)
         else:
-            self.fingerprint = f"{model}:{'alias' if model in ALIASES else 'hub'}"
+            weights = f"{model}:{'alias' if model in ALIASES else 'hub'}"
+        # the verdict also depends on the precision and the device the weights run at (the cache key reads this)
+        self.fingerprint = f"{weights}|{'bf16' if dtype in ('bf16', 'bfloat16') else 'fp32'}|{self._device()}"
+
+    def _device(self) -> str:
+        import torch
+
+        return ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
 
     def _loaded(self):
         import torch
@@ -113,7 +124,7 @@ class LocalBackend:
         from covey.engine.torch_engine import TorchEngine
         from covey.models.loading import load
 
-        device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
+        device = self._device()
         key = (self.model_name, self.dtype, device, self.seed)
         with _LOAD_LOCK:
             if key not in _LOADED:
@@ -229,7 +240,7 @@ class OpenAIBackend:
 
     def __init__(self, model: str, base_url: str | None = None, base_url_env: str = "OPENAI_BASE_URL",
                  api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8, timeout_s: float = 60.0, retries: int = 3,
-                 backoff_s: float = 0.5, extra_body: dict | None = None):
+                 backoff_s: float = 0.5, extra_body: dict | None = None, max_reply_bytes: int = 8 * 2**20):
         base_url = base_url or os.environ.get(base_url_env or "", "")
         if not base_url:
             raise ValueError(f"judge backend openai: no base_url; give backend.base_url (e.g. http://127.0.0.1:8000/v1) "
@@ -238,12 +249,15 @@ class OpenAIBackend:
             raise ValueError(f"judge backend openai: base_url must start with http:// or https://, got {base_url!r}")
         if not isinstance(model, str) or not model:
             raise ValueError("judge backend openai: `model` (the served model's name) is required")
-        if concurrency < 1 or retries < 0 or not timeout_s > 0 or backoff_s < 0:
-            raise ValueError("judge backend openai: concurrency >= 1, retries >= 0, timeout_s > 0 and backoff_s >= 0 needed")
+        if concurrency < 1 or retries < 0 or not timeout_s > 0 or backoff_s < 0 or max_reply_bytes < 1024:
+            raise ValueError("judge backend openai: concurrency >= 1, retries >= 0, timeout_s > 0, backoff_s >= 0 and "
+                             "max_reply_bytes >= 1024 needed")
         self.base_url, self.model = base_url.rstrip("/"), model
         self.api_key_env, self.concurrency, self.timeout_s = api_key_env, int(concurrency), float(timeout_s)
         self.retries, self.backoff_s, self.extra_body = int(retries), float(backoff_s), dict(extra_body or {})
-        self.fingerprint = f"{self.base_url}|{self.model}"
+        self.max_reply_bytes = int(max_reply_bytes)
+        # extra_body (e.g. a reasoning effort, a guided-decoding schema) changes the verdict: it keys the cache
+        self.fingerprint = f"{self.base_url}|{self.model}|{json.dumps(self.extra_body, sort_keys=True, default=str)}"
 
     def complete(self, requests: list[JudgeRequest]) -> list[JudgeReply]:
         if not requests:
@@ -260,19 +274,17 @@ class OpenAIBackend:
                 "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, **self.extra_body}
         if req.stop:
             body["stop"] = list(req.stop)
-        headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.api_key_env or "", "")
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        secret = {"Authorization": f"Bearer {key}"} if key else {}
         data = json.dumps(body).encode()
         failures, last = 0, ""
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(min(8.0, self.backoff_s * 2 ** (attempt - 1)))
-            request = urllib.request.Request(f"{self.base_url}/chat/completions", data=data, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
-                    payload = json.loads(resp.read().decode())
+                raw = _http.post(f"{self.base_url}/chat/completions", data, {"Content-Type": "application/json"},
+                                 secret_headers=secret, deadline_s=self.timeout_s, max_bytes=self.max_reply_bytes)
+                payload = json.loads(raw.decode())
                 text = payload["choices"][0]["message"]["content"]
                 if not isinstance(text, str):
                     raise TypeError(f"message content is {type(text).__name__}")
@@ -281,8 +293,11 @@ class OpenAIBackend:
                 failures, last = failures + 1, f"HTTP {e.code} from {self.base_url}"
                 if 400 <= e.code < 500 and e.code not in (408, 429):
                     break  # the request itself is wrong: asking again cannot help
-            except (OSError, ValueError, KeyError, IndexError, TypeError) as e:  # timeouts, refused, bad JSON / shape
+            except (_http.RedirectRefused, _http.BodyTooLarge) as e:
                 failures, last = failures + 1, f"{type(e).__name__}: {e}"
+                break  # the server answers this way by design: asking again cannot help
+            except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError) as e:  # timeouts, refused,
+                failures, last = failures + 1, f"{type(e).__name__}: {e}"  # bad JSON (or nested past the limit)
         return JudgeReply(error=last, http_errors=failures)
 
 

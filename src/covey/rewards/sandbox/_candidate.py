@@ -11,10 +11,18 @@ it sends {"callback": key, "args", "kwargs"} and serves requests until {"cbok": 
 in-place functions), {"raise": [type, text]}, or {"bad": [kind, text]} when the result imitates
 plain data. Other objects (instances of the program's classes, methods) go back as opaque handles. Nothing here is trusted: the harness
 only reads plain data from this process and decides every verdict itself.
+
+Each test gets the program as it was loaded: {"fork"} makes this process fork (reply {"forked": pid});
+the child answers that test's requests and ends at {"end"} (reply {"ended"}), while this process waits
+for it and then for the next {"fork"}. So a counter or a list of earlier inputs kept in the program's
+memory starts afresh in every test, and a program cannot answer by the order of the harness's calls.
 """
 
 import builtins
 import sys
+
+
+_ENDED = 121  # the exit status of a test's copy that ended at {"end"}
 
 
 def _describe(g):
@@ -108,6 +116,19 @@ def _serve(g, rfd, wfd):
         req = recv(rfd, buf)
         if req is None:
             return
+        if "fork" in req:  # a test begins: a copy of the loaded program answers it; this one waits
+            pid = os.fork()
+            if pid == 0:
+                send(wfd, {"forked": os.getpid()})
+                continue
+            _, status = os.waitpid(pid, 0)
+            if status != _ENDED << 8:  # the copy died mid-test (exit, kill): the test must not wait for it
+                send(wfd, {"died": status})
+                return
+            continue
+        if "end" in req:  # the test is over (in the copy that answered it)
+            send(wfd, {"ended": 1})
+            os._exit(_ENDED)
         handle(req)
 
 

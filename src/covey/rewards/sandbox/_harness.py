@@ -14,13 +14,17 @@ Trust layout (docs/sandbox.md):
   candidate process       a fresh interpreter (exec, not fork: it holds no test text, no expected
                           values, no descriptors of ours) that loaded setup + the program and
                           answers calls with plain data only (`_plain.py`). One per problem,
-                          started by the harness and used by each test process in turn; replaced
-                          after a test that left it out of step (timeout, crash, non-plain answer).
-                          So the program's state carries over between the tests of one problem,
-                          as in MBPP's own evaluation (one exec of program + asserts).
+                          started by the harness; each test is answered by a fork of it made for
+                          that test (`begin` / `end`), so the program's memory does NOT carry over
+                          between tests (MBPP's own evaluation runs all asserts in one exec: a
+                          program could count the calls and answer by their order, or remember the
+                          inputs of earlier tests). Replaced after a test that left it out of step
+                          (timeout, crash, non-plain answer).
 So rebinding builtins, walking frames, patching modules, exiting early, or returning an object that
 equals everything changes nothing the verdict depends on: the assert runs on values the test
-process rebuilt itself. A function of the test passed to the program runs in the test process when
+process rebuilt itself. A bare truth test of a call (``assert f(x)``, ``assert not f(x)``, ``assert f(x)
+== True``) needs the call to return a bool (`_strict_truth`): ``assert is_sorted(xs)`` passes no program
+that returns ``xs``. A function of the test passed to the program runs in the test process when
 the program calls it (`_Candidate._answer`). stdin/stdout tests run the program as its own fresh
 process, fed its text through a sealed memfd (no path in the shared /tmp); the harness compares its
 output.
@@ -29,6 +33,7 @@ output.
 import builtins
 import ctypes
 import fcntl
+import re
 import resource
 import select
 import signal
@@ -149,6 +154,22 @@ class _Candidate:
         cand.close()
         return None, failure
 
+    def _exchange(self, message, answer, timeout_s):
+        try:
+            send(self.req_w, message)
+            reply = _recv_within(self.rep_r, self.buf, timeout_s)
+        except (TimeoutError, OSError, ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(reply, dict) and answer in reply
+
+    def begin(self, timeout_s):
+        """A test begins: the program's process forks a copy of its loaded state to answer this test alone."""
+        return self._exchange({"fork": 1}, "forked", timeout_s)
+
+    def end(self, timeout_s):
+        """The test is over: its copy ends, and the program's process waits for the next `begin`."""
+        return self._exchange({"end": 1}, "ended", timeout_s)
+
     def in_step(self):
         """Whether the next test may use this process: nothing pending, unread or refused."""
         return self.violation is None and self.pending == 0 and not self.buf
@@ -174,7 +195,7 @@ class _Candidate:
             msg = recv(self.rep_r, self.buf)
         except (ValueError, UnicodeDecodeError):
             raise self.refuse(CandidateCrashed("the program's process sent malformed data")) from None
-        if msg is None or not isinstance(msg, dict):
+        if msg is None or not isinstance(msg, dict) or "died" in msg:  # "died": the test's copy ended
             raise self.refuse(CandidateCrashed("the program's process ended before answering (exit, crash or kill)"))
         return msg
 
@@ -393,10 +414,67 @@ def _assert_test(spec, test, cand):
     return status, message, suspect
 
 
+_TRUTH_TAIL = re.compile(r"(==|is)\s*\(?\s*(True|False)\s*\)?")
+
+
+def _call_end(line, start):
+    """Index just past the parenthesis that closes the one at `start` (strings skipped), or -1."""
+    depth, quote, i = 0, None, start
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+def _strict_truth(test, names):
+    """`test` with every line ``assert [not] NAME(...)`` or ``assert NAME(...) ==/is True|False`` (NAME a
+    program function, or ``candidate``) rewritten so the call's value must be a bool: ``any truthy value``
+    and ``1 == True`` no longer pass such a test. Other lines are kept as they are."""
+    out = []
+    for line in test.split("\n"):
+        body = line.lstrip()
+        indent, neg = line[: len(line) - len(body)], ""
+        if body.startswith("assert "):
+            rest = body[7:].lstrip()
+            if rest.startswith("not "):
+                neg, rest = "not ", rest[4:].lstrip()
+            name = rest.split("(", 1)[0]
+            end = _call_end(rest, len(name)) if "(" in rest and name.isidentifier() and name in names else -1
+            tail = rest[end:].strip() if end > 0 else None
+            if tail is not None and (tail == "" or (not neg and _TRUTH_TAIL.fullmatch(tail))):
+                line = f"{indent}assert {neg}__covey_bool__({rest[:end]}) {tail}".rstrip()
+        out.append(line)
+    return "\n".join(out)
+
+
+def _covey_bool(value):
+    if isinstance(value, OPAQUE):
+        value._refuse()  # an object of the program: not plain data, as its truth value would be
+    if type(value) is not bool:
+        raise AssertionError(f"the test checks a truth value, and the program returned {type(value).__name__} "
+                             f"{str(value)[:60]}, not True or False")
+    return value
+
+
 def _verdict(spec, test, cand, kept_out):
     try:
         g, out = _test_globals(spec, cand)
         kept_out.extend(out)
+        g["__covey_bool__"] = _covey_bool
+        test = _strict_truth(test, (set(cand.ready.get("functions", ())) - set(out)) | {"candidate"})
         exec(compile(test, "<test>", "exec"), g)
         if cand.violation is not None:  # the test caught it (``except Exception:``): still not a pass
             raise cand.violation
@@ -555,9 +633,13 @@ def main():
             if failure is not None:
                 (status, message), suspect = failure, False
                 load_error = message if status == "error" else None  # deterministic: every assert gets it
+            elif not cand.begin(spec["timeout_s"]):
+                status, message, suspect = "crash", "the program's process did not start the test", False
+                cand.close()
+                cand = None
             else:
                 status, message, suspect, in_step = _run_assert(spec, test, cand)
-                if not in_step:
+                if not (in_step and cand.end(spec["timeout_s"])):
                     cand.close()
                     cand = None
         else:

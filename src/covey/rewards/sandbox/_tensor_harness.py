@@ -1,13 +1,18 @@
 """Runs inside the torch sandbox profile: one PyTorch module program, its outputs written back as data.
 
 Not trusted for any verdict: it reports tensors, the host (`covey.rewards.triton_exec`) compares them.
-Spec on stdin (JSON): ``{"mode": "reference" | "candidate", "seeds": [...], "init": enc, "inputs": [enc, ...]}``.
+Spec on stdin (JSON): ``{"mode": "reference" | "candidate", "seeds": [...], "init": enc, "inputs": [enc, ...],
+"trace": bool}``.
 The program is ``program.py`` in the working directory, imported as a module (Triton reads kernel source
 with `inspect`). The result descriptor's number is the last argument; one JSON line per record:
 
 - reference mode: ``{"init": enc}`` (``get_init_inputs()``), then per seed k ``{"i": k, "inputs": enc, "out": enc}``:
   ``torch.manual_seed(seed)``, ``get_inputs()``, then the outputs of ``Model(*init)`` on them;
-- candidate mode: per seed k ``{"i": k, "out": enc}``: ``ModelNew(*init)`` on the inputs the host sent.
+- candidate mode: per seed k ``{"i": k, "out": enc}``: ``ModelNew(*init)`` on the inputs the host sent; with
+  ``trace``, also ``"trace": {"ops": {aten op: count}, "launches": n}``: every aten op the forward ran (a
+  `TorchDispatchMode`, kernel bodies under the interpreter included), reads of tensor data into Python
+  (``host:numpy`` ...) and threads started (``host:thread``), and Triton kernel launches; a recorder found
+  removed after the forward adds ``tamper:...``. The host decides what is allowed (`triton_gate.runtime_gate`).
 
 Both construct the model right after ``torch.manual_seed(42)`` (KernelBench's order, so a module that creates
 the same parameters in the same order gets the same weights) and run it under ``torch.no_grad()``. The first
@@ -52,6 +57,79 @@ def _dec(e, torch, np):
     return t.to(dtype) if isinstance(dtype, torch.dtype) and dtype != t.dtype else t
 
 
+class _Trace:
+    """Records what one forward does (see the module docstring); on only while `active`."""
+
+    def __init__(self, torch):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.torch, self.ops, self.launches, self.active = torch, {}, 0, False
+        self.probing = self.probed = False
+        trace = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if trace.probing:
+                    trace.probed = True
+                elif trace.active:  # ops of other namespaces (torch.library) keep theirs: never an allowed name
+                    name = func.overloadpacket.__name__
+                    trace.count(name if func.namespace == "aten" else f"{func.namespace}::{name}")
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.patched = []
+        for name in ("numpy", "__array__", "tolist", "__dlpack__"):
+            self._wrap(torch.Tensor, name, "host:" + name)
+        import threading
+
+        self._wrap(threading.Thread, "start", "host:thread")
+        try:  # the launch paths: a jit function (compiled) and the interpreter's (TRITON_INTERPRET=1)
+            from triton.runtime import interpreter, jit
+
+            for cls in (interpreter.InterpretedFunction, jit.JITFunction):
+                self._wrap(cls, "run", None)
+        except ImportError:
+            pass
+
+    def count(self, name):
+        self.ops[name] = self.ops.get(name, 0) + 1
+
+    def _wrap(self, cls, name, op):
+        orig = getattr(cls, name)
+        trace = self
+
+        def wrapper(*args, **kwargs):
+            if trace.active:
+                if op is None:
+                    trace.launches += 1
+                else:
+                    trace.count(op)
+            return orig(*args, **kwargs)
+
+        setattr(cls, name, wrapper)
+        self.patched.append((cls, name, wrapper))
+
+    def forward(self, model, inputs):
+        self.ops, self.launches, self.active = {}, 0, True
+        self.mode.__enter__()
+        try:
+            y = model(*inputs)
+            self.probing, self.probed = True, False  # does the recorder still see ops? (a mode removed, or dispatch
+            self.torch.empty(0)  # to Python modes disabled, during the forward and left so)
+            if not self.probed:
+                self.count("tamper:dispatch_mode")
+        finally:
+            self.active = self.probing = False
+            try:
+                self.mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - the stack was changed under it
+                self.count("tamper:dispatch_stack")
+        for cls, name, wrapper in self.patched:
+            if getattr(cls, name) is not wrapper:
+                self.count(f"tamper:{cls.__name__}.{name}")
+        return y, {"ops": dict(self.ops), "launches": self.launches}
+
+
 def _why(e):
     tb = traceback.extract_tb(e.__traceback__)
     where = next((f"program.py:{f.lineno}" for f in reversed(tb) if f.filename.endswith("program.py")), "")
@@ -69,6 +147,7 @@ def main():
     import torch
 
     torch.set_num_threads(1)
+    trace = _Trace(torch) if spec.get("trace") else None
     step = "load"
     k = 0
     try:
@@ -100,7 +179,10 @@ def main():
             step = "forward"
             torch.manual_seed(seed)
             with torch.no_grad():
-                y = model(*inputs)
+                if trace is None:
+                    y = model(*inputs)
+                else:
+                    y, rec["trace"] = trace.forward(model, inputs)
             step = "output"
             rec["out"] = _enc(y, torch)
             emit(rec)
