@@ -14,7 +14,7 @@
 # $OUT (else ./gpu-out) receives at most 8 files (the device tool's limit): machine.txt, results.jsonl
 # (one JSON line per measured figure, and one {"part", "rc", "seconds"} line per part), log.txt (every
 # part's output), pytest_gpu.txt, quickstart_compare.txt.
-# SMOKE=1 runs every part at toy sizes on the CPU (tests/test_gpu_script.py, in CI), to check this script.
+# SMOKE=1 runs every part at toy sizes on the CPU (tests/bench/test_gpu_script.py, in CI), to check this script.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
