@@ -116,15 +116,51 @@ def test_a_sharded_checkpoint_resumes_on_another_world_size(tmp_path, fsdp2_run)
     assert moved <= 1e-3 * torch.cat([p.flatten() for p in w.values()]).norm()
 
 
-def test_final_folder_of_an_fsdp2_run_loads_with_from_pretrained(tmp_path):
+def test_final_and_export_of_an_fsdp2_run_load_with_from_pretrained(tmp_path):
+    """`final/` (the end of the run) and `covey export` (rebuilt from the sharded checkpoint, read in one
+    process) are Hugging Face folders with the same trained weights."""
     from transformers import AutoModelForCausalLM
 
+    from covey.train.export import export_run
     from covey.train.run import train
 
     cfg = _cfg(tmp_path, *FSDP2, "steps=1", "eval.size=0")
     result = train(cfg, tmp_path / "run")
-    model = AutoModelForCausalLM.from_pretrained(result["final"])
-    assert sum(p.numel() for p in model.parameters()) > 0
+    assert load_checkpoint(latest_checkpoint(tmp_path / "run"))[1]["sharded"] is True
+    final = AutoModelForCausalLM.from_pretrained(result["final"])
+    exported = AutoModelForCausalLM.from_pretrained(export_run(tmp_path / "run", out=tmp_path / "export")["final"])
+    from covey.models import load
+
+    init = dict(load("tiny-llama")[0].named_parameters())
+    for n, p in final.named_parameters():
+        assert torch.equal(p, dict(exported.named_parameters())[n]), n
+    assert any(not torch.equal(p, init[n]) for n, p in final.named_parameters())  # trained weights, not the initial ones
+
+
+def test_a_ddp_checkpoint_resumes_sharded(tmp_path, fsdp2_run):
+    """Saved by 2 ddp ranks (plain state.pt: weights and AdamW state), resumed by 2 fsdp2 ranks: each rank
+    shards the driver's name-keyed AdamW state, so steps 2-3 follow the straight fsdp2 run (up to the
+    float order of the gradient sums)."""
+    cfg, straight, w_straight = fsdp2_run
+    ddp = _cfg(tmp_path, *FP32, "runtime.learner_workers=2", "runtime.sharding=ddp")
+    first = Trainer(ddp, tmp_path / "run")
+    try:
+        first.step()
+        first.save()
+    finally:
+        first.close()
+    assert "optimizer" in load_checkpoint(latest_checkpoint(tmp_path / "run"))[0]
+    resumed = Trainer(cfg, tmp_path / "run", resume=True)
+    try:
+        tail = [resumed.step() for _ in range(2)]
+        w = {n: p.detach().clone() for n, p in resumed.model.named_parameters()}
+    finally:
+        resumed.close()
+    for a, b in zip(straight[1:], tail):
+        assert a["reward/mean"] == b["reward/mean"]
+        assert a["learn/loss"] == pytest.approx(b["learn/loss"], rel=1e-4, abs=1e-6)
+    diff = torch.cat([(w_straight[n] - w[n]).flatten() for n in w]).norm()
+    assert diff <= 1e-3 * torch.cat([p.flatten() for p in w.values()]).norm()
 
 
 def test_broadcast_weight_sync_trains_as_object_store(tmp_path, fsdp2_run):

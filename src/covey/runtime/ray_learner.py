@@ -138,10 +138,10 @@ class LearnerGroup:
         self.failure: str | None = None
         self.sharded = rt.sharding == "fsdp2"
         sharding = {"name": rt.sharding, "offload": rt.fsdp_offload, "bucket_bytes": int(rt.sync_bucket_mb * 2**20)}
-        if self.sharded and resume is not None:
-            from covey.runtime.dcp import FOLDER
+        from covey.runtime.dcp import FOLDER, has_shards
 
-            resume = str(Path(resume) / FOLDER)
+        # fsdp2 ranks read a sharded checkpoint's shards themselves; a plain one comes as the driver's state
+        resume = str(Path(resume) / FOLDER) if self.sharded and resume is not None and has_shards(resume) else None
         options = dict(temperature=learner.temperature, max_new_tokens=learner.max_new_tokens, epochs=learner.epochs,
                        mini_batches=learner.mini_batches, micro_batch_size=learner.micro_batch_size,
                        grad_clip=learner.grad_clip, dtype=learner.dtype, share_prompts=learner.share_prompts,
