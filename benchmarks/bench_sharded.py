@@ -23,22 +23,10 @@ import torch
 import torch.multiprocessing as mp
 
 
-def _batch(vocab: int, prompts: int, group: int, tokens: int, seed: int = 0):
-    from covey.rollouts import Rollouts
-
-    g = torch.Generator().manual_seed(seed)
-    n = prompts * group
-    prompt_ids = [torch.randint(5, vocab, (24,), generator=g) for _ in range(prompts)]
-    return Rollouts(prompt_ids=[prompt_ids[i // group].clone() for i in range(n)],
-                    completion_ids=torch.randint(5, vocab, (n, tokens), generator=g), completion_mask=torch.ones(n, tokens),
-                    behaviour_logprobs=-torch.rand(n, tokens, generator=g) - 5.0, group=torch.arange(n) // group,
-                    prompt_id=torch.arange(n) // group, advantages=torch.randint(0, 2, (n,), generator=g).float() * 2 - 1,
-                    ).validate()  # fmt: skip
-
-
 def _rank(rank: int, world: int, init: str, out: str, args) -> None:
     torch.set_num_threads(args.threads)
     from covey.algos.presets import resolve_algo
+    from covey.bench.batch import random_rollouts
     from covey.learner.optim import build_optimizer
     from covey.models import load
     from covey.runtime.data_parallel import DataParallelLearner, init_group
@@ -48,7 +36,7 @@ def _rank(rank: int, world: int, init: str, out: str, args) -> None:
     init_group(rank, world, init, backend="gloo")
     base, _ = load(args.model)
     base = base.float()
-    batch = _batch(base.config.vocab_size, args.prompts, args.group, args.tokens)
+    batch = random_rollouts(base.config.vocab_size, args.prompts, args.group, args.tokens, prompt_tokens=24)
     kw = dict(algo=resolve_algo({"preset": "dapo"}), temperature=1.0, max_new_tokens=args.tokens, dtype="fp32",
               micro_batch_size=args.micro, grad_clip=1.0)  # fmt: skip
     ddp_model = copy.deepcopy(base)

@@ -23,18 +23,6 @@ import torch
 import torch.distributed as dist
 
 
-def _batch(vocab: int, prompts: int, group: int, new: int, gen: torch.Generator):
-    from covey.rollouts import Rollouts
-
-    n = prompts * group
-    prompt_ids = [torch.randint(5, vocab, (32,), generator=gen) for _ in range(prompts)]
-    return Rollouts(prompt_ids=[prompt_ids[i // group].clone() for i in range(n)],
-                    completion_ids=torch.randint(5, vocab, (n, new), generator=gen), completion_mask=torch.ones(n, new),
-                    behaviour_logprobs=-torch.rand(n, new, generator=gen) - 5.0, group=torch.arange(n) // group,
-                    prompt_id=torch.arange(n) // group, advantages=torch.randint(0, 2, (n,), generator=gen).float() * 2 - 1,
-                    ).validate()  # fmt: skip
-
-
 def _timed(learner, batch, steps: int, dev: torch.device) -> tuple[list[float], dict]:
     from covey.learner.learner import peak_memory_gb, reset_peak_memory
 
@@ -55,6 +43,7 @@ def _timed(learner, batch, steps: int, dev: torch.device) -> tuple[list[float], 
 
 def main(model_name: str, device: str, prompts: int = 8, group: int = 8, new: int = 256, steps: int = 3) -> dict:
     from covey.algos.presets import resolve_algo
+    from covey.bench.batch import random_rollouts
     from covey.learner.learner import Learner
     from covey.models import load
     from covey.runtime.dcp import load_shards, save_shards
@@ -71,7 +60,7 @@ def main(model_name: str, device: str, prompts: int = 8, group: int = 8, new: in
     dtype = "bf16" if dev.type == "cuda" else "fp32"
     base, _ = load(model_name)
     base = base.float()
-    batch = _batch(base.config.vocab_size, prompts, group, new, torch.Generator().manual_seed(0))
+    batch = random_rollouts(base.config.vocab_size, prompts, group, new)
     algo = resolve_algo({"preset": "dapo"})
     kw = dict(algo=algo, temperature=1.0, max_new_tokens=new, dtype=dtype, micro_batch_size=16, grad_clip=1.0)
 

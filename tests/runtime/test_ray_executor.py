@@ -109,12 +109,7 @@ def test_killing_an_engine_worker_mid_generate_names_it_and_the_run_resumes_exac
         first.close()
     msg = str(e.value)
     assert len(msg.splitlines()) == 1 and f"engine actor {name!r} died during generate: " in msg, msg
-    resumed = Trainer(cfg, tmp_path / "cut", resume=True)
-    try:
-        tail = [resumed.step() for _ in range(2)]
-        w_cut = {n: p.detach().clone() for n, p in resumed.model.named_parameters()}
-    finally:
-        resumed.close()
+    tail, w_cut = _train(cfg, tmp_path / "cut", steps=2, resume=True)
     assert [_comparable(m) for m in straight] == [_comparable(m) for m in head + tail]
     for n, p in w_straight.items():
         assert torch.equal(p, w_cut[n]), n

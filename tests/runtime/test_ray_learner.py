@@ -78,12 +78,7 @@ def test_a_learner_actor_killed_mid_update_is_named_and_the_run_resumes_exactly(
         first.close()
     msg = str(e.value)
     assert len(msg.splitlines()) == 1 and f"learner actor {name!r} died during update: " in msg, msg
-    resumed = Trainer(cfg, tmp_path / "cut", resume=True)
-    try:
-        tail = [resumed.step() for _ in range(2)]
-        w_cut = {n: p.detach().clone() for n, p in resumed.model.named_parameters()}
-    finally:
-        resumed.close()
+    tail, w_cut = _train(cfg, tmp_path / "cut", steps=2, resume=True)
     assert [_comparable(m) for m in straight] == [_comparable(m) for m in head + tail]
     for n, p in w_straight.items():
         assert torch.equal(p, w_cut[n]), n

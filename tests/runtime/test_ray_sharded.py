@@ -79,12 +79,7 @@ def test_a_killed_rank_is_named_and_the_sharded_checkpoint_resumes_exactly(tmp_p
         first.close()
     assert len(str(e.value).splitlines()) == 1
     assert latest_checkpoint(tmp_path / "cut") == path  # the step-1 checkpoint is intact
-    resumed = Trainer(cfg, tmp_path / "cut", resume=True)
-    try:
-        tail = [resumed.step() for _ in range(2)]
-        w_cut = {n: p.detach().clone() for n, p in resumed.model.named_parameters()}
-    finally:
-        resumed.close()
+    tail, w_cut = _train(cfg, tmp_path / "cut", steps=2, resume=True)
     assert [_comparable(m) for m in straight] == [_comparable(m) for m in head + tail]
     for n, p in w_straight.items():
         assert torch.equal(p, w_cut[n]), n
@@ -150,12 +145,7 @@ def test_a_ddp_checkpoint_resumes_sharded(tmp_path, fsdp2_run):
     finally:
         first.close()
     assert "optimizer" in load_checkpoint(latest_checkpoint(tmp_path / "run"))[0]
-    resumed = Trainer(cfg, tmp_path / "run", resume=True)
-    try:
-        tail = [resumed.step() for _ in range(2)]
-        w = {n: p.detach().clone() for n, p in resumed.model.named_parameters()}
-    finally:
-        resumed.close()
+    tail, w = _train(cfg, tmp_path / "run", steps=2, resume=True)
     for a, b in zip(straight[1:], tail):
         assert a["reward/mean"] == b["reward/mean"]
         assert a["learn/loss"] == pytest.approx(b["learn/loss"], rel=1e-4, abs=1e-6)

@@ -22,8 +22,9 @@ def _comparable(m: dict) -> dict:
     return {k: v for k, v in m.items() if not k.startswith(("time/", "throughput/", "memory/", "reward/seconds", "async/", "weight_sync/"))}
 
 
-def _train(cfg, run_dir, steps=None):
-    trainer = Trainer(cfg, run_dir)
+def _train(cfg, run_dir, steps=None, resume=False):
+    """(metrics rows, final weights) of `steps` (default: cfg.steps) steps; `resume`: continued from run_dir's last checkpoint."""
+    trainer = Trainer(cfg, run_dir, resume=resume)
     try:
         rows = [trainer.step() for _ in range(steps or cfg.steps)]
         weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
