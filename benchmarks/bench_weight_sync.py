@@ -17,7 +17,6 @@ import statistics
 import time
 
 import ray
-import torch
 
 
 @ray.remote(num_cpus=0)

@@ -4,7 +4,6 @@ LoRA (adapters trained, base frozen) and gradient checkpointing; micro-batches o
 shards run different numbers of micro-batches and the shorter one pads (an all-masked row too).
 Per-rank bytes of parameters, gradients and AdamW state measured from the local shards."""
 
-import copy
 
 import pytest
 import torch

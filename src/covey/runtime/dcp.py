@@ -62,12 +62,10 @@ def has_shards(checkpoint: str | Path) -> bool:
 
 def load_weights(model: nn.Module, checkpoint: str | Path) -> None:
     """The trainable weights of a sharded checkpoint into an unsharded `model`, in one process."""
-    import torch.distributed.checkpoint as dcp
-
     folder = Path(checkpoint) / FOLDER
     keep = _trainable(model)
     state = {n: p.detach().clone() for n, p in model.named_parameters() if n in keep}
-    dcp.load({"model": state}, checkpoint_id=str(folder), no_dist=True)
+    _load_here({"model": state}, folder)
     with torch.no_grad():
         missing = model.load_state_dict(state, strict=False).unexpected_keys
     if missing:
@@ -77,12 +75,22 @@ def load_weights(model: nn.Module, checkpoint: str | Path) -> None:
 def load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, checkpoint: str | Path) -> None:
     """The AdamW state of a sharded checkpoint into the optimizer of an unsharded `model` (one process:
     a run resumed by the driver's learner or by ddp ranks after an fsdp2 run)."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
     state = {"optim": get_optimizer_state_dict(model, optimizer)}  # (makes AdamW's state tensors for DCP to fill)
-    dcp.load(state, checkpoint_id=str(Path(checkpoint) / FOLDER), no_dist=True)
+    _load_here(state, Path(checkpoint) / FOLDER)
     set_optimizer_state_dict(model, optimizer, state["optim"])
+
+
+def _load_here(state: dict, folder: Path) -> None:
+    """dcp.load in this one process, without a process group (DCP warns that it assumes so: it is meant)."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(folder), no_dist=True)
 
 
 def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:

@@ -28,7 +28,6 @@ without an address that starts a local one.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from dataclasses import replace
 from typing import Any
