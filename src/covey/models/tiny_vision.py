@@ -10,8 +10,8 @@ at most 64 image tokens). The chat template is the tiny models' ChatML, where a 
 {"type": "image"} renders as <|vision_start|><|image_pad|><|vision_end|> (Qwen2-VL's rendering).
 
 The processor has no video processor (transformers' needs torchvision): covey passes video as frames
-with timestamps (images), docs/vlm.md. `load_vision_processor` builds the same kind of processor for a
-user's Qwen2-VL / Qwen2.5-VL folder when `AutoProcessor` cannot (no torchvision).
+with timestamps (images), docs/vlm.md. `covey.models.vision_loading` builds the same kind of processor
+for a user's Qwen2-VL / Qwen2.5-VL folder when `AutoProcessor` cannot (no torchvision).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 from covey.models.tiny import build_tiny_tokenizer
 
-__all__ = ["TINY_VISION", "build_tiny_vision", "image_only_processor", "tiny_vision_config"]
+__all__ = ["TINY_VISION", "build_tiny_vision", "tiny_vision_config"]
 
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 CHAT_TEMPLATE_VL = (
@@ -44,24 +44,6 @@ TINY_VISION = {
 }  # fmt: skip
 
 
-def image_only_processor(image_processor, tokenizer, chat_template: str | None):
-    """A Qwen2-VL processor without a video processor (transformers' needs torchvision, which a CPU machine
-    may lack): images only, everything else is `Qwen2VLProcessor`'s."""
-    from transformers import Qwen2VLProcessor
-    from transformers.processing_utils import ProcessorMixin
-
-    class ImageOnly(Qwen2VLProcessor):
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
-            self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-
-    ImageOnly.__name__ = ImageOnly.__qualname__ = "Qwen2VLProcessor"  # what a saved folder names: AutoProcessor builds the full one
-    return ImageOnly(image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template)
-
-
 def tiny_vision_config() -> dict:
     """The config.json fields of `tiny-qwen2-vl` (without building it or importing transformers)."""
     vocab = 358 + len(VISION_TOKENS)
@@ -77,12 +59,13 @@ def build_tiny_vision(*, seed: int = 0, dtype: torch.dtype = torch.float32, **ov
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     from covey.models.vision import VisionTokenizer
+    from covey.models.vision_loading import ImageOnlyQwen2VLProcessor
 
     tokenizer = build_tiny_tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": VISION_TOKENS})
     tokenizer.chat_template = CHAT_TEMPLATE_VL
     image_processor = Qwen2VLImageProcessorPil(min_pixels=TINY_VISION["min_pixels"], max_pixels=TINY_VISION["max_pixels"])
-    processor = image_only_processor(image_processor, tokenizer, CHAT_TEMPLATE_VL)
+    processor = ImageOnlyQwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE_VL)
     ids = dict(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"),
                    tokenizer.convert_tokens_to_ids(VISION_TOKENS)))  # fmt: skip
     text = {**TINY_VISION["text"], **overrides, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,

@@ -44,7 +44,7 @@ def _kind(source) -> str:
         return "a PIL image"
     if isinstance(source, dict) and ("bytes" in source or "path" in source):
         return "a datasets Image"
-    return f"a {type(source).__name__}"
+    return f"type {type(source).__name__}"
 
 
 class ImageColumnKinds:
@@ -70,8 +70,8 @@ def _source(source, base: Path | None):
         source = Image.open(io.BytesIO(source["bytes"])) if source.get("bytes") else source.get("path")
     if isinstance(source, (str, os.PathLike)):
         p = Path(source).expanduser()
-        if not p.is_absolute() and base is not None and (base / p).exists():
-            p = base / p
+        if not p.is_absolute() and base is not None and ((base / p).exists() or not p.exists()):
+            p = base / p  # the data file's folder first (and what a missing file is reported as)
         return str(p.resolve())
     return source
 
