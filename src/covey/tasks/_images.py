@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["IMAGE_COLUMNS", "ImageColumnKinds", "place_images"]
+__all__ = ["IMAGE_COLUMNS", "ImageColumnKinds", "decode_datasets_images", "place_images"]
 
 IMAGE_COLUMNS = ("image", "images", "video")
 
@@ -59,6 +59,29 @@ class ImageColumnKinds:
         if first[0] != kind:
             raise ValueError(f"{where}: column {column!r} holds {kind} but {first[1]} holds {first[0]}: an image column "
                              "holds one kind of image (paths, bytes, PIL images or datasets Images)")  # fmt: skip
+
+
+def _decoded(value):
+    from PIL import Image
+
+    if isinstance(value, dict) and "bytes" in value and "path" in value and len(value) == 2:
+        return Image.open(io.BytesIO(value["bytes"])) if value.get("bytes") else value.get("path")
+    return value
+
+
+def decode_datasets_images(row: dict) -> dict:
+    """The row with each `datasets` Image value ({"bytes", "path"}, what `Dataset.to_list` gives) in its
+    image columns replaced by a lazily decoded PIL image, as indexing the dataset gives it (and TRL's
+    reward functions receive it)."""
+    out = dict(row)
+    if isinstance(out.get("image"), dict):
+        out["image"] = _decoded(out["image"])
+    if isinstance(out.get("images"), (list, tuple)):
+        out["images"] = [_decoded(v) for v in out["images"]]
+    video = out.get("video")
+    if isinstance(video, dict) and isinstance(video.get("frames"), (list, tuple)):
+        out["video"] = {**video, "frames": [_decoded(v) for v in video["frames"]]}
+    return out
 
 
 def _source(source, base: Path | None):

@@ -28,7 +28,7 @@ from typing import Any
 from covey.models.chat import check_role
 from covey.tasks._common import FinalAnswerTask
 from covey.tasks._data import read_jsonl
-from covey.tasks._images import IMAGE_COLUMNS, ImageColumnKinds, place_images
+from covey.tasks._images import IMAGE_COLUMNS, ImageColumnKinds, decode_datasets_images, place_images
 from covey.tasks.registry import register_task
 
 __all__ = ["DatasetTask", "load_rows"]
@@ -140,6 +140,7 @@ class DatasetTask:
             msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
             prompt = [{"role": "system", "content": self.system_prompt}] + msgs
         if any(row.get(c) is not None for c in IMAGE_COLUMNS) or not isinstance(prompt, str):
+            row = decode_datasets_images(row)  # PIL images in the columns too, as TRL's rewards get them
             prompt = place_images(prompt, row, where, base, kinds or ImageColumnKinds())
         verified = self.verifier != "none" and self.answer_key in row  # a plain column otherwise
         if verified:
