@@ -132,3 +132,15 @@ def test_refusals(tiny):
     text_model, text_tok = load("tiny-llama")
     with pytest.raises(ValueError, match="text-only LM"):
         TorchEngine(text_model, text_tok).generate(_prompts(tok)[:1], 1, SamplingParams(max_new_tokens=2))
+
+
+def test_vllm_gets_the_text_and_images_of_an_image_prompt_and_the_ids_of_a_text_one(tiny):
+    from covey.engine.vllm_engine import VllmEngine, vllm_prompt  # importable without vLLM (it loads at build)
+
+    _, tok = tiny
+    image_prompt, _, text_prompt = _prompts(tok)
+    req = vllm_prompt(list(image_prompt), image_prompt.vision)
+    assert req["prompt"] == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What color?<|im_end|>\n<|im_start|>assistant\n"
+    assert req["multi_modal_data"]["image"] == list(image_prompt.vision.images) and len(req["multi_modal_data"]["image"]) == 1
+    assert vllm_prompt(list(text_prompt), None) == {"prompt_token_ids": list(text_prompt)}
+    assert VllmEngine.caps.takes_images and TorchEngine.caps.takes_images

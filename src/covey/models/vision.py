@@ -172,11 +172,13 @@ def prompt_images(prompt) -> list:
 class VisionInputs:
     """The processor's image tensors of one prompt, on the CPU (pixel_values [P, D] and image_grid_thw
     [I, 3] for Qwen2-VL; pixel_values [1, I, C, H, W] and pixel_attention_mask for Idefics3; pixel_values
-    [I, C, H, W] for Gemma 3), and its images (PIL, in prompt order: vLLM's `multi_modal_data`).
+    [I, C, H, W] for Gemma 3), its images (PIL, in prompt order) and its chat-templated text before the
+    processor expands the image placeholders (the two make vLLM's prompt: `multi_modal_data`).
     Shared, not copied, by the rows that continue the prompt."""
 
     tensors: dict[str, Tensor]
     images: tuple = ()
+    text: str | None = None
 
 
 class VisionPrompt(list):
@@ -237,7 +239,8 @@ class VisionTokenizer:
         if not images:
             return VisionPrompt(ids, None)
         tensors = {k: v for k, v in out.items() if k not in _TOKEN_KEYS and isinstance(v, Tensor)}
-        return VisionPrompt(ids, VisionInputs(tensors, tuple(images)))
+        text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        return VisionPrompt(ids, VisionInputs(tensors, tuple(images), text))
 
     def _check_budget(self, image) -> None:
         """Say once per run when an image is larger than the processor keeps (it resizes by its own rules)."""
