@@ -26,7 +26,7 @@ import re
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
 
-__all__ = ["TemporalIoU", "parse_span", "shaped_iou", "temporal_iou"]
+__all__ = ["TemporalIoU", "gt_response", "parse_span", "shaped_iou", "temporal_iou"]
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _TO = re.compile(r"(\d+\.?\d*)\s*(?:to|and)\s*(\d+\.?\d*)")
@@ -78,6 +78,17 @@ def shaped_iou(iou: float, threshold: float = 0.8, alpha: float = 1.0) -> float:
     if denom <= 0:
         return max(0.0, iou)
     return threshold - (math.exp(alpha * (threshold - iou)) - 1.0) / denom
+
+
+def gt_response(item: dict, column: str = "answer") -> str | None:
+    """TempSamp-R1's `build_gt_response`: the gold span of `item[column]` as "<answer> {start:.2f} to
+    {end:.2f} </answer>", None when it holds no span (the `gt_injection` strategy's builder).
+
+    >>> gt_response({"answer": "<answer> 2.0 to 6 </answer>"}), gt_response({"answer": "none"})
+    ('<answer> 2.00 to 6.00 </answer>', None)
+    """
+    span = parse_span(str(item.get(column) or ""))
+    return None if span is None else f"<answer> {span[0]:.2f} to {span[1]:.2f} </answer>"
 
 
 def _format_ok(text: str) -> bool:
