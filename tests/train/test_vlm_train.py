@@ -93,6 +93,7 @@ def test_freeze_vision_false_trains_the_vision_tower(tmp_path):
     assert not any(p.requires_grad for _, p in vision_parameters(model))
 
 
+@pytest.mark.slow  # a subprocess that builds, saves and loads a model: ~20 s on a loaded 2-core machine
 def test_the_trl_vlm_script_runs_with_only_its_import_changed(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "trl_vlm_script.py")], cwd=tmp_path, env=env,

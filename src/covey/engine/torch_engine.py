@@ -203,7 +203,8 @@ class TorchEngine:
         self.version = self.version + 1 if version is None else int(version)
 
     def _load_model(self, state) -> None:
-        own = dict(self.model.state_dict())
+        """A VLM's weights: every parameter of the engine's model from `state` (buffers are the model's own)."""
+        own = {n: p.data for n, p in self.model.named_parameters()}
         missing = sorted(set(own) - set(state))
         if missing:
             raise KeyError(f"load_weights: source has no tensor {missing[0]!r} (is it the same architecture?)")
