@@ -138,6 +138,8 @@ class GRPOTrainer:
             raw = apply_overrides(raw, {"model": {"lora": _lora(peft_config)}})
         if isinstance(model, (str, os.PathLike)):
             raw = apply_overrides(raw, {"model": {"name": _model_name(model)}})
+        if "family" not in raw.get("model", {}) and _is_vision(model, raw):  # TRL loads a VLM from what it is
+            raw = apply_overrides(raw, {"model": {"family": "vision_language"}})
         task = None
         if train_dataset is not None:
             task, task_cfg = _dataset_task(train_dataset, eval_dataset, dataset_params)
@@ -167,7 +169,8 @@ class GRPOTrainer:
         from covey.train.trainer import Trainer
 
         trainer = Trainer(self.config, self.run_dir, resume=resume, **self._build)
-        self.model, self.tokenizer, self.processing_class = trainer.model, trainer.tokenizer, trainer.tokenizer
+        self.model, self.tokenizer = trainer.model, trainer.tokenizer
+        self.processing_class = getattr(trainer.tokenizer, "processor", trainer.tokenizer)  # a VLM's: its AutoProcessor
         return trainer
 
     def train(self, resume_from_checkpoint: bool | str | os.PathLike | None = None) -> dict[str, Any]:
@@ -306,6 +309,19 @@ def _raw_config(config) -> dict[str, Any]:
     if isinstance(config, (str, os.PathLike)):
         return load_config(config).model_dump(mode="json")
     raise TypeError(f"config must be a dict, a RunConfig or a YAML path, got {type(config).__name__}")
+
+
+def _is_vision(model, raw: dict) -> bool:
+    """Whether the policy is a vision-language model (docs/vlm.md): a model object that is one, or a name
+    whose config.json says so."""
+    from covey.family import family_of
+    from covey.models.loading import model_config
+    from covey.models.vision import is_vision_model
+
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        return is_vision_model(model)
+    name = raw.get("model", {}).get("name")
+    return name is not None and family_of(model_config(name)) == "vision_language"
 
 
 def _model_name(model) -> str:

@@ -149,6 +149,9 @@ class Rollouts:
         recompute_old_logprobs: bool, the learner recomputes log pi_old with the current weights
                              before the update even when the algorithm does not ask for it (APRIL's
                              default for carried partial rollouts).
+        vision:              list of N `covey.models.vision.VisionInputs` or None: the image tensors of each
+                             row's prompt (a vision-language policy, docs/vlm.md; the rows of a group share
+                             one object); written by the engine, read by the learner's forward.
     Every field carries its axis tag (module docstring): `select` slices the row and token fields and
     `concat` joins them; the `batch` fields (`reward_names`, `reward_weights`, `segment_tokens`,
     `controller`, `recompute_old_logprobs`) describe the whole batch and must agree across `concat`.
@@ -186,6 +189,7 @@ class Rollouts:
     controller: dict[str, float] | None = _f("batch", None)
     offpolicy_mask: Tensor | None = _f("token", None, dtype=torch.float32)
     recompute_old_logprobs: bool = _f("batch", False)
+    vision: list | None = _f("row", None)
 
     @classmethod
     def from_generation(cls, gen, group: Tensor, items: list[dict]) -> "Rollouts":
@@ -202,6 +206,7 @@ class Rollouts:
             entropies=gen.entropies,
             policy_version=gen.policy_version,
             items=list(items),
+            vision=gen.vision,
         ).validate()
 
     @classmethod
@@ -305,6 +310,8 @@ class Rollouts:
             raise RolloutsError(f"tree_path must hold N={n} tuples, got {len(self.tree_path)}")
         if self.items is not None and len(self.items) != n:
             raise RolloutsError(f"items must hold N={n} dataset items, got {len(self.items)}")
+        if self.vision is not None and len(self.vision) != n:
+            raise RolloutsError(f"vision must hold N={n} entries (image inputs or None), got {len(self.vision)}")
         return self
 
     # ------------------------------------------------------------------ row selection and joining

@@ -24,8 +24,9 @@ def gpt2_folder(tmp_path):
     return folder
 
 
-def test_torch_engine_declares_the_hand_written_forward_types():
-    assert engine_model_types("torch") == ("llama", "qwen2", "qwen3", "mistral")
+def test_torch_engine_declares_the_hand_written_forward_types_and_the_vision_families():
+    assert engine_model_types("torch") == ("llama", "qwen2", "qwen3", "mistral", "qwen2_vl", "qwen2_5_vl", "idefics3",
+                                           "smolvlm", "gemma3")  # the last five: the HF-forward backend (docs/vlm.md)
     assert ENGINES.get("torch").fn is TorchEngine and TorchEngine.caps.model_types == engine_model_types("torch")
 
 
@@ -44,7 +45,7 @@ def test_gpt2_is_refused_in_one_line_with_exit_2(gpt2_folder, tmp_path, command)
     assert res.exit_code == 2, res.output
     first = res.output.splitlines()[0]
     assert first == (f"error: model '{gpt2_folder}' (model_type gpt2) is not supported by engine 'torch'; "
-                     "supported: llama, qwen2, qwen3, mistral")
+                     "supported: llama, qwen2, qwen3, mistral, qwen2_vl, qwen2_5_vl, idefics3, smolvlm, gemma3")
     assert "Traceback" not in res.output
     assert not (tmp_path / "runs").exists()  # refused before a run folder is made
 

@@ -121,6 +121,8 @@ class Generation:
     prompt_index:   [N] long, which of the P prompts each row continues.
     entropies:      [N, T] float32 or None (when `SamplingParams.return_entropies`).
     policy_version: [N, T] long or None, the weights version that produced each token.
+    vision:         N `covey.models.vision.VisionInputs` or None (a vision-language policy: the image
+                    inputs of each row's prompt, shared by its n rows), or None for a text-only call.
     """
 
     prompt_ids: list[Tensor]
@@ -131,6 +133,7 @@ class Generation:
     prompt_index: Tensor
     entropies: Tensor | None = None
     policy_version: Tensor | None = None
+    vision: list | None = None
 
     def __len__(self) -> int:
         return int(self.completion_ids.shape[0])
@@ -163,6 +166,7 @@ def concat_generations(parts: list[Generation], pad_id: int, prompt_offsets: lis
         prompt_index=torch.cat([g.prompt_index + o for g, o in zip(parts, offsets)]),
         entropies=cat("entropies"),
         policy_version=cat("policy_version"),
+        vision=None if all(g.vision is None for g in parts) else [v for g in parts for v in (g.vision or [None] * len(g))],
     )
 
 
@@ -365,6 +369,8 @@ class EngineCaps(Caps):
     every model, nothing to check). Checks run when the config is read, before a model loads.
 
     family:         the model family it generates with ("causal", "masked_diffusion"; `covey.family`).
+    takes_images:   it generates from prompts with images (`covey.models.vision.VisionPrompt`): a
+                    vision-language policy (model.family vision_language, docs/vlm.md) needs it.
     model_types:    the config.json ``model_type`` values it implements (None: any; `covey.engine.support`).
     check_config:   check_config(params, sampling, needs, device) raising ValueError for a run it cannot
                     serve (`needs`: the optional `Rollouts` fields the run reads, e.g. "entropies").
@@ -374,6 +380,7 @@ class EngineCaps(Caps):
     """
 
     family: str = "causal"
+    takes_images: bool = False
     model_types: tuple[str, ...] | None = None
     check_config: Callable[..., None] | None = None
     check_lora: Callable[..., None] | None = None

@@ -37,6 +37,12 @@ reaching the global limit, and leaves the active batch at the next compaction. T
 still drawn for `max_new_tokens` steps, so a limited row's tokens equal the unlimited run's up to
 its limit.
 
+Vision-language models (docs/vlm.md): the same loop over another backend, `covey.engine.vision`
+(the HF model's forward and KV cache: the vision tower runs once per distinct prompt, the group's n
+rows share that prefill); prompts come as `covey.models.vision.VisionPrompt`s carrying their images,
+and the rows' image inputs come back in `Generation.vision`. No tree sessions, hidden states or int8
+there (refused when the config is read, `covey.family`).
+
 Protocols (`covey.engine.base`): `Engine`, `ForkingEngine` (`tree_session` opens a
 `covey.engine.tree.TreeDecoder` on this engine's weights: tree, partial and pruned rollouts) and
 `HiddenStatesEngine` (`hidden_states`: final hidden states from the same weights, for arrol and
@@ -61,6 +67,7 @@ from covey.engine.forward import SUPPORTED, decode_step, hidden_states, new_cach
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings
 from covey.engine.tree import TreeDecoder
+from covey.models.vision import VISION_TYPES, is_vision_model, text_config, vision_stop_ids
 
 __all__ = ["TorchEngine"]
 
@@ -119,7 +126,9 @@ class TorchEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.device = model_device(model)
-        self.dtype = _DTYPES[resolve_dtype_name(dtype, self.device, getattr(model.config, "hidden_size", 1024))]
+        self.vision = is_vision_model(model)  # a vision-language model: the HF-forward backend (covey.engine.vision)
+        config = text_config(model) if self.vision else model.config
+        self.dtype = _DTYPES[resolve_dtype_name(dtype, self.device, getattr(config, "hidden_size", 1024))]
         if sync_every is not None and sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
         self.sync_every = int(sync_every or (1 if host_reads_free(self.device) else 8))
@@ -129,15 +138,19 @@ class TorchEngine:
         self.max_rows = max(1, int(max_rows))
         self.max_cache_bytes = int(max_cache_bytes)
         self._elt = self.dtype.itemsize
-        self.max_positions = int(max_positions or getattr(model.config, "max_position_embeddings", 4096))
+        self.max_positions = int(max_positions or getattr(config, "max_position_embeddings", 4096))
         if quantize is not None and self.device.type != "cpu":
             raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's quantized linear); the model is on {self.device}")
+        if quantize is not None and self.vision:
+            raise ValueError(f"quantize={quantize!r} covers the hand-written Llama-family forward, not a vision-language model")
         self.quantize = quantize
-        self.weights = pack_weights(model, self.dtype, self.max_positions, quantize)
+        self.weights = None if self.vision else pack_weights(model, self.dtype, self.max_positions, quantize)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0] if self.vision else self.weights.embed.shape[0])
         if pad_token_id is None:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad_token_id) if pad_token_id is not None else 0
         self.eos_ids = _eos_ids(model, tokenizer)
+        self.vision_stops = vision_stop_ids(model) if self.vision else []
         self._stops: dict[tuple[str, ...], StopStrings] = {}
         self._scratch: dict = {}  # sampling work tensors reused across steps
         self.version = 0  # policy version of the loaded weights (load_weights)
@@ -153,13 +166,13 @@ class TorchEngine:
             raise ValueError(f"engine 'torch' quantize={params['quantize']!r} runs on the CPU only (torch's quantized "
                              "linear), but device is cuda: use device: cpu, or no quantize")  # fmt: skip
 
-    caps = EngineCaps(model_types=SUPPORTED, check_config=check_config)  # model_type values it implements
+    caps = EngineCaps(model_types=SUPPORTED + VISION_TYPES, check_config=check_config, takes_images=True)
 
     # ------------------------------------------------------------------ weights
     @property
     def shares_weights(self) -> bool:
         """True when the engine reads the model's parameters directly (load_weights is free)."""
-        return _shares(self.weights, self.model)
+        return True if self.vision else _shares(self.weights, self.model)
 
     @torch.no_grad()
     def load_weights(self, source, version: int | None = None) -> None:
@@ -171,6 +184,10 @@ class TorchEngine:
         source writes into that model. PEFT-wrapped models are not accepted (merge adapters first).
         """
         state = source.state_dict() if hasattr(source, "state_dict") else dict(source)
+        if self.vision:  # the HF forward reads the model's own parameters
+            self._load_model(state)
+            self.version = self.version + 1 if version is None else int(version)
+            return
         tied = self.weights.lm_head is self.weights.embed
         for name, dst in self.weights.sources():
             if name not in state:
@@ -184,6 +201,19 @@ class TorchEngine:
                 dst.copy_(src)
         self.weights.repack()
         self.version = self.version + 1 if version is None else int(version)
+
+    def _load_model(self, state) -> None:
+        """A VLM's weights: every parameter of the engine's model from `state` (buffers are the model's own)."""
+        own = {n: p.data for n, p in self.model.named_parameters()}
+        missing = sorted(set(own) - set(state))
+        if missing:
+            raise KeyError(f"load_weights: source has no tensor {missing[0]!r} (is it the same architecture?)")
+        for name, dst in own.items():
+            src = state[name]
+            if tuple(src.shape) != tuple(dst.shape):
+                raise ValueError(f"load_weights: {name} has shape {tuple(src.shape)}, engine needs {tuple(dst.shape)}")
+            if src.data_ptr() != dst.data_ptr():
+                dst.copy_(src)
 
     def close(self) -> None:
         """Drop the sampling work buffers and the stop-string tables (the weights stay with the model)."""
@@ -220,10 +250,14 @@ class TorchEngine:
         validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
+        vision = [getattr(p, "vision", None) for p in prompts]  # a VisionPrompt's image inputs
         plist = [_as_ids(p, i) for i, p in enumerate(prompts)]
         if not plist:
             raise ValueError("prompts is empty: pass at least one prompt")
-        stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
+        if any(v is not None for v in vision) and not self.vision:
+            raise ValueError("a prompt holds images but the engine's model is a text-only LM (model.family vision_language, docs/vlm.md)")
+        # a VLM's sampled image / video placeholder always ends its row (covey.models.vision.vision_stop_ids)
+        stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)) | set(self.vision_stops))
         stops = self.stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
         longest = max(len(p) for p in plist)
         limits = sp.prompt_max_new_tokens
@@ -241,8 +275,7 @@ class TorchEngine:
         uniforms = None
         if not sp.greedy:
             uniforms = _to_device(torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen, device="cpu"), self.device)
-        w = self.weights
-        row_bytes = 2 * len(w.layers) * w.n_kv_heads * w.head_dim * (longest + sp.max_new_tokens) * self._elt
+        row_bytes = self._kv_row_bytes(longest + sp.max_new_tokens)
         rows = min(self.max_rows, max(1, self.max_cache_bytes // row_bytes))
         per = max(1, rows // n)  # prompts per wave: bounds the KV cache memory
         parts = []
@@ -251,19 +284,44 @@ class TorchEngine:
             u = None if uniforms is None else uniforms[a * n : b * n]
             lim = None if limits is None else limits[a:b]
             with torch.inference_mode():
-                raw = self._generate(plist[a:b], n, sp, stop_ids, stops, u, lim) if not self._stop.is_set() else _nothing(b - a, n, sp)
+                raw = (self._generate(plist[a:b], n, sp, stop_ids, stops, u, lim, vision[a:b]) if not self._stop.is_set()
+                       else _nothing(b - a, n, sp))  # fmt: skip
             # Built outside inference mode: the learner saves these tensors for backward.
             parts.append(self._generation(plist[a:b], n, a, *raw))
+            if self.vision:
+                parts[-1].vision = [v for v in vision[a:b] for _ in range(n)]
         return parts[0] if len(parts) == 1 else concat_generations(parts, self.pad_token_id)
+
+    def _kv_row_bytes(self, length: int) -> int:
+        """Bytes of one row's KV cache of `length` columns (bounds the rows decoded together)."""
+        if self.vision:
+            from covey.engine.vision import kv_row_bytes
+
+            return kv_row_bytes(self.model, length, self._elt)
+        w = self.weights
+        return 2 * len(w.layers) * w.n_kv_heads * w.head_dim * length * self._elt
+
+    def _backend(self, rows: int, length: int, vision: list):
+        """The prefill / decode backend of one wave: covey's packed forward, or the HF forward of a VLM."""
+        if not self.vision:
+            return _PackedDecode(self.weights, new_cache(self.weights, rows, length, self.dtype), self.prefill_rows)
+        from covey.engine.vision import VisionDecode, check_window
+
+        check_window(self.model, length)
+        return VisionDecode(self.model, vision, self.dtype, self.prefill_rows)
 
     def tree_session(self, sampling: SamplingParams) -> TreeDecoder:
         """A tree decode on this engine's weights and KV-cache layout (`ForkingEngine`)."""
+        if self.vision:
+            raise ValueError("tree sessions are not built for vision-language models (docs/vlm.md)")
         return TreeDecoder(self, sampling)
 
     @torch.inference_mode()
     def hidden_states(self, sequences: list[list[int]]) -> list[Tensor]:
         """Per sequence, [len, H] float32 CPU final hidden states (after the final norm) under the
         weights this engine holds, in its dtype (`HiddenStatesEngine`); `prefill_rows` per forward."""
+        if self.vision:
+            raise ValueError("hidden_states is not built for vision-language models (docs/vlm.md)")
         seqs = [_as_ids(s, i, "sequences") for i, s in enumerate(sequences)]
         if seqs and max(len(s) for s in seqs) > self.max_positions:
             raise ValueError(f"hidden_states: a sequence is longer than max_positions={self.max_positions}")
@@ -285,11 +343,12 @@ class TorchEngine:
         if self.tokenizer is None:
             raise ValueError("stop_strings need a tokenizer: pass tokenizer= to TorchEngine")
         if strings not in self._stops:
-            self._stops[strings] = StopStrings(self.tokenizer, strings, self.weights.embed.shape[0])
+            self._stops[strings] = StopStrings(self.tokenizer, strings, self.vocab_size)
         return self._stops[strings]
 
-    def _generate(self, plist: list[list[int]], n: int, sp: SamplingParams, stop_ids: list[int], stops, uniforms, limits=None):
-        w, dev = self.weights, self.device
+    def _generate(self, plist: list[list[int]], n: int, sp: SamplingParams, stop_ids: list[int], stops, uniforms, limits=None,
+                  vision=None):  # fmt: skip
+        dev = self.device
         u, p_max, new = len(plist), max(len(p) for p in plist), sp.max_new_tokens
         rows_total = u * n
         s_len = p_max + new
@@ -300,15 +359,12 @@ class TorchEngine:
             valid_p[i, p_max - len(p) :] = True
         dense = [bool(valid_p[r0 : r0 + self.prefill_rows].all()) for r0 in range(0, u, self.prefill_rows)]  # on the host
         ids, valid_p = _to_device(ids, dev), _to_device(valid_p, dev)
-        kv = new_cache(w, rows_total, s_len, self.dtype)
+        dec = self._backend(rows_total, s_len, vision or [None] * u)
 
         # ---- prefill each distinct prompt once, then repeat its cache rows n times
-        logits = torch.empty(u, w.embed.shape[0], device=dev)
-        for c, r0 in enumerate(range(0, u, self.prefill_rows)):
-            r1 = min(u, r0 + self.prefill_rows)
-            logits[r0:r1] = prefill(w, ids[r0:r1], valid_p[r0:r1], kv.rows(r0, r1), dense[c])
+        logits = dec.prefill(ids, valid_p, dense)
         if n > 1:
-            kv.gather_rows(torch.arange(u, device=dev).repeat_interleave(n), p_max)
+            dec.repeat(n, p_max)
             logits = logits.repeat_interleave(n, dim=0)
         valid = torch.ones(rows_total, s_len, dtype=torch.bool, device=dev)
         valid[:, :p_max] = valid_p.repeat_interleave(n, dim=0)
@@ -330,12 +386,12 @@ class TorchEngine:
 
         rows = torch.arange(rows_total, device=dev)  # active batch row -> output row
         alive = torch.ones(rows_total, dtype=torch.bool, device=dev)  # over the active batch
-        kv_act, valid_act, plen_act = kv, valid, plen
+        valid_act, plen_act = valid, plen
         tok = None
         for step in range(new):
             if step > 0:
                 col = p_max + step - 1  # the previous token goes to this column, at its row's position
-                logits = decode_step(w, tok, plen_act + step - 1, kv_act, col, valid_act)
+                logits = dec.step(tok, plen_act + step - 1, col, valid_act)
             tok, lp, ent = sample_tokens(
                 logits,
                 temperature=sp.temperature if sp.temperature_rule is None else sp.temperature_rule(logits),
@@ -371,7 +427,7 @@ class TorchEngine:
                 break
             if self.compaction and finished and finished >= self.compact_fraction * alive.numel():
                 keep = alive.nonzero().squeeze(1)
-                kv_act = kv_act.gather_rows(keep, p_max + step)  # columns written so far
+                dec.keep(keep, p_max + step)  # columns written so far
                 valid_act, plen_act, rows, tok = valid_act[keep], plen_act[keep], rows[keep], tok[keep]
                 limit_act = limit_act[keep]
                 alive = alive[keep]
@@ -391,6 +447,33 @@ class TorchEngine:
             entropies=None if out_ent is None else out_ent[:, :t].masked_fill(mask == 0, 0.0),
             policy_version=version_tensor(mask, self.version),
         )
+
+
+class _PackedDecode:
+    """One wave's prefill and decode steps through covey's hand-written forward and KV cache
+    (`covey.engine.forward`); `covey.engine.vision.VisionDecode` is the same for a VLM."""
+
+    def __init__(self, w, kv, prefill_rows: int):
+        self.w, self.kv, self.act, self.prefill_rows = w, kv, kv, prefill_rows
+
+    def prefill(self, ids: Tensor, valid: Tensor, dense: list[bool]) -> Tensor:
+        """Logits [U, V] after each left-padded prompt (its cache rows are filled), `prefill_rows` at a time."""
+        u = ids.shape[0]
+        logits = torch.empty(u, self.w.embed.shape[0], device=ids.device)
+        for c, r0 in enumerate(range(0, u, self.prefill_rows)):
+            r1 = min(u, r0 + self.prefill_rows)
+            logits[r0:r1] = prefill(self.w, ids[r0:r1], valid[r0:r1], self.kv.rows(r0, r1), dense[c])
+        return logits
+
+    def repeat(self, n: int, used: int) -> None:
+        u = self.kv.batch // n
+        self.act = self.kv.gather_rows(torch.arange(u, device=self.kv.k.device).repeat_interleave(n), used)
+
+    def step(self, tok: Tensor, pos: Tensor, col: int, valid: Tensor) -> Tensor:
+        return decode_step(self.w, tok, pos, self.act, col, valid)
+
+    def keep(self, index: Tensor, used: int) -> None:
+        self.act = self.act.gather_rows(index, used)
 
 
 def _nothing(prompts: int, n: int, sp: SamplingParams):

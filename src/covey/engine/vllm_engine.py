@@ -60,6 +60,12 @@ them from prompt + partial after `load_weights`. vLLM's own `pause_generation` /
 belong to its async engine (`AsyncLLM`), not to the offline `LLM` used here. Stop strings: vLLM ends a row on the token that completes the match; the
 row's tokens include it, as in the torch engine.
 
+Vision-language models (docs/vlm.md; untested here: the vllm venv is not built on this machine): the
+folder holds the processor (`VisionTokenizer.save_pretrained`); a prompt with images reaches vLLM as its
+chat-templated text and `multi_modal_data` {"image": [...]} (vLLM's processor expands the placeholders),
+and the first output of each such row must carry the token ids covey's processor made (else an error:
+the learner would score other inputs). A sampled image placeholder ends its row, as in the torch engine.
+
 Protocols: `Engine` and `InterruptibleEngine` (no tree sessions, no hidden states): tree
 strategies are refused at config time; so are truncated sampling and algorithms that need entropies
 (`check_config`, run when the config is read). vLLM's CPU settings: `cpu_threads` (None: vLLM's default, which leaves one core free)
@@ -87,6 +93,7 @@ from covey.engine.base import EngineCaps, Generation, SamplingParams, register_e
 from covey.engine.carry import ABORT
 from covey.engine.sampling import validate_sampling
 from covey.engine.torch_engine import _as_ids, _eos_ids
+from covey.models.vision import is_vision_model, text_config, vision_stop_ids
 from covey.registry import RegistryError
 
 __all__ = ["INSTALL_HINT", "VllmEngine"]
@@ -172,7 +179,8 @@ class VllmEngine:
         sync = params.get("lora_sync")
         return lora is not None and (sync == "adapter" or (sync is None and executor == "inline" and device.startswith("cuda")))
 
-    caps = EngineCaps(check_ready=check_ready, check_config=check_config, check_lora=check_lora, syncs_adapter=syncs_adapter)
+    caps = EngineCaps(check_ready=check_ready, check_config=check_config, check_lora=check_lora, syncs_adapter=syncs_adapter,
+                      takes_images=True)  # fmt: skip
 
     def __init__(
         self,
@@ -204,13 +212,15 @@ class VllmEngine:
                 raise ValueError(f"LoRA rank {r} needs max_lora_rank >= {r}, one of vLLM's {VLLM_LORA_RANKS} (got {max_lora_rank})")
             lora_kwargs = dict(enable_lora=True, max_lora_rank=rank, max_loras=1)
             policy, model = model, copy.deepcopy(model).unload()  # the base weights, adapters removed unmerged
-        name = resolve_dtype_name(dtype, device, getattr(model.config, "hidden_size", 1024))
+        config = text_config(model)  # a VLM's language tower (docs/vlm.md); the model's own config otherwise
+        self.vision_stops = vision_stop_ids(model) if is_vision_model(model) else []
+        name = resolve_dtype_name(dtype, device, getattr(config, "hidden_size", 1024))
         self.dtype = torch.bfloat16 if name == "bf16" else torch.float32
         self.tokenizer = tokenizer
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad) if pad is not None else 0
         self.eos_ids = _eos_ids(model, tokenizer)
-        self.max_model_len = int(max_model_len or getattr(model.config, "max_position_embeddings", 4096))
+        self.max_model_len = int(max_model_len or getattr(config, "max_position_embeddings", 4096))
         self.version = 0
         self._warned_greedy = False
         # vLLM reads its settings from the environment when the engine starts.
@@ -323,6 +333,7 @@ class VllmEngine:
             self._warned_greedy = True
             warnings.warn("engine 'vllm': greedy rows carry log-probs at temperature 1, not at the sampling "
                           f"temperature {sp.temperature}", stacklevel=2)  # fmt: skip
+        vision = [getattr(p, "vision", None) for p in prompts]  # a VisionPrompt's images: multi_modal_data
         plist = [_as_ids(p, i) for i, p in enumerate(prompts)]
         if not plist:
             raise ValueError("prompts is empty: pass at least one prompt")
@@ -333,7 +344,7 @@ class VllmEngine:
         if longest + sp.max_new_tokens > self.max_model_len:
             raise ValueError(f"longest prompt ({longest} tokens) + max_new_tokens ({sp.max_new_tokens}) exceeds "
                              f"max_model_len={self.max_model_len}")  # fmt: skip
-        stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
+        stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)) | set(self.vision_stops))
         params = [
             VSamplingParams(
                 n=1, temperature=0.0 if sp.greedy else sp.temperature, max_tokens=lim, logprobs=0,
@@ -349,12 +360,16 @@ class VllmEngine:
             self._running = True
             self._stop.clear()
         try:
-            rows = self._run([TokensPrompt(prompt_token_ids=p) for p in plist], n, params)
+            rows = self._run([vllm_prompt(p, v, TokensPrompt) for p, v in zip(plist, vision)], n, params,
+                             expect=[p if v is not None else None for p, v in zip(plist, vision)])  # fmt: skip
         finally:
             with self._lock:
                 self._running = False
                 self._stop.clear()
-        return self._generation(plist, n, rows)
+        gen = self._generation(plist, n, rows)
+        if any(v is not None for v in vision):
+            gen.vision = [v for v in vision for _ in range(n)]
+        return gen
 
     def interrupt(self) -> bool:
         """Cut the `generate` call in flight short (`InterruptibleEngine`): before vLLM's next
@@ -365,9 +380,11 @@ class VllmEngine:
                 self._stop.set()
             return self._running
 
-    def _run(self, prompts, n: int, params) -> list[tuple[list[int], list[float], str]]:
+    def _run(self, prompts, n: int, params, expect=None) -> list[tuple[list[int], list[float], str]]:
         """One vLLM request per row (prompt p's k-th row: seed + p*n + k), stepped here so that an
-        interrupt can abort them between steps; outputs stream as deltas (tokens and log-probs)."""
+        interrupt can abort them between steps; outputs stream as deltas (tokens and log-probs).
+        expect[p]: the token ids vLLM must have made of prompt p (a prompt with images, which vLLM
+        tokenizes and expands itself), or None."""
         from vllm.sampling_params import RequestOutputKind
 
         engine = self.llm.llm_engine
@@ -384,13 +401,13 @@ class VllmEngine:
                 index[rid] = p * n + k
         rows: list[tuple[list[int], list[float], str | None]] = [([], [], None) for _ in index]
         try:
-            self._step_until_done(engine, index, rows)
+            self._step_until_done(engine, index, rows, expect, n)
         except BaseException:  # leave no request of this call behind in vLLM
             engine.abort_request([rid for rid, i in index.items() if rows[i][2] is None])
             raise
         return [(ids, lps, reason or ABORT) for ids, lps, reason in rows]
 
-    def _step_until_done(self, engine, index: dict[str, int], rows: list) -> None:
+    def _step_until_done(self, engine, index: dict[str, int], rows: list, expect=None, n: int = 1) -> None:
         while engine.has_unfinished_requests():
             if self._stop.is_set():
                 engine.abort_request([rid for rid, i in index.items() if rows[i][2] is None])
@@ -401,6 +418,11 @@ class VllmEngine:
                     continue
                 c = out.outputs[0]
                 ids, lps, _ = rows[i]
+                want = expect[i // n] if expect is not None else None
+                if want is not None and not ids and list(out.prompt_token_ids or want) != list(want):
+                    raise RuntimeError("vllm expanded an image prompt into other token ids than the processor "
+                                       f"({len(out.prompt_token_ids)} vs {len(want)} tokens): the learner would score other "
+                                       "inputs; check that vLLM loads the same processor (docs/vlm.md)")  # fmt: skip
                 ids += c.token_ids
                 lps += [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(c.token_ids)]
                 if out.finished:
@@ -423,6 +445,15 @@ class VllmEngine:
             completion_ids=tok, completion_mask=mask, logprobs=lp, finish_reason=[r[2] for r in rows],
             prompt_index=torch.arange(len(plist)).repeat_interleave(n), policy_version=version_tensor(mask, self.version),
         )  # fmt: skip
+
+
+def vllm_prompt(ids: list[int], vision, tokens_prompt=dict) -> dict:
+    """vLLM's prompt for one row: its token ids, or for a prompt with images (`VisionInputs`) the chat-
+    templated text and the images, which vLLM's own processor expands (vLLM expands image placeholders in
+    a text prompt; covey's ids are the expanded ones, and `_run` checks vLLM made the same)."""
+    if vision is None:
+        return tokens_prompt(prompt_token_ids=ids)
+    return {"prompt": vision.text, "multi_modal_data": {"image": list(vision.images)}}
 
 
 def _unsupported(top_p: float, top_k: int, min_p: float, entropies: bool) -> str | None:

@@ -129,6 +129,7 @@ class Learner:
                 with_entropy=with_entropy,
                 stats=stats,
                 share_prompts=self.share_prompts,
+                vision=batch.vision,
             )
         return (logp, entropy, out) if stats else (logp, entropy)
 

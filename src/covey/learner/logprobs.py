@@ -23,6 +23,11 @@ place (softmax, minus the one-hot target, times the incoming gradient): about ha
 [chunk, V] of autograd through `logsumexp` + `gather` under checkpointing, which still serves entropies
 and other heads. On SmolLM2's 49k vocabulary those passes were ~17% of a CPU learner update.
 
+Vision-language policies (docs/vlm.md): with `vision` (each row's `covey.models.vision.VisionInputs`) the
+forward is the VLM's base model over the same right-padded ids with the rows' image tensors, M-RoPE
+positions and token types (`covey.models.vision.vision_hidden`, the function the engine's prefill uses),
+without prompt sharing: the vision tower runs once per row.
+
 Attention kernel: short sequences on CPU run `covey.learner.attention.gqa_attention` instead of the
 model's "sdpa" (torch's CPU flash-attention backward is slow there); same function, see that module.
 """
@@ -133,12 +138,13 @@ def completion_logprobs(
     with_entropy: bool = False,
     chunk_size: int = 512,
     share_prompts: bool | str = "auto",
+    vision: list | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs (and entropies) of the completions under `model` at `temperature`:
     `completion_logprobs_stats` without statistics."""
     logp, entropy, _ = completion_logprobs_stats(
         model, prompt_ids, completion_ids, completion_mask, temperature=temperature, with_entropy=with_entropy,
-        chunk_size=chunk_size, share_prompts=share_prompts,
+        chunk_size=chunk_size, share_prompts=share_prompts, vision=vision,
     )  # fmt: skip
     return logp, entropy
 
@@ -154,6 +160,7 @@ def completion_logprobs_stats(
     stats: tuple[str, ...] = (),
     chunk_size: int = 512,
     share_prompts: bool | str = "auto",
+    vision: list | None = None,
 ) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
     """Per-token log-probs of the completions under `model` at `temperature`, and statistics.
 
@@ -167,6 +174,8 @@ def completion_logprobs_stats(
                      uses sliding-window attention and the model is causal.
     stats:           names from `STATS` (sum_p2, vocab_mean_logp), computed from the same chunked
                      logits (never [N, T, V]), without gradient.
+    vision:          N `VisionInputs` or None (a vision-language model: the image inputs of each row's
+                     prompt; module docstring), or None for a text-only batch.
     Returns logp [N, T] float32 (0 where the mask is 0), entropy [N, T] float32 of the same
     tempered distribution (or None), and {name: [N, T] float32} for `stats` ({} when none), on the
     model's device. logp and entropy carry autograd to the model's parameters when grad is on.
@@ -198,6 +207,11 @@ def completion_logprobs_stats(
     targets = completion_ids[rows, cols]  # [M]
     n_prompts = len(prompt_groups(prompt_ids)[0])
     checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+    vision = vision if vision is not None and any(v is not None for v in vision) else None
+    if vision is not None:
+        if share_prompts is True:
+            raise ValueError("share_prompts=True is not built for rows with images (vision-language policies)")
+        share_prompts = False
     if share_prompts == "auto":
         sliding = "sliding_attention" in (getattr(model.config, "layer_types", None) or ())  # full-attention cache only
         share_prompts = not checkpointing and not sliding and n_prompts < n and is_causal(model)
@@ -219,7 +233,12 @@ def completion_logprobs_stats(
             ids[i, :a] = p.to(device)
             ids[i, a : a + b] = completion_ids[i, :b]
         with attention_kernel(model, device, heads * n * seq_len * seq_len, checkpointing):
-            hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # [N, L, H]
+            if vision is not None:
+                from covey.models.vision import vision_hidden
+
+                hidden = vision_hidden(model, ids, vision, prompt_lengths=plen)  # [N, L, H]
+            else:
+                hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # [N, L, H]
         h = hidden[rows, plen[rows] + cols - 1]  # [M, H]: the state that predicts each target
     lm_head = model.get_output_embeddings()
 

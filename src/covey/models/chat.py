@@ -8,7 +8,7 @@ which refuses, with `TemplateError`, a template that rewrites earlier turns.
 
 from __future__ import annotations
 
-__all__ = ["CHAT_ROLES", "TemplateDelta", "TemplateError", "apply_chat", "check_role", "render"]
+__all__ = ["CHAT_ROLES", "TemplateDelta", "TemplateError", "apply_chat", "check_role", "content_text", "render"]
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 """The roles a chat prompt may use (chat templates render others wrongly or not at all)."""
@@ -26,10 +26,13 @@ def apply_chat(tokenizer, prompt) -> list[int]:
     - `prompt` a str: plain `tokenizer.encode(prompt)` with the tokenizer's default special tokens
       (SmolLM2 and the tiny models add none), no chat template: for base-model style completion.
     - `prompt` a list of {"role": ..., "content": ...} dicts: the tokenizer's chat template with
-      `add_generation_prompt=True`, so the ids end where the assistant's answer starts.
+      `add_generation_prompt=True`, so the ids end where the assistant's answer starts. A content may
+      be a list of parts ({"type": "text", "text"}, {"type": "image", "image"}); with a vision-language
+      policy's tokenizer (`covey.models.vision.VisionTokenizer`) the processor renders them and the ids
+      come back as a `VisionPrompt` carrying the image tensors (docs/vlm.md).
 
-    Raises ValueError for any other type, for malformed messages or an unknown role, and for a
-    tokenizer without a chat template when messages are given.
+    Raises ValueError for any other type, for malformed messages or an unknown role, for image parts
+    given to a text-only tokenizer, and for a tokenizer without a chat template when messages are given.
     """
     if isinstance(prompt, str):
         return list(tokenizer.encode(prompt))
@@ -37,17 +40,53 @@ def apply_chat(tokenizer, prompt) -> list[int]:
         raise ValueError(
             f"prompt must be a str or a non-empty list of {{'role', 'content'}} messages, got {type(prompt).__name__}"
         )
+    images = 0
     for i, msg in enumerate(prompt):
         if not isinstance(msg, dict) or "role" not in msg or "content" not in msg:
             raise ValueError(f"prompt message {i} must be a dict with 'role' and 'content', got {msg!r}")
         check_role(msg["role"], f"prompt message {i}")
+        images += _count_images(msg["content"], i)
+    from covey.models.vision import VisionTokenizer
+
+    if isinstance(tokenizer, VisionTokenizer):
+        return tokenizer.encode_chat(list(prompt))
+    if images:
+        raise ValueError(f"the prompt holds {images} image(s) but the policy is a text-only model: use a vision-language "
+                         "model (model.family: vision_language, docs/vlm.md)")  # fmt: skip
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("this tokenizer has no chat template: pass the prompt as a plain string instead")
+    prompt = [m if isinstance(m["content"], str) else {**m, "content": "".join(p["text"] for p in m["content"])} for m in prompt]
     out = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
     # transformers 5 returns a BatchEncoding here; older versions returned the list itself.
     if hasattr(out, "keys") and "input_ids" in out:
         out = out["input_ids"]
     return [int(t) for t in out]
+
+
+def content_text(content) -> str:
+    """A message content as plain text: a string as it is; a list of parts with its text parts joined and
+    each image part shown as "<image>" (logs and sample tables; never the model's input).
+
+    >>> content_text([{"type": "image", "image": None}, {"type": "text", "text": "What color?"}])
+    '<image>What color?'
+    """
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text") or "" if p.get("type") == "text" else f"<{p.get('type')}>" for p in content)
+
+
+def _count_images(content, i: int) -> int:
+    """The image parts of a message's content (a str has none); ValueError for a malformed part."""
+    if isinstance(content, str):
+        return 0
+    if not isinstance(content, (list, tuple)):
+        raise ValueError(f"prompt message {i}: content must be a str or a list of parts, got {type(content).__name__}")
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in ("text", "image") or (kind == "text" and not isinstance(part.get("text"), str)):
+            raise ValueError(f"prompt message {i}: a content part must be {{'type': 'text', 'text': str}} or "
+                             f"{{'type': 'image', 'image': ...}}, got {part!r}"[:300])  # fmt: skip
+    return sum(part["type"] == "image" for part in content)
 
 
 class TemplateError(ValueError):

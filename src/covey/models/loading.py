@@ -24,6 +24,7 @@ ALIAS_CONFIGS = {
     "tiny-llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
     "tiny-qwen2": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
     "tiny-llada": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "is_causal": False},
+    "tiny-qwen2-vl": {"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]},
 }
 ALIASES = tuple(ALIAS_CONFIGS)
 _DTYPES = {
@@ -56,7 +57,9 @@ def load(
 ):
     """Load (model, tokenizer). The model is in eval mode with weights in `dtype`.
 
-    name_or_path: an alias in `ALIASES`, a local folder with config.json + weights, or a hub id.
+    name_or_path: an alias in `ALIASES`, a local folder with config.json + weights, or a hub id. A
+                  vision-language folder (docs/vlm.md) gives (`AutoModelForImageTextToText` model, a
+                  `covey.models.vision.VisionTokenizer` holding its `AutoProcessor`).
     cache_dir:    covey's cache for converted aliases (default $COVEY_CACHE or ~/.cache/covey).
     seed:         weight seed of the tiny random models (ignored otherwise).
     trust_remote_code: run the model code a folder ships (LLaDA, Dream: `model.trust_remote_code`).
@@ -68,6 +71,10 @@ def load(
         from covey.models.tiny import build_tiny  # transformers: imported only to build a model
 
         return build_tiny(name, seed=seed, dtype=torch_dtype, **overrides)
+    if name == "tiny-qwen2-vl":
+        from covey.models.tiny_vision import build_tiny_vision
+
+        return build_tiny_vision(seed=seed, dtype=torch_dtype, **overrides)
     if overrides:
         raise ValueError(f"config overrides {sorted(overrides)} apply only to the tiny models, not {name!r}")
     if name in ALIAS_SOURCES:
@@ -112,6 +119,10 @@ def model_config(name: str) -> dict | None:
         from covey.models.tiny import tiny_config
 
         return {**ALIAS_CONFIGS[name], **tiny_config(name)}
+    if name == "tiny-qwen2-vl":
+        from covey.models.tiny_vision import tiny_vision_config
+
+        return tiny_vision_config()
     if name in ALIAS_CONFIGS:
         prepared = cache_root() / "models" / name / "config.json"
         config = _read_json(prepared) if prepared.is_file() else bundled_config(ALIAS_HUB_IDS.get(name, ""))
@@ -208,6 +219,12 @@ def _from_pretrained(source, torch_dtype: torch.dtype, *, local_only: bool, trus
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     remote = {"trust_remote_code": True} if trust_remote_code else {}
+    from covey.models.vision import is_vision_config
+
+    if is_vision_config(_read_json(Path(source) / "config.json") if Path(source).is_dir() else None):
+        from covey.models.vision_loading import load_vision
+
+        return load_vision(source, torch_dtype, local_only=local_only, **remote)
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, **remote)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=local_only, **remote)

@@ -29,9 +29,11 @@ def engine_state(model: torch.nn.Module):
     with torch.no_grad():
         for name, module in model.get_base_model().named_modules():
             if isinstance(module, LoraLayer):
-                weight = module.get_base_layer().weight
+                base = module.get_base_layer()
                 delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
-                out[f"{name}.weight"] = weight + delta
+                out[f"{name}.weight"] = base.weight + delta
+                if getattr(base, "bias", None) is not None:  # Qwen2's q/k/v biases: kept under the base layer's name
+                    out[f"{name}.bias"] = base.bias
         for name, p in model.get_base_model().named_parameters():
             if "lora_" not in name and ".base_layer." not in name:
                 out[name] = p

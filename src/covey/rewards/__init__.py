@@ -36,6 +36,8 @@ register_reward("boxed_format")(boxed_format_reward)
 # rewards built on judges and groups (docs/rewards.md): the judge package registers judge, arenarl,
 # writing_zero, fapo, fapo_genrm, medix and mpo; these register the set, entity, combinator and kernel rewards
 from covey.rewards import combinators, entity, sets, table_latex, triton_exec, triton_gate  # noqa: E402, F401
+# rewards of the vision-language seed recipes (docs/vlm.md): UI-R1's actions, multiple-choice VQA, temporal IoU
+from covey.rewards import temporal, ui_r1, vqa  # noqa: E402, F401
 
 __all__ = [
     "FAILURE_KINDS",

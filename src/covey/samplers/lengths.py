@@ -16,7 +16,10 @@ def prompt_token_limit(model, task, max_new_tokens: int) -> tuple[int | None, st
     """(the longest prompt a run can take, why): the model's context (``max_position_embeddings``)
     minus `max_new_tokens`, capped by the task's own `max_prompt_tokens` (e.g. the `dataset` task's);
     None when neither is known."""
-    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    from covey.models.vision import is_vision_model, text_config
+
+    config = text_config(model) if is_vision_model(model) else getattr(model, "config", None)  # a VLM: its language tower's
+    context = getattr(config, "max_position_embeddings", None)
     limits = []
     if context:
         limits.append((context - max_new_tokens, "the model's context minus sampling.max_new_tokens"))

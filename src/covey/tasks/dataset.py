@@ -11,6 +11,11 @@ reaches reward functions as a keyword argument (TRL's convention). covey assigns
 column named ``id`` is kept as ``row_id``. With a column `answer_key` (default ``answer``) the task's
 verifier is the final-answer math check (reward column ``accuracy``); without one (or with
 ``verifier: none``) the run uses only the configured rewards.
+
+Images (a vision-language policy, docs/vlm.md): columns ``image`` / ``images`` (paths, bytes, PIL images,
+a `datasets` Image feature) and ``video`` (frames with timestamps), or {"type": "image"} parts in chat
+messages; `covey.tasks._images` checks them when the data loads and puts them into the prompt. They
+also reach reward functions as keyword arguments, as given.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 from covey.models.chat import check_role
 from covey.tasks._common import FinalAnswerTask
 from covey.tasks._data import read_jsonl
+from covey.tasks._images import IMAGE_COLUMNS, ImageColumnKinds, decode_datasets_images, place_images
 from covey.tasks.registry import register_task
 
 __all__ = ["DatasetTask", "load_rows"]
@@ -114,7 +120,9 @@ class DatasetTask:
         if not located:
             raise ValueError(f"{path if path is not None else 'rows'}: no rows")
         located = located[:limit] if limit else located
-        items = [self._item(i, row, where) for i, (where, row) in enumerate(located)]
+        base = None if path is None else Path(path).expanduser() if Path(path).expanduser().is_dir() else Path(path).expanduser().parent
+        kinds = ImageColumnKinds()  # an image column holds one kind of image in every row
+        items = [self._item(i, row, where, base, kinds) for i, (where, row) in enumerate(located)]
         with_answer = sum(self.answer_key in it for it in items)
         if self.verifier != "none" and 0 < with_answer < len(items):  # else the verifier would switch off silently
             where = next(w for (w, _), it in zip(located, items) if self.answer_key not in it)
@@ -122,7 +130,7 @@ class DatasetTask:
                              "give every row an answer, or set verifier=none to score with your rewards only")  # fmt: skip
         return items
 
-    def _item(self, i: int, row: Any, where: str) -> dict:
+    def _item(self, i: int, row: Any, where: str, base: Path | None = None, kinds: ImageColumnKinds | None = None) -> dict:
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected a mapping of columns, got {type(row).__name__}")
         if self.prompt_key not in row:
@@ -131,6 +139,9 @@ class DatasetTask:
         if self.system_prompt is not None:
             msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
             prompt = [{"role": "system", "content": self.system_prompt}] + msgs
+        if any(row.get(c) is not None for c in IMAGE_COLUMNS) or not isinstance(prompt, str):
+            row = decode_datasets_images(row)  # PIL images in the columns too, as TRL's rewards get them
+            prompt = place_images(prompt, row, where, base, kinds or ImageColumnKinds())
         verified = self.verifier != "none" and self.answer_key in row  # a plain column otherwise
         if verified:
             ans = row[self.answer_key]
@@ -157,12 +168,25 @@ def _check_prompt(prompt: Any, where: str, key: str):
     if isinstance(prompt, (list, tuple)) and prompt:
         msgs = []
         for j, m in enumerate(prompt):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise ValueError(f"{where}: message {j} of {key!r} must be {{'role': str, 'content': str}}, got {m!r}")
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not _content_ok(m.get("content")):
+                raise ValueError(f"{where}: message {j} of {key!r} must be {{'role': str, 'content': str or a list of "
+                                 f"{{'type': 'text', 'text': str}} / {{'type': 'image'}} parts}}, got {m!r}"[:400])  # fmt: skip
             check_role(m["role"], f"{where}: message {j} of {key!r}")
-            msgs.append({"role": m["role"], "content": m["content"]})
+            content = m["content"] if isinstance(m["content"], str) else [dict(p) for p in m["content"]]
+            msgs.append({"role": m["role"], "content": content})
         return msgs
     raise ValueError(f"{where}: {key!r} must be a string or a list of chat messages, got {type(prompt).__name__} {prompt!r}")
+
+
+def _content_ok(content) -> bool:
+    """A message content: a string, or TRL's list of text / image parts (an image part's payload, if any,
+    is checked with the row's images)."""
+    if isinstance(content, str):
+        return True
+    if not isinstance(content, (list, tuple)) or not content:
+        return False
+    return all(isinstance(p, dict) and (p.get("type") == "image" or (p.get("type") == "text" and isinstance(p.get("text"), str)))
+               for p in content)  # fmt: skip
 
 
 def _as_list(rows: Any) -> list:

@@ -2,7 +2,9 @@
 
 A small, offline stand-in for the screenshot datasets of GUI-grounding RL (InfiGUI-G1, arXiv 2508.05731):
 the screen is described as named elements with integer boxes, and the model answers in that recipe's
-format, so the `aer_gui` reward trains on it unchanged.
+format, so the `aer_gui` reward trains on it unchanged. With `images: true` the screen is a generated
+screenshot instead (the elements drawn as labelled boxes, `covey.tasks._draw`) and the prompt names only
+the target: a vision-language policy's task (docs/vlm.md).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import random
 
 from covey.rewards.gui import check_boxes, first_point_in_box
 from covey.tasks._common import as_prompt, check_split, completion_text
+from covey.tasks._draw import draw_screen
+from covey.tasks._images import ImageColumnKinds, place_images
 from covey.tasks.registry import register_task
 
 __all__ = ["GuiPoints"]
@@ -27,6 +31,7 @@ PROMPT = (
 THINK = ("Think in <think> </think> tags, then answer with a JSON list of candidate points, best first, "
          'e.g. <think>...</think> [{"point_2d": [x, y]}].')
 NO_THINK = 'Answer with a JSON list of candidate points, best first, e.g. [{"point_2d": [x, y]}].'
+IMAGE_PROMPT = "This screenshot is {width}x{height} pixels. Where is the {target}? {instruction}"
 
 
 @register_task("gui_points")
@@ -49,7 +54,9 @@ class GuiPoints:
     [1.0, 0.0]
 
     Params: `width`/`height` (grid, default 100 x 100), `elements` (boxes per screen, 2-8, default 4),
-    `n_train`/`n_test`, `seed`, `no_think`, `chat`. Test is drawn first from its own seeded stream, train
+    `n_train`/`n_test`, `seed`, `no_think`, `chat`, `images` (a screenshot instead of the listing: needs
+    `chat` and a width and height that are multiples of 28, Qwen2-VL's patch grid, so the model's pixel
+    coordinates are the screen's; the item also gets an `image` column). Test is drawn first from its own seeded stream, train
     from another, skipping test's screens. Item: ``{"id", "prompt", "answer" (the box as "x1,y1,x2,y2"),
     "target", "elements" ({name: [x1, y1, x2, y2]}), "x1", "y1", "x2", "y2"}``.
     """
@@ -58,7 +65,7 @@ class GuiPoints:
     answer_format = '<think>...</think> then a JSON list of candidate points, best first: [{"point_2d": [x, y]}, ...].'
 
     def __init__(self, *, width: int = 100, height: int = 100, elements: int = 4, n_train: int = 1000,
-                 n_test: int = 100, seed: int = 0, no_think: bool = False, chat: bool = True):
+                 n_test: int = 100, seed: int = 0, no_think: bool = False, chat: bool = True, images: bool = False):
         if not (isinstance(width, int) and isinstance(height, int) and 20 <= width <= 10_000 and 20 <= height <= 10_000):
             raise ValueError(f"width and height must be integers in 20..10000, got {width!r}, {height!r}")
         if not (isinstance(elements, int) and 2 <= elements <= 8):
@@ -67,6 +74,10 @@ class GuiPoints:
             raise ValueError(f"n_train and n_test must be >= 0, got {n_train}, {n_test}")
         if not isinstance(no_think, bool):
             raise ValueError(f"no_think must be true or false, got {no_think!r}")
+        if images and (not chat or width % 28 or height % 28):
+            raise ValueError(f"images: true needs chat: true and width and height that are multiples of 28 (the patch grid), "
+                             f"got chat={chat!r}, {width}x{height}")  # fmt: skip
+        self.images = images
         self.width, self.height, self.elements = width, height, elements
         self.n_train, self.n_test, self.seed, self.no_think, self.chat = n_train, n_test, seed, no_think, chat
         self._cache: dict[str, list[dict]] = {}
@@ -101,11 +112,15 @@ class GuiPoints:
         for i, (boxes, target) in enumerate(screens):
             x1, y1, x2, y2 = boxes[target]
             listing = "\n".join(f"- {name}: ({a}, {b}, {c}, {d})" for name, (a, b, c, d) in boxes.items())
-            text = PROMPT.format(width=self.width, height=self.height, elements=listing, target=target,
-                                 instruction=NO_THINK if self.no_think else THINK)
-            items.append({"id": i, "prompt": as_prompt(text, self.chat), "answer": f"{x1},{y1},{x2},{y2}",
-                          "target": target, "elements": {k: list(v) for k, v in boxes.items()},
-                          "x1": x1, "y1": y1, "x2": x2, "y2": y2})
+            instruction = NO_THINK if self.no_think else THINK
+            text = PROMPT.format(width=self.width, height=self.height, elements=listing, target=target, instruction=instruction)
+            item = {"id": i, "prompt": as_prompt(text, self.chat), "answer": f"{x1},{y1},{x2},{y2}",
+                    "target": target, "elements": {k: list(v) for k, v in boxes.items()}, "x1": x1, "y1": y1, "x2": x2, "y2": y2}
+            if self.images:
+                item["image"] = draw_screen(self.width, self.height, boxes)
+                text = IMAGE_PROMPT.format(width=self.width, height=self.height, target=target, instruction=instruction)
+                item["prompt"] = place_images(as_prompt(text, True), item, f"gui_points item {i}", None, ImageColumnKinds())
+            items.append(item)
         return items
 
     def _draw(self, count: int, rng: random.Random, exclude: set) -> list[tuple[dict, str]]:

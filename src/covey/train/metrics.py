@@ -168,6 +168,7 @@ def sample_rows(batch, tokenizer, n: int) -> list[dict[str, Any]]:
     """The first `n` rows of a scored batch as plain dicts: prompt, completion, rewards, advantage."""
     if batch is None or len(batch) == 0:
         return []
+    from covey.models.chat import content_text
     from covey.strategies.group import completion_texts
 
     idx = list(range(min(n, len(batch))))
@@ -182,7 +183,7 @@ def sample_rows(batch, tokenizer, n: int) -> list[dict[str, Any]]:
     for i, text in enumerate(texts):
         prompt = sub.items[i]["prompt"] if sub.items is not None else None
         if isinstance(prompt, list):  # chat: the last user message
-            prompt = next((m["content"] for m in reversed(prompt) if m.get("role") == "user"), prompt[-1]["content"])
+            prompt = content_text(next((m["content"] for m in reversed(prompt) if m.get("role") == "user"), prompt[-1]["content"]))
         row = {"group": int(sub.group[i]), "prompt": prompt, "completion": text}
         if sub.items is not None and "transcript" in sub.items[i]:  # the whole episode, turn by turn, with roles
             row["episode"], row["episode_end"] = sub.items[i]["transcript"], sub.items[i]["episode_end"]

@@ -22,27 +22,37 @@ def load_policy(cfg: ModelConfig, *, model=None, tokenizer=None, device: str | t
     `model` (an HF `PreTrainedModel`) and `tokenizer` may be given as objects; otherwise they are
     loaded from `cfg.name`. A given model without a tokenizer gets the one saved with `cfg.name`.
     """
+    from covey.models.vision import as_vision_tokenizer, is_vision_model, vision_module_names, vision_parameters
+
     if model is None:
         model, loaded_tok = load_model(cfg.name, trust_remote_code=cfg.trust_remote_code)
         tokenizer = tokenizer or loaded_tok
     elif tokenizer is None:
-        from transformers import AutoTokenizer
+        from transformers import AutoProcessor, AutoTokenizer
 
         source = getattr(model, "name_or_path", "") or cfg.name
+        auto = AutoProcessor if is_vision_model(model) else AutoTokenizer
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+            tokenizer = auto.from_pretrained(source, local_files_only=True)
         except OSError as e:
             raise ValueError(f"a model object was given without a tokenizer and none could be loaded from {source!r}: "
                              "pass tokenizer=...") from e  # fmt: skip
+    vision = is_vision_model(model)
+    if vision:  # docs/vlm.md: the processor renders prompts with images
+        tokenizer = as_vision_tokenizer(tokenizer)
     model.float().to(device)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    frozen = vision and cfg.freeze_vision
+    for _, p in vision_parameters(model) if frozen else ():
+        p.requires_grad_(False)  # the vision tower and projector stay as loaded
     if cfg.lora is not None:
         from peft import LoraConfig, get_peft_model
 
         lc = cfg.lora
+        extra = {"exclude_modules": vision_module_names(model)} if frozen else {}  # adapters on the language tower only
         model = get_peft_model(
-            model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules)
+            model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=lc.target_modules, **extra)
         )
     model.eval()  # dropout off while sampling; the learner switches to train() for updates
     return model, tokenizer
@@ -142,6 +152,9 @@ def check_run(cfg: RunConfig, task=None, reward_funcs: list | None = None):
         task.examples(cfg.task.split)  # data files exist and parse
         if cfg.eval.size:
             task.examples(cfg.task.eval_split)
+    from covey.family import check_data_family
+
+    check_data_family(cfg.model.family, task.examples(cfg.task.split), cfg.task.split)  # images need a vision-language model
     runner = build_rewards(cfg, task, reward_funcs, workers=0)  # names, import paths and params resolve
     advantage = ADVANTAGES.get(cfg.algo.advantage.name)
     try:
