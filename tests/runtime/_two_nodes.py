@@ -3,8 +3,9 @@ its own process (a cluster needs its own Ray session, not the tests' shared loca
 
 1. One node (a local Ray of 2 CPUs): 3 steps of the tiny run with 1 engine and 2 fsdp2 learner actors.
 2. Two nodes of 1 CPU each (labelled node_a, node_b), placement SPREAD, the engine held to node_a by
-   its label (runtime.engine_resources): the same 3 steps, the learners on both nodes; equal to the
-   one-node run.
+   its label (runtime.engine_resources) and each node holding one learner slot (runtime.learner_resources:
+   Ray's SPREAD is best effort, and on some machines it packed both learners on one node): the same 3
+   steps, the learners on both nodes; equal to the one-node run.
 3. The same run again: step 1 and its checkpoint, then node_b is removed while step 2's update is in
    flight: the error (one line) and the checkpoint are recorded; a new node joins and the run resumes
    from the checkpoint for steps 2-3.
@@ -54,10 +55,11 @@ def main(tmp: Path, report: Path) -> None:
         t.close()
     ray.shutdown()
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1}})
-    node_b = cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1, "learner_slot": 1}})
+    node_b = cluster.add_node(num_cpus=1, resources={"node_b": 1, "learner_slot": 1})
     ray.init(address=cluster.address, log_to_driver=False)
-    cfg = _cfg(tmp, *RUN, "runtime.placement_strategy=SPREAD", "runtime.engine_resources={node_a: 0.1}")  # engines on node_a
+    cfg = _cfg(tmp, *RUN, "runtime.placement_strategy=SPREAD", "runtime.engine_resources={node_a: 0.1}",
+              "runtime.learner_resources={learner_slot: 0.6}")  # engines on node_a, one learner per node
     t = Trainer(cfg, tmp / "two")
     try:
         two = _steps(t, 1)
@@ -88,7 +90,7 @@ def main(tmp: Path, report: Path) -> None:
     finally:
         t.close()
     out["checkpoint_intact"] = latest_checkpoint(tmp / "cut") == saved
-    cluster.add_node(num_cpus=1, resources={"node_c": 1})
+    cluster.add_node(num_cpus=1, resources={"node_c": 1, "learner_slot": 1})
     t = Trainer(cfg, tmp / "cut", resume=True)
     try:
         tail = _steps(t, 2)
