@@ -52,9 +52,14 @@ TESTS = Path(__file__).parent
 
 
 def pytest_collection_modifyitems(config, items):
+    """Marks the INTEGRATION modules; under pytest-xdist (`make test` runs 2 workers, `--dist loadgroup`)
+    every Ray test goes to one worker, so they share its one local Ray instead of each worker starting
+    its own on the same 2 cores."""
     for item in items:
         if item.path.relative_to(TESTS).as_posix() in INTEGRATION:
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("ray") is not None or "local_ray" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 TOY_REWARDS = '''

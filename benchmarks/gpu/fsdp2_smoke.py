@@ -3,7 +3,8 @@
 A world of one rank (NCCL on CUDA, gloo on the CPU) shards MODEL with covey's `shard_model` (on CUDA:
 bf16 gathers, fp32 reduction), builds covey's AdamW on the shards and runs `ShardedLearner.update`
 on a random batch (P prompts x G completions x NEW tokens, ppo_clip / token-mean, advantages +-1),
-timed per update after a warm-up. The same updates with the plain `Learner` on a fresh copy give the
+timed per update after a warm-up (OFFLOAD=1: the shards and the AdamW state in CPU memory,
+`runtime.fsdp_offload`). The same updates with the plain `Learner` on a fresh copy give the
 baseline in the same process. Then the bucketed full-weight gather (`full_state_buckets`) and a
 sharded checkpoint round trip (`covey.runtime.dcp`) are timed. One JSON line to stdout.
 
@@ -54,7 +55,9 @@ def main(model_name: str, device: str, prompts: int = 8, group: int = 8, new: in
     dev = torch.device(device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
-    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=0, world_size=1)
+    offload = os.environ.get("OFFLOAD") == "1"  # runtime.fsdp_offload: shards and AdamW state in CPU memory
+    backend = ("cpu:gloo,cuda:nccl" if offload else "nccl") if dev.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=0, world_size=1)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     dtype = "bf16" if dev.type == "cuda" else "fp32"
@@ -72,7 +75,7 @@ def main(model_name: str, device: str, prompts: int = 8, group: int = 8, new: in
         torch.cuda.empty_cache()
 
     model = copy.deepcopy(base).to(dev)
-    root = shard_model(model, bf16=dtype == "bf16")
+    root = shard_model(model, bf16=dtype == "bf16", offload=offload)
     opt, sched = build_optimizer(model, OptimConfig(lr=1e-6), steps + 1)
     learner = ShardedLearner(root, model, opt, sched, **kw)
     fsdp_s, fsdp_m = _timed(learner, batch, steps, dev)
@@ -90,7 +93,7 @@ def main(model_name: str, device: str, prompts: int = 8, group: int = 8, new: in
     dist.destroy_process_group()
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     return {
-        "bench": "fsdp2-smoke", "model": model_name, "device": str(dev),
+        "bench": "fsdp2-smoke", "model": model_name, "device": str(dev), "offload": offload,
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None, "torch": torch.__version__,
         "shape": {"prompts": prompts, "group": group, "new_tokens": new, "micro_batch": 16, "dtype": dtype},
         "plain_s_per_update": plain_s, "fsdp2_s_per_update": fsdp_s, "ratio_fsdp2_over_plain": round(med(fsdp_s) / med(plain_s), 3),

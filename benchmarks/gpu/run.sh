@@ -5,6 +5,7 @@
 #     benchmarks/gpu/prepare.sh
 # then one device `run`, carry [".whl", ".gpu"], timeout_s 480:
 #     benchmarks/gpu/run.sh                 # every part, in this order (the newest checks first):
+#   offload    the fsdp2 learner with runtime.fsdp_offload (shards and AdamW state in CPU memory), as fsdp2
 #   fsdp2      the fsdp2 learner, 1 rank on CUDA (bf16 gathers, fp32 reduction) vs the plain learner, 8 x 8 x 256
 #   tests      pytest tests/gpu
 #   steps      one covey step vs one TRL step, 8 prompts x 8 x 256 new (SmolLM2's architecture)
@@ -33,7 +34,7 @@ else DEV=cuda; MODEL=/tmp/smollm2; NEW=256; REP=3; THREADS=4; T=0; SBUDGET=50; f
 QUICK=$( [ -d .gpu/sft-tiny ] && echo "$PWD/.gpu/sft-tiny" || echo tiny-llama )  # SFT-warmed tiny model (prepare.sh)
 RUNS=/tmp/covey-gpu-runs
 rm -rf "$RUNS"
-PARTS=${*:-fsdp2 tests steps generate quick}
+PARTS=${*:-offload fsdp2 tests steps generate quick}
 RESULTS="$OUT/results.jsonl"
 LOG="$OUT/log.txt"
 
@@ -107,10 +108,14 @@ part_fsdp2() {  # the sharded learner's device path, 1 rank (NCCL on CUDA: bf16 
   if [ -n "${SMOKE:-}" ]; then ARGS="$MODEL cpu 2 2 8 1"; else ARGS="$MODEL cuda:0 8 8 $NEW 3"; fi
   $PY benchmarks/gpu/fsdp2_smoke.py $ARGS | tee -a "$RESULTS"
 }
-export -f part_tests part_quick part_generate part_steps part_fsdp2
+part_offload() {  # the same with runtime.fsdp_offload: shards and AdamW state in CPU memory (CPUOffloadPolicy)
+  if [ -n "${SMOKE:-}" ]; then ARGS="$MODEL cpu 2 2 8 1"; else ARGS="$MODEL cuda:0 8 8 $NEW 3"; fi
+  OFFLOAD=1 $PY benchmarks/gpu/fsdp2_smoke.py $ARGS | tee -a "$RESULTS"
+}
+export -f part_tests part_quick part_generate part_steps part_fsdp2 part_offload
 
-declare -A LIMIT=([tests]=60 [quick]=90 [generate]=110 [steps]=100 [fsdp2]=60)
+declare -A LIMIT=([tests]=60 [quick]=90 [generate]=110 [steps]=100 [fsdp2]=60 [offload]=60)
 for p in $PARTS; do
-  [ -n "${LIMIT[$p]:-}" ] || { echo "usage: benchmarks/gpu/run.sh [tests quick generate steps fsdp2]" >&2; exit 2; }
+  [ -n "${LIMIT[$p]:-}" ] || { echo "usage: benchmarks/gpu/run.sh [tests quick generate steps fsdp2 offload]" >&2; exit 2; }
   part "$p" "${LIMIT[$p]}"
 done

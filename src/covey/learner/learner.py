@@ -52,7 +52,8 @@ _STOP = "learn/stop"  # a stats key: the objective ended the update (never logge
 
 class Learner:
     """The update's backend (module docstring). `algo` chooses the log-prob source and, unless an
-    `objective` is handed in, the policy-gradient loss."""
+    `objective` is handed in, the policy-gradient loss. `device`: where the forward runs (default: the
+    model's first parameter's; a sharded learner whose shards are offloaded to the CPU passes its GPU)."""
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class Learner:
         share_prompts: bool | str = "auto",
         skip_zero_advantage: bool = True,
         objective: Objective | None = None,
+        device: torch.device | str | None = None,
     ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         if objective is None:
@@ -81,7 +83,7 @@ class Learner:
         self.max_new_tokens = max_new_tokens
         self.epochs, self.mini_batches, self.micro_batch_size = epochs, mini_batches, micro_batch_size
         self.grad_clip = grad_clip
-        self.device = model_device(model)
+        self.device = torch.device(device) if device is not None else model_device(model)  # the device computing
         hidden = getattr(getattr(model, "config", None), "hidden_size", 1024)
         self.dtype = resolve_dtype_name(dtype, self.device, hidden)  # "bf16" or "fp32"
         self.autocast = self.dtype == "bf16"

@@ -69,7 +69,9 @@ def _worker_class():
             from covey.runtime.data_parallel import DataParallelLearner, init_group
             from covey.learner.optim import build_optimizer
 
-            init_group(self.rank, self.world, init_method, timeout_s=timeout_s)
+            # CPU offload on CUDA: the norm of the clipped gradients is reduced over the shards on the CPU (gloo)
+            offload = self.sharding["name"] == "fsdp2" and self.sharding["offload"] and torch.cuda.is_available()
+            init_group(self.rank, self.world, init_method, backend="cpu:gloo,cuda:nccl" if offload else None, timeout_s=timeout_s)
             if self.sharding["name"] == "fsdp2":  # shard first: the optimizer is built on the shards
                 from covey.runtime.sharded import ShardedLearner, shard_model
 

@@ -99,11 +99,12 @@ def shard_model(model: nn.Module, *, bf16: bool, offload: bool = False, group=No
     # as one process computes (bf16 parameters would round the norms' weights too: 1% off its loss)
     cuda_bf16 = bf16 and device.type == "cuda"
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda_bf16 else MixedPrecisionPolicy()
-    kw = dict(mesh=mesh, mp_policy=mp, offload_policy=CPUOffloadPolicy() if offload else OffloadPolicy())
+    kw = dict(mesh=mesh, mp_policy=mp, offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else OffloadPolicy())
     for unit in shard_units(model):
         fully_shard(unit, **kw)
     root = _Forward(model)
     fully_shard(root, **kw)
+    root.compute_device = device  # under CPU offload the shards live on the CPU, the forward on `device`
     for m in root.modules():  # the ranks' shard gradients are summed: each is already divided by the global totals
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)
@@ -151,6 +152,7 @@ class ShardedLearner(Learner):
 
     def __init__(self, root: nn.Module, *args, group=None, **kwargs):
         kwargs["share_prompts"] = False  # one decoder pass per micro-batch on every rank (module docstring)
+        kwargs.setdefault("device", getattr(root, "compute_device", None))  # not the offloaded shards' CPU
         super().__init__(*args, **kwargs)
         if self.likelihood is not None or not isinstance(self.objective, PolicyLoss):
             raise ValueError("runtime.sharding fsdp2 runs the policy loss on token log-probs: not algo.likelihood (a "
