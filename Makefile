@@ -19,13 +19,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Two pytest-xdist workers (the machines have 2 cores and the tests run one torch thread each); every
+# Ray test goes to one worker and shares its local Ray (tests/conftest.py). `-n 0` for one process.
+XDIST ?= -n 2 --dist loadgroup
+
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
 
 # The developer tier: unit tests only (no real model, no Ray, nothing trained end to end; markers in
 # pyproject.toml, the integration modules in tests/conftest.py). `make test` stays the whole suite.
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not ray and not integration"
+	$(PY) -m pytest $(XDIST) -m "not slow and not ray and not integration"
 
 # DEMO_ARGS: extra key=value overrides (tests/test_make_demo.py runs this target cut to one step, also on tiny-llama).
 demo: $(STAMP)

@@ -16,7 +16,8 @@ def test_bench_generate_reports_both_engines_on_a_tiny_run():
 def test_bench_generate_times_hf_static_cache_when_asked(capfd):
     r = bench_generate("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, dtype="fp32", repeats=1, hf_static="yes")
     assert r["hf_static_tok_s"] > 0 and r["ratio_vs_hf_static"] > 0 and len(r["hf_static_s"]) == 1
-    assert r["hf_static_tok_s"] == pytest.approx(2 * 3 / r["hf_static_s"][0], rel=0.01) and r["hf_static_warmup_s"] > 0
+    # tok/s is rounded to 0.1: on a slow, busy machine (3 tok/s) that is more than 1%
+    assert r["hf_static_tok_s"] == pytest.approx(2 * 3 / r["hf_static_s"][0], rel=0.01, abs=0.05) and r["hf_static_warmup_s"] > 0
     assert "hf_static_tok_s" not in bench_generate("tiny-llama", batch=2, prompt_tokens=4, new_tokens=3, dtype="fp32", repeats=1)
     log = capfd.readouterr().err  # each phase is logged with its time (a timeout shows where it was)
     for phase in ("loaded tiny-llama", "covey warm-up:", "HF warm-up (dynamic cache):", "repeat 1/1: covey",

@@ -18,7 +18,10 @@ SANDBOX_UID_MIN = 1_000_000
 
 
 def _sandbox_processes():
-    """pids of live processes owned by a sandbox uid (there must be none after a run returns)."""
+    """pids of live processes owned by a sandbox uid of this process (there must be none after a run
+    returns). Each sandbox gets uid 1_000_000 + 64 * pid + slot of the process that started it: other
+    processes' sandboxes (a parallel test worker's) are not this test's leftovers."""
+    own = range(SANDBOX_UID_MIN + 64 * os.getpid(), SANDBOX_UID_MIN + 64 * (os.getpid() + 1))
     found = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -29,7 +32,7 @@ def _sandbox_processes():
         except OSError:
             continue
         uid = int(status.split("Uid:")[1].split()[0])
-        if uid >= SANDBOX_UID_MIN and "State:\tZ" not in status:
+        if uid in own and "State:\tZ" not in status:
             try:
                 with open(f"/proc/{d}/cmdline", "rb") as f:
                     cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
