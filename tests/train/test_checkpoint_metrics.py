@@ -11,17 +11,17 @@ from covey.train.plots import plot_run
 def test_checkpoint_roundtrip_and_keep_last(tmp_path):
     for step in (1, 2, 3):
         save_checkpoint(tmp_path, step, {"w": torch.full((2,), float(step))}, {"sampler": {"pos": step}}, keep=2)
-    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
-    assert kept == ["step-000002", "step-000003"]
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == ["checkpoint-2", "checkpoint-3"]  # TRL's names (and transformers' get_last_checkpoint finds them)
     payload, meta = load_checkpoint(latest_checkpoint(tmp_path))
     assert torch.equal(payload["w"], torch.full((2,), 3.0)) and meta["step"] == 3 and meta["sampler"]["pos"] == 3
 
 
 def test_half_written_checkpoint_is_ignored(tmp_path):
     save_checkpoint(tmp_path, 1, {"w": torch.zeros(1)}, {})
-    # a kill during writing leaves only a temp folder, never a step-* folder
-    os.makedirs(tmp_path / "checkpoints" / ".tmp-step-000002-123")
-    assert latest_checkpoint(tmp_path).name == "step-000001"
+    # a kill during writing leaves only a temp folder, never a checkpoint-* folder
+    os.makedirs(tmp_path / ".tmp-checkpoint-2-123")
+    assert latest_checkpoint(tmp_path).name == "checkpoint-1"
 
 
 def test_incomplete_checkpoint_folder_gives_clear_error(tmp_path):

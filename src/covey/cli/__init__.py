@@ -141,7 +141,8 @@ def train(
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder from its latest checkpoint.")] = None,
     run_dir: Annotated[Optional[Path], typer.Option(help="Where to write the run (default: log.dir/log.name).")] = None,
 ):
-    """Train a policy with the configured algorithm; Ctrl-C or SIGTERM saves a checkpoint."""
+    """Train a policy with the configured algorithm. Ctrl-C or SIGTERM stops at the next safe point of the
+    step and saves a checkpoint of the last completed step (exit code 130 / 143); a second one exits at once."""
     from covey.models.loading import check_name
     from covey.train.config import load_config, resume_config
     from covey.train.run import default_run_dir, train as run_training
@@ -156,7 +157,21 @@ def train(
         cfg = load_config(config, overrides)  # no CONFIG: defaults + overrides
         out = run_dir or default_run_dir(cfg)
     check_name(cfg.model.name)  # an unknown model fails before a run folder is made
-    summary = run_training(cfg, out, resume=resume is not None)
+    _interruptible(lambda: run_training(cfg, out, resume=resume is not None))
+
+
+def _interruptible(work) -> None:
+    """Run `work()` and print its summary; stopped by Ctrl-C / SIGTERM (after saving: `TrainingInterrupted`),
+    print what it saved and exit with 128 + the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    from covey.train.interrupt import TrainingInterrupted
+
+    try:
+        summary = work()
+    except TrainingInterrupted as e:
+        typer.echo(json.dumps({**e.summary, "interrupted": True}))
+        raise typer.Exit(128 + int(e.signum)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
     typer.echo(json.dumps(summary))
 
 

@@ -27,7 +27,6 @@ from covey.eval.adastop import adastop
 from covey.eval.passk import coverage, crossings, mean_pass_curve
 from covey.eval.samples import correct_counts, read_samples
 from covey.eval.stats import bootstrap_ci, interpolate_curves, iqm, last_n_mean, mean_std, transfer_matrix
-from covey.train.metrics import read_metrics
 
 Out = Annotated[Path, typer.Option(help="Folder for <command>.json and <command>.png.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
@@ -61,6 +60,8 @@ def load_runs(specs: list[str], metric: str, group_by: str = "algo") -> list[dic
         if not (path / "metrics.jsonl").is_file() or not (path / "config.yaml").is_file():
             raise FileNotFoundError(f"{path} is not a covey run folder (needs config.yaml and metrics.jsonl)")
         cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        from covey.train.metrics import read_metrics
+
         rows = [r for r in read_metrics(path / "metrics.jsonl") if metric in r and r[metric] is not None]
         if not rows:
             keys = sorted({k for r in read_metrics(path / "metrics.jsonl") for k in r} - {"step"})
@@ -524,6 +525,8 @@ def export_cmd(
     prov = _provenance()
     done = []
     for p, rid in zip(paths, ids):
+        from covey.train.metrics import read_metrics
+
         rows = read_metrics(p / "metrics.jsonl")
         cfg = yaml.safe_load((p / "config.yaml").read_text()) or {}
         cols = ["_step", "global_step", *sorted({k for r in rows for k in r} - {"step"})]

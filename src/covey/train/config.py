@@ -266,9 +266,10 @@ class RunConfig(_Strict):
     auto; unset or auto, it follows the learner (model.dtype)."""
     device: str = "auto"
     """Where the model, engine and every per-step tensor live: auto (CUDA when present), cpu, cuda, cuda:N."""
-    threads: int = Field(0, ge=0)
-    """torch CPU threads for generation and learning (0 = torch's default, one per core). On a busy
-    machine fewer threads than cores is often faster: threads that wait on each other stall."""
+    threads: Annotated[int, Field(ge=0)] | Literal["auto"] = "auto"
+    """torch CPU threads for generation and learning: auto (the cores free now, re-checked between steps;
+    `covey.train.threads`), a number, or 0 (torch's default, one per core). On a busy machine threads
+    that outnumber the free cores wait on each other at every step."""
     algo: AlgoConfig = Field(default_factory=lambda: resolve_algo({"preset": "grpo"}))
     optim: OptimConfig = OptimConfig()
     log: LogConfig = LogConfig()
