@@ -419,6 +419,11 @@ def eval_cmd(
         if not (run / "config.yaml").is_file():
             _fail(f"{run} is not a covey run folder (no config.yaml)")
         run_cfg = load_config(run / "config.yaml")
+        from covey.train.provenance import python_only
+
+        if (why := python_only(run)) is not None:
+            typer.secho(f"warning: {run} was started from Python and not everything is recorded ({why}); "
+                        "evaluating with what its config holds", fg="yellow", err=True)  # fmt: skip
     elif task is None:
         _fail("--task is needed with --model (with --run the run's task is the default)")
     same_task = run_cfg is not None and task in (None, run_cfg.task.name)

@@ -596,9 +596,15 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ru
     """
     from covey.train.checkpoint import latest_checkpoint
 
+    from covey.train.provenance import python_only
+
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{run_dir} is not a covey run folder (no config.yaml)")
+    why = python_only(run_dir)
+    if why is not None:
+        raise ConfigError(f"{run_dir} was started from Python and the CLI cannot rebuild it ({why}): resume it from Python "
+                          f"with GRPOTrainer(<the same arguments>, run_dir={str(run_dir)!r}).train(resume_from_checkpoint=True)")  # fmt: skip
     cfg = load_config(run_dir / "config.yaml", overrides)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
