@@ -505,11 +505,12 @@ def sft(
     loss: Annotated[str, typer.Option(help="SFT loss: ce (cross-entropy; a masked-diffusion model: LLaDA's masked-token loss) or otr (One-Token Rollout, causal models).")] = "ce",
     loss_param: Annotated[Optional[list[str]], typer.Option(help="SFT loss parameter key=value (repeatable), e.g. k=8.")] = None,
 ):
-    """A short supervised warm start on task demonstrations (for tiny models before RL)."""
+    """A short supervised warm start on task demonstrations (for tiny models before RL). Progress and ETA on
+    stderr; Ctrl-C saves the model so far and exits with 130."""
     from covey.models.loading import check_name
     from covey.tasks import get_task
     from covey.train.config import parse_overrides
-    from covey.train.sft import check_sft_args, check_sft_loss, run_sft
+    from covey.train.sft import check_sft_args, check_sft_loss
 
     try:
         check_sft_args(steps, batch_size, lr, seed)
@@ -535,8 +536,10 @@ def sft(
         check_sft_loss(model, loss)
     except ValueError as e:
         _fail(str(e))
-    res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, loss_params=loss_params)
-    typer.echo(json.dumps(res))
+    from covey.train.sft import sft_with_progress
+
+    _interruptible(lambda: sft_with_progress(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
+                                             loss_params=loss_params))  # fmt: skip
 
 
 @app.command()
