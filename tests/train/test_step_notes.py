@@ -139,3 +139,21 @@ def test_the_doctests_of_the_console_and_trl_name_modules_hold():
     for mod in (notices, threads, trl_names):
         result = doctest.testmod(mod)
         assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+def test_end_of_run_paths_are_whole_lines_on_a_narrow_terminal(monkeypatch):
+    """`plots: ⏎ runs/...` was what a 80-column terminal showed: each path is now its own unwrapped line."""
+    import io
+
+    from rich.console import Console
+
+    from covey.train import run
+
+    out = io.StringIO()
+    monkeypatch.setattr(run, "console", Console(file=out, width=30, force_terminal=False))
+    path = "runs/a-rather-long-run-name-20261127-210000/plots"
+    run._say(f"plots: {path}")
+    run.console.print(f"plots: {path}")  # what rich does without soft_wrap: breaks the line inside the path
+    said, unwrapped = out.getvalue().split("\n", 1)
+    assert said == f"plots: {path}"
+    assert unwrapped.count("\n") > 1  # so the check above can fail
