@@ -9,7 +9,7 @@ import time
 import torch
 import yaml
 
-from covey.train.checkpoint import latest_checkpoint, load_checkpoint
+from covey.train.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, saved_weights
 from covey.train.metrics import read_metrics
 
 COVEY = [sys.executable, "-m", "covey.cli"]
@@ -39,7 +39,7 @@ def kill_and_resume(tmp_path, cfg: dict, kill_at: int = 2, inspect=None):
         proc = subprocess.Popen(COVEY + ["train", str(path), "--run-dir", str(killed)], env=ENV,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         procs.append(proc)
-        ckpt = killed / "checkpoints" / f"step-{kill_at:06d}"
+        ckpt = checkpoint_dir(killed, kill_at)
         deadline = time.time() + 300
         while not ckpt.exists():
             assert proc.poll() is None and time.time() < deadline, f"run ended before its step-{kill_at} checkpoint"
@@ -60,7 +60,8 @@ def kill_and_resume(tmp_path, cfg: dict, kill_at: int = 2, inspect=None):
     assert a == b
     wa, _ = load_checkpoint(latest_checkpoint(straight))
     wb, _ = load_checkpoint(latest_checkpoint(killed))
-    assert wa["model"].keys() == wb["model"].keys()
-    for name in wa["model"]:
-        assert torch.equal(wa["model"][name], wb["model"][name]), name
+    ma, mb = saved_weights(latest_checkpoint(straight)), saved_weights(latest_checkpoint(killed))
+    assert ma and ma.keys() == mb.keys()
+    for name in ma:
+        assert torch.equal(ma[name], mb[name]), name
     return a, wa, wb

@@ -235,9 +235,9 @@ def test_unhonourable_fields_fail_or_warn_by_name():
         covey_config({"max_steps": 1, "num_generations": 3})
     with pytest.raises(ValueError, match="2 reward_weights for 1 reward functions"):
         covey_config({"max_steps": 1, "reward_weights": [1.0, 2.0]}, n_rewards=1)
-    with pytest.warns(UserWarning, match=r"ignores these GRPOConfig fields: push_to_hub, use_vllm"):
-        _, extras = covey_config(GRPOConfig(max_steps=1, use_vllm=True, push_to_hub=True, generation_kwargs={}))
-    assert extras["ignored"] == ["push_to_hub", "use_vllm"]
+    with pytest.warns(UserWarning, match=r"ignores these GRPOConfig fields: hub_model_id, push_to_hub$"):
+        _, extras = covey_config(GRPOConfig(max_steps=1, hub_model_id="x/y", push_to_hub=True, generation_kwargs={}))
+    assert extras["ignored"] == ["hub_model_id", "push_to_hub"]  # use_vllm: tests/test_trl_vllm.py
 
 
 def test_epochs_count_the_dataset_when_max_steps_is_unset():
@@ -310,3 +310,83 @@ def test_reward_model_by_folder_with_its_processing_class(tmp_path):
     metrics = trainer.step()
     trainer.close()
     assert trainer.trainer.rewards.names == ("rm",) and metrics["reward/rm/failures"] == 0.0
+
+
+# ------------------------------------------------------------------ a run started here, continued from the CLI (issue 37)
+def longer_than_two(completions, **kw):
+    """A module-level reward: importable by name, so the CLI can rebuild it."""
+    return [float(len(c) > 2) for c in completions]
+
+
+def test_a_python_run_resumes_and_evaluates_from_the_cli(tmp_path):
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from covey.cli import app
+
+    run = tmp_path / "run"
+    trainer = GRPOTrainer(model="tiny-llama", reward_funcs=[longer_than_two], train_dataset=_rows(False),
+                          eval_dataset=_rows(False), config=SMALL, run_dir=run)  # fmt: skip
+    trainer.train()
+    trainer.close()
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["task"]["params"]["path"] == str(run / "data" / "train.jsonl")  # the rows, kept with the run
+    assert [json.loads(x) for x in (run / "data" / "train.jsonl").read_text().splitlines()] == _rows(False)
+    assert cfg["rewards"] == [{**cfg["rewards"][0], "name": f"{__name__}:longer_than_two", "alias": "longer_than_two"}]
+    assert not (run / "python_only.json").exists()
+    res = CliRunner().invoke(app, ["train", "--resume", str(run), "steps=3"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "reward/mean" in x]
+    assert [r["step"] for r in rows] == [1, 2, 3] and "reward/longer_than_two/mean" in rows[-1]  # the same reward column
+    res = CliRunner().invoke(app, ["eval", "--run", str(run), "--max-new-tokens", "2"])
+    assert res.exit_code == 0 and '"reward/longer_than_two"' in res.output, res.output
+
+
+def test_a_run_the_cli_cannot_rebuild_says_how_to_resume(tmp_path):
+    from typer.testing import CliRunner
+
+    from covey.cli import app
+
+    run = tmp_path / "run"
+    trainer = GRPOTrainer(model="tiny-llama", reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                          train_dataset=_rows(False), config=SMALL, run_dir=run)  # fmt: skip
+    trainer.train()
+    trainer.close()
+    assert "<lambda>" in (run / "python_only.json").read_text()
+    res = CliRunner().invoke(app, ["train", "--resume", str(run), "steps=3"])
+    assert res.exit_code == 2 and "resume it from Python" in res.output and "<lambda>" in res.output, res.output
+    from covey.train.run import resume_hint
+
+    assert "GRPOTrainer(<the same arguments>" in resume_hint(run) and "covey train" not in resume_hint(run)
+
+
+def test_trl_trainer_surface_state_evaluate_save_model_and_push_offline(tmp_path, monkeypatch):
+    """What a TRL user reaches for: trainer.state, trainer.evaluate(), save_model (LoRA: the adapter),
+    push_to_hub (offline: one line)."""
+    from peft import LoraConfig
+    from transformers.trainer_utils import get_last_checkpoint
+
+    trainer = GRPOTrainer(model="tiny-llama", reward_funcs=[longer_than_two], train_dataset=_rows(False), eval_dataset=_rows(False),
+                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]), config=SMALL,
+                          run_dir=tmp_path / "run")  # fmt: skip
+    before = trainer.evaluate(max_new_tokens=2)
+    assert before["eval_samples"] == 4 and 0.0 <= before["eval_accuracy"] <= 1.0
+    trainer.train()
+    state = trainer.state
+    assert state.global_step == 2 and state.max_steps == 2
+    logged = [e for e in state.log_history if "reward" in e]
+    assert [e["step"] for e in logged] == [1, 2] and "completions/mean_length" in logged[0] and "loss" in logged[0]
+    assert get_last_checkpoint(str(tmp_path / "run")) == str(tmp_path / "run" / "checkpoint-2")  # transformers finds it
+    assert (tmp_path / "run" / "checkpoint-2" / "adapter_model.safetensors").is_file()
+    out = trainer.save_model(tmp_path / "saved")
+    names = {p.name for p in out.iterdir()}
+    assert "adapter_model.safetensors" in names and "model.safetensors" not in names  # the adapter, as peft saves it
+    merged = trainer.save_model(tmp_path / "merged", merge=True)
+    assert (merged / "model.safetensors").is_file()
+    assert trainer.evaluate(_rows(False)[:2], max_new_tokens=2)["eval_samples"] == 2  # after train(): its own engine
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="^push_to_hub: the Hugging Face Hub is not reachable"):
+        trainer.push_to_hub("me/model")
+    trainer.close()

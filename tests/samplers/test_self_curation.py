@@ -114,7 +114,7 @@ def test_an_all_solved_batch_skips_the_step_without_crashing(tmp_path):
             assert "learn/loss" not in m and "length/mean" not in m
         assert trainer.step_num == 2 and trainer.last_samples == []
         assert all(torch.equal(v, trainer.model.state_dict()[k]) for k, v in before.items())  # nothing was learned
-        assert (tmp_path / "run" / "checkpoints" / "step-000002").is_dir()
+        assert (tmp_path / "run" / "checkpoint-2").is_dir()
         assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
     finally:
         trainer.close()

@@ -393,7 +393,7 @@ def test_covey_train_runs_the_maze_gigpo_example_for_two_steps(tmp_path):
         for key in ("episodes/success_rate", "episodes/invalid_action_rate", "episodes/tool_error_rate",
                     "time/env_per_step", "adv/gigpo/step_group_size_mean", "reward/mean"):  # fmt: skip
             assert key in s
-    assert (run / "checkpoints" / "step-000002").is_dir()
+    assert (run / "checkpoint-2").is_dir()
 
 
 def test_trainer_updates_the_policy_from_episodes_with_step_credit(tmp_path):

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from covey.train import checkpoint as ckpt_mod
-from covey.train.checkpoint import WriteError, latest_checkpoint, load_checkpoint, save_checkpoint
+from covey.train.checkpoint import WriteError, latest_checkpoint, load_checkpoint, save_checkpoint, saved_weights
 from covey.train.config import ConfigError, load_config, resume_config
 from covey.train.metrics import MetricsLogger, read_metrics
 from covey.train.runlock import RunLock, RunLocked
@@ -50,16 +50,16 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out[-2000:]
-    assert "SIGTERM" in out and "resume with" in out
+    assert proc.returncode == 128 + signal.SIGTERM, out[-2000:]  # 143: the exit code says it was stopped
+    assert "SIGTERM" in out and "resume with:\n  covey train --resume " + str(run) in out
     step = latest_checkpoint(run)
-    assert step is not None and int(step.name.split("-")[1]) >= 1
-    res = subprocess.run(COVEY + ["train", "--resume", str(run), "steps=" + str(int(step.name.split("-")[1]) + 1)],
+    assert step is not None and ckpt_mod.checkpoint_step(step) >= 1
+    res = subprocess.run(COVEY + ["train", "--resume", str(run), "steps=" + str(ckpt_mod.checkpoint_step(step) + 1)],
                          env=ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
-    assert read_metrics(run / "metrics.jsonl")[-1]["step"] == int(step.name.split("-")[1]) + 1
+    assert read_metrics(run / "metrics.jsonl")[-1]["step"] == ckpt_mod.checkpoint_step(step) + 1
     # the override is now the run's config: a later plain --resume does not fall back to steps=500
-    assert yaml.safe_load((run / "config.yaml").read_text())["steps"] == int(step.name.split("-")[1]) + 1
+    assert yaml.safe_load((run / "config.yaml").read_text())["steps"] == ckpt_mod.checkpoint_step(step) + 1
     prov = json.loads((run / "provenance.json").read_text())  # the first start's record, the resume appended
     assert prov["command"][-2:] == ["--run-dir", str(run)] and prov["resumes"][0]["command"][-1].startswith("steps=")
 
@@ -111,28 +111,45 @@ def test_kill_during_a_resave_of_the_same_step_keeps_a_checkpoint(tmp_path, monk
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path, 3, {"w": torch.zeros(2)}, {"tag": "second"}, keep=1)
     monkeypatch.setattr(ckpt_mod.os, "rename", real_rename)
-    assert not (tmp_path / "checkpoints" / "step-000003").exists()  # the state a kill leaves today
+    assert not (tmp_path / "checkpoint-3").exists()  # the state a kill leaves today
     found = latest_checkpoint(tmp_path)  # the old copy, where it was moved aside (readers do not move it)
-    assert found is not None and found.name.endswith("step-000003")
+    assert found is not None and found.name == ".aside-checkpoint-3"
     payload, meta = load_checkpoint(found)
     assert meta["step"] == 3 and meta["tag"] == "first" and torch.equal(payload["w"], torch.ones(2))
     save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)}, {"tag": "older"}, keep=1)  # the writer settles leftovers
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000003"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3"]
     assert load_checkpoint(latest_checkpoint(tmp_path))[1]["tag"] == "first"
 
 
 def test_checkpoint_leftovers_of_kills_are_ignored_then_cleaned(tmp_path):
-    root = tmp_path / "checkpoints"
+    root = tmp_path
     save_checkpoint(tmp_path, 1, {"w": torch.ones(1)}, {"tag": "one"}, keep=5)
     save_checkpoint(tmp_path, 2, {"w": torch.ones(1)}, {"tag": "two"}, keep=5)
-    (root / ".tmp-step-000009-123").mkdir()  # a kill while writing step 9
-    (root / ".tmp-step-000009-123" / "state.pt").write_bytes(b"half")
-    (root / "step-000008").mkdir()  # a pruning cut short: meta.json already gone
-    (root / "step-000008" / "state.pt").write_bytes(b"old")
-    shutil.copytree(root / "step-000002", root / ".aside-step-000002")  # killed after the new copy landed
-    assert latest_checkpoint(tmp_path).name == "step-000002"
+    (root / ".tmp-checkpoint-9-123").mkdir()  # a kill while writing step 9
+    (root / ".tmp-checkpoint-9-123" / "state.pt").write_bytes(b"half")
+    (root / ".trash-checkpoint-8-123").mkdir()  # a pruning cut short: renamed away, half deleted
+    (root / ".trash-checkpoint-8-123" / "state.pt").write_bytes(b"old")
+    shutil.copytree(root / "checkpoint-2", root / ".aside-checkpoint-2")  # killed after the new copy landed
+    assert latest_checkpoint(tmp_path).name == "checkpoint-2"
     save_checkpoint(tmp_path, 3, {"w": torch.ones(1)}, {"tag": "three"}, keep=5)
-    assert sorted(p.name for p in root.iterdir()) == ["step-000001", "step-000002", "step-000003"]
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+
+
+def test_checkpoints_of_the_older_layout_resume_and_are_pruned(tmp_path):
+    """RUN/checkpoints/step-NNNNNN (covey before issue 37, weights in state.pt) is still found; the next saves
+    in TRL's layout prune it like their own, and its half-deleted folders go."""
+    old = tmp_path / "checkpoints" / "step-000004"
+    old.mkdir(parents=True)
+    torch.save({"model": {"w": torch.ones(2)}, "rng": {"python": None}}, old / "state.pt")
+    (old / "meta.json").write_text(json.dumps({"step": 4, "tag": "old"}))
+    (tmp_path / "checkpoints" / "step-000002").mkdir()  # a pruning cut short in the old layout
+    (tmp_path / "checkpoints" / "step-000002" / "state.pt").write_bytes(b"old")
+    assert latest_checkpoint(tmp_path) == old
+    assert torch.equal(saved_weights(old)["w"], torch.ones(2))
+    save_checkpoint(tmp_path, 5, {"w": torch.zeros(1)}, {"tag": "new"}, keep=2)
+    assert latest_checkpoint(tmp_path).name == "checkpoint-5" and old.is_dir()
+    save_checkpoint(tmp_path, 6, {"w": torch.zeros(1)}, {"tag": "newer"}, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-5", "checkpoint-6"]  # the old folder pruned
 
 
 def test_metrics_rewrite_on_resume_is_atomic(tmp_path, monkeypatch):
@@ -189,8 +206,8 @@ def test_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monke
     with pytest.raises(WriteError) as e:
         save_checkpoint(tmp_path, 2, {"w": torch.zeros(1)}, {})
     assert str(e.value).startswith("no space left on device while writing ") and "state.pt" in str(e.value)
-    assert latest_checkpoint(tmp_path).name == "step-000001"
-    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+    assert latest_checkpoint(tmp_path).name == "checkpoint-1"
+    assert not list(tmp_path.glob(".tmp-*"))
 
 
 def test_full_disk_during_training_is_one_error_line_and_exit_2(tmp_path, monkeypatch):
@@ -199,11 +216,10 @@ def test_full_disk_during_training_is_one_error_line_and_exit_2(tmp_path, monkey
 
     from covey.cli import app
 
-    real_save, calls = torch.save, []
+    real_save = torch.save
 
     def save(obj, f, *a, **k):
-        calls.append(1)
-        if len(calls) > 1:
+        if "checkpoint-2" in getattr(f, "name", ""):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_save(obj, f, *a, **k)
 
@@ -212,44 +228,10 @@ def test_full_disk_during_training_is_one_error_line_and_exit_2(tmp_path, monkey
     res = CliRunner().invoke(app, ["train", str(_yaml(tmp_path, steps=3, checkpoint={"every": 1, "keep": 1})), "--run-dir", str(run)])
     assert res.exit_code == 2, res.output
     errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
-    assert errors == [f"error: no space left on device while writing {run}/checkpoints/.tmp-step-000002-{os.getpid()}/state.pt"]
+    assert errors == [f"error: no space left on device while writing {run}/.tmp-checkpoint-2-{os.getpid()}/optimizer.pt"]
     assert "Traceback" not in res.output and "iostream" not in res.output
     payload, meta = load_checkpoint(latest_checkpoint(run))
-    assert meta["step"] == 1 and "model" in payload
-
-
-@pytest.mark.parametrize("every", [1, 0])
-def test_a_step_cut_short_never_replaces_an_exact_checkpoint(tmp_path, every):
-    """A second Ctrl-C inside step 2's update: step 1's periodic checkpoint is kept as it was; with no
-    checkpoint of step 1 (every=0) the state is saved anyway rather than losing the run."""
-    from covey.train.run import train
-    from covey.train.trainer import Trainer
-
-    cfg = load_config(_yaml(tmp_path, steps=3, checkpoint={"every": every, "keep": 2}))
-    trainer = Trainer(cfg, tmp_path / "run")
-    real_update, seen = trainer.learner.update, {}
-
-    def update(batch, gen):
-        if trainer.step_num == 1:  # step 2: half an update, then the abort
-            ckpt = tmp_path / "run" / "checkpoints" / "step-000001" / "state.pt"
-            seen["ino"] = ckpt.stat().st_ino if ckpt.exists() else None
-            with torch.no_grad():
-                next(p for p in trainer.model.parameters() if p.requires_grad).add_(1.0)
-            raise KeyboardInterrupt
-        return real_update(batch, gen)
-
-    trainer.learner.update = update
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg, tmp_path / "run", trainer=trainer)
-    ckpt = latest_checkpoint(tmp_path / "run")
-    assert ckpt.name == "step-000001"
-    payload, _ = load_checkpoint(ckpt)
-    name, param = next((n, p) for n, p in trainer.model.named_parameters() if p.requires_grad)
-    if every:  # the exact one, untouched: same file, without the half update
-        assert (ckpt / "state.pt").stat().st_ino == seen["ino"]
-        assert not torch.equal(payload["model"][name], param.detach())
-    else:  # nothing to keep: the partial state is saved
-        assert seen["ino"] is None and torch.equal(payload["model"][name], param.detach())
+    assert meta["step"] == 1 and "optimizer" in payload and saved_weights(latest_checkpoint(run))
 
 
 def _damage(path, how):
@@ -258,19 +240,19 @@ def _damage(path, how):
 
 
 @pytest.mark.parametrize("name, how", [("state.pt", "truncate"), ("state.pt", "empty"), ("meta.json", "truncate"),
-                                       ("meta.json", "empty")])
+                                       ("meta.json", "empty"), ("optimizer.pt", "truncate"), ("rng_state.pth", "empty")])
 def test_a_damaged_latest_checkpoint_falls_back_to_the_older_one(tmp_path, caplog, name, how):
-    save_checkpoint(tmp_path, 1, {"w": torch.ones(2)}, {"tag": "one"}, keep=2)
-    save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)}, {"tag": "two"}, keep=2)
-    bad = tmp_path / "checkpoints" / "step-000002" / name
+    for step, tag, w in ((1, "one", torch.ones(2)), (2, "two", torch.zeros(2))):
+        save_checkpoint(tmp_path, step, {"w": w, "optimizer": {"s": w}, "rng": {"python": None}}, {"tag": tag}, keep=2)
+    bad = tmp_path / "checkpoint-2" / name
     _damage(bad, how)
     ckpt_mod._warned.clear()
     with caplog.at_level("WARNING", logger="covey"):
-        assert latest_checkpoint(tmp_path).name == "step-000001"
+        assert latest_checkpoint(tmp_path).name == "checkpoint-1"
         path, payload, meta = ckpt_mod.load_latest_checkpoint(tmp_path)
-    assert path.name == "step-000001" and meta["tag"] == "one" and torch.equal(payload["w"], torch.ones(2))
+    assert path.name == "checkpoint-1" and meta["tag"] == "one" and torch.equal(payload["w"], torch.ones(2))
     warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1 and warnings[0].startswith(f"{bad} is damaged") and "older checkpoint step-000001" in warnings[0]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{bad} is damaged") and "older checkpoint checkpoint-1" in warnings[0]
     with pytest.raises(ckpt_mod.CheckpointDamaged, match=f"^{bad} is damaged"):
         load_checkpoint(bad.parent)
 
@@ -280,27 +262,27 @@ def test_a_checkpoint_whose_tensors_do_not_load_is_passed_over(tmp_path, caplog)
 
     save_checkpoint(tmp_path, 1, {"w": torch.ones(2)}, {}, keep=2)
     save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)}, {}, keep=2)
-    bad = tmp_path / "checkpoints" / "step-000002" / "state.pt"
+    bad = tmp_path / "checkpoint-2" / "state.pt"
     with zipfile.ZipFile(bad, "w") as z:  # a whole zip, but not a torch archive
         z.writestr("junk", b"x")
-    assert latest_checkpoint(tmp_path).name == "step-000002"  # its directory looks whole
+    assert latest_checkpoint(tmp_path).name == "checkpoint-2"  # its directory looks whole
     ckpt_mod._warned.clear()
     with caplog.at_level("WARNING", logger="covey"):
         path, payload, _ = ckpt_mod.load_latest_checkpoint(tmp_path)
-    assert path.name == "step-000001" and torch.equal(payload["w"], torch.ones(2))
+    assert path.name == "checkpoint-1" and torch.equal(payload["w"], torch.ones(2))
     assert f"{bad} is damaged" in caplog.text
 
 
 def test_no_intact_checkpoint_names_each_damaged_file(tmp_path):
     save_checkpoint(tmp_path, 1, {"w": torch.ones(2)}, {}, keep=2)
     save_checkpoint(tmp_path, 2, {"w": torch.zeros(2)}, {}, keep=2)
-    _damage(tmp_path / "checkpoints" / "step-000001" / "meta.json", "truncate")
-    _damage(tmp_path / "checkpoints" / "step-000002" / "state.pt", "empty")
+    _damage(tmp_path / "checkpoint-1" / "meta.json", "truncate")
+    _damage(tmp_path / "checkpoint-2" / "state.pt", "empty")
     with pytest.raises(ckpt_mod.CheckpointDamaged) as e:
         latest_checkpoint(tmp_path)
     msg = str(e.value)
-    assert msg.startswith(f"no intact checkpoint in {tmp_path / 'checkpoints'}: ") and "\n" not in msg
-    assert "step-000002/state.pt is damaged (0 bytes" in msg and "step-000001/meta.json is damaged" in msg
+    assert msg.startswith(f"no intact checkpoint in {tmp_path}: ") and "\n" not in msg
+    assert "checkpoint-2/state.pt is damaged (0 bytes" in msg and "checkpoint-1/meta.json is damaged" in msg
 
 
 def test_resume_past_a_damaged_checkpoint_through_the_cli(tmp_path, monkeypatch):
@@ -313,16 +295,16 @@ def test_resume_past_a_damaged_checkpoint_through_the_cli(tmp_path, monkeypatch)
     run = tmp_path / "run"
     res = CliRunner().invoke(app, ["train", str(_yaml(tmp_path, steps=2, checkpoint={"every": 1, "keep": 2})), "--run-dir", str(run)])
     assert res.exit_code == 0, res.output
-    bad = run / "checkpoints" / "step-000002" / "state.pt"
+    bad = run / "checkpoint-2" / "model.safetensors"  # the weights, in TRL's layout
     _damage(bad, "truncate")
     ckpt_mod._warned.clear()
     res = subprocess.run(COVEY + ["train", "--resume", str(run)], env=ENV, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert f"{bad} is damaged" in res.stderr and "resuming from the older checkpoint step-000001" in res.stderr
+    assert f"{bad} is damaged" in res.stderr and "resuming from the older checkpoint checkpoint-1" in res.stderr
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if "loss" in str(r)][-1] == 2
     assert load_checkpoint(latest_checkpoint(run))[1]["step"] == 2  # step 2 saved again, whole
-    for step in ("step-000001", "step-000002"):
-        _damage(run / "checkpoints" / step / "meta.json", "truncate")
+    for step in ("checkpoint-1", "checkpoint-2"):
+        _damage(run / step / "meta.json", "truncate")
     import covey.train.setup as setup
 
     def no_model(*a, **k):
@@ -332,7 +314,7 @@ def test_resume_past_a_damaged_checkpoint_through_the_cli(tmp_path, monkeypatch)
     res = CliRunner().invoke(app, ["train", "--resume", str(run), "steps=3"])
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith(f"error: no intact checkpoint in {run / 'checkpoints'}: "), res.output
+    assert len(errors) == 1 and errors[0].startswith(f"error: no intact checkpoint in {run}: "), res.output
 
 
 EXITING_REWARD = '''

@@ -57,3 +57,39 @@ def test_sft_with_otr_lowers_the_cross_entropy(tmp_path):
     ce = run_sft(str(tmp_path / "otr"), task, tmp_path / "probe", steps=1, batch_size=16, lr=1e-9)
     base = run_sft("tiny-llama", task, tmp_path / "probe0", steps=1, batch_size=16, lr=1e-9)
     assert ce["loss_first"] < 0.7 * base["loss_first"]  # OTR training also fits the demonstrations
+
+
+def test_covey_sft_prints_progress_and_ctrl_c_saves_the_model_so_far(tmp_path, monkeypatch):
+    """`covey sft` is not silent until it ends: a progress line with the loss and an ETA; the first Ctrl-C stops
+    after the current step, saves what it has and exits with 130 (as `covey train` does)."""
+    import json
+    import os
+    import signal
+
+    from typer.testing import CliRunner
+
+    import covey.train.sft as sft
+    from covey.cli import app
+
+    res = CliRunner().invoke(app, ["sft", "--model", "tiny-llama", "--task", "arithmetic", "--out", str(tmp_path / "a"),
+                                   "--steps", "3", "--batch-size", "2"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "sft step 1/3 | loss " in res.stderr and "sft step 3/3" in res.stderr and "ETA" in res.stderr
+    real = sft.run_sft
+
+    def run_sft(*a, progress=None, **k):  # Ctrl-C during step 2
+        def hook(step, loss):
+            progress(step, loss)
+            if step == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        return real(*a, progress=hook, **k)
+
+    monkeypatch.setattr(sft, "run_sft", run_sft)
+    res = CliRunner().invoke(app, ["sft", "--model", "tiny-llama", "--task", "arithmetic", "--out", str(tmp_path / "b"),
+                                   "--steps", "50", "--batch-size", "2"])  # fmt: skip
+    assert res.exit_code == 130, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["stopped_at"] == 2 and out["interrupted"] and (tmp_path / "b" / "config.json").is_file()
+    assert "Ctrl-C: stopping after this step" in res.stderr
+    load(str(tmp_path / "b"))  # the model so far loads

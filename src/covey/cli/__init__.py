@@ -141,7 +141,8 @@ def train(
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder from its latest checkpoint.")] = None,
     run_dir: Annotated[Optional[Path], typer.Option(help="Where to write the run (default: log.dir/log.name).")] = None,
 ):
-    """Train a policy with the configured algorithm; Ctrl-C or SIGTERM saves a checkpoint."""
+    """Train a policy with the configured algorithm. Ctrl-C or SIGTERM stops at the next safe point of the
+    step and saves a checkpoint of the last completed step (exit code 130 / 143); a second one exits at once."""
     from covey.models.loading import check_name
     from covey.train.config import load_config, resume_config
     from covey.train.run import default_run_dir, train as run_training
@@ -156,7 +157,21 @@ def train(
         cfg = load_config(config, overrides)  # no CONFIG: defaults + overrides
         out = run_dir or default_run_dir(cfg)
     check_name(cfg.model.name)  # an unknown model fails before a run folder is made
-    summary = run_training(cfg, out, resume=resume is not None)
+    _interruptible(lambda: run_training(cfg, out, resume=resume is not None))
+
+
+def _interruptible(work) -> None:
+    """Run `work()` and print its summary; stopped by Ctrl-C / SIGTERM (after saving: `TrainingInterrupted`),
+    print what it saved and exit with 128 + the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    from covey.train.interrupt import TrainingInterrupted
+
+    try:
+        summary = work()
+    except TrainingInterrupted as e:
+        typer.echo(json.dumps({**e.summary, "interrupted": True}))
+        raise typer.Exit(128 + int(e.signum)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
     typer.echo(json.dumps(summary))
 
 
@@ -404,6 +419,11 @@ def eval_cmd(
         if not (run / "config.yaml").is_file():
             _fail(f"{run} is not a covey run folder (no config.yaml)")
         run_cfg = load_config(run / "config.yaml")
+        from covey.train.provenance import python_only
+
+        if (why := python_only(run)) is not None:
+            typer.secho(f"warning: {run} was started from Python and not everything is recorded ({why}); "
+                        "evaluating with what its config holds", fg="yellow", err=True)  # fmt: skip
     elif task is None:
         _fail("--task is needed with --model (with --run the run's task is the default)")
     same_task = run_cfg is not None and task in (None, run_cfg.task.name)
@@ -485,11 +505,12 @@ def sft(
     loss: Annotated[str, typer.Option(help="SFT loss: ce (cross-entropy; a masked-diffusion model: LLaDA's masked-token loss) or otr (One-Token Rollout, causal models).")] = "ce",
     loss_param: Annotated[Optional[list[str]], typer.Option(help="SFT loss parameter key=value (repeatable), e.g. k=8.")] = None,
 ):
-    """A short supervised warm start on task demonstrations (for tiny models before RL)."""
+    """A short supervised warm start on task demonstrations (for tiny models before RL). Progress and ETA on
+    stderr; Ctrl-C saves the model so far and exits with 130."""
     from covey.models.loading import check_name
     from covey.tasks import get_task
     from covey.train.config import parse_overrides
-    from covey.train.sft import check_sft_args, check_sft_loss, run_sft
+    from covey.train.sft import check_sft_args, check_sft_loss
 
     try:
         check_sft_args(steps, batch_size, lr, seed)
@@ -515,8 +536,10 @@ def sft(
         check_sft_loss(model, loss)
     except ValueError as e:
         _fail(str(e))
-    res = run_sft(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, loss_params=loss_params)
-    typer.echo(json.dumps(res))
+    from covey.train.sft import sft_with_progress
+
+    _interruptible(lambda: sft_with_progress(model, t, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
+                                             loss_params=loss_params))  # fmt: skip
 
 
 @app.command()

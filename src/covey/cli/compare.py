@@ -2,7 +2,8 @@
 
 Each sub-command prints a table (``--json``: the JSON instead) and writes ``<command>.json`` and
 ``<command>.png`` (export: the ORB files) into ``--out`` (default ``covey-compare``). A run is given
-as ``PATH`` (its method = the config key ``--group-by``, default ``algo.preset``) or ``LABEL=PATH``.
+as ``PATH`` (its method = its resolved ``algo:`` block, or the config key ``--group-by``) or ``LABEL=PATH``;
+runs grouped together that differ in more than the seed are named in a warning.
 The math lives in `covey.eval.stats`, `covey.eval.passk` and `covey.eval.adastop`; the figures in
 `covey.eval.plots`. Bad input raises ValueError / FileNotFoundError before any work (exit 2).
 """
@@ -26,12 +27,12 @@ from covey.eval.adastop import adastop
 from covey.eval.passk import coverage, crossings, mean_pass_curve
 from covey.eval.samples import correct_counts, read_samples
 from covey.eval.stats import bootstrap_ci, interpolate_curves, iqm, last_n_mean, mean_std, transfer_matrix
-from covey.train.metrics import read_metrics
 
 Out = Annotated[Path, typer.Option(help="Folder for <command>.json and <command>.png.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
 Runs = Annotated[list[str], typer.Argument(help="Run folders, each PATH or LABEL=PATH.")]
-GroupBy = Annotated[str, typer.Option(help="Config key naming a run's method when it has no LABEL= (dotted).")]
+GroupBy = Annotated[str, typer.Option(help="What names a run's method when it has no LABEL=: algo (its whole resolved "
+                                             "algo block) or a dotted config key (e.g. sampling.temperature).")]
 
 
 # ---------------------------------------------------------------- inputs
@@ -46,8 +47,12 @@ def _config_value(cfg: dict, key: str):
     return value
 
 
-def load_runs(specs: list[str], metric: str, group_by: str = "algo.preset") -> list[dict]:
-    """Each run: {label, path, seed, steps, values} of `metric` (rows that log it)."""
+def load_runs(specs: list[str], metric: str, group_by: str = "algo") -> list[dict]:
+    """Each run: {label, path, seed, steps, values, config} of `metric` (rows that log it).
+
+    A run given as LABEL=PATH keeps its label. Otherwise `group_by` names its method: "algo" (the
+    default) groups runs by their whole resolved `algo:` block (`_algo_labels`), any other dotted
+    config key by that key's value."""
     runs = []
     for spec in specs:
         label, _, path = spec.partition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
@@ -55,20 +60,63 @@ def load_runs(specs: list[str], metric: str, group_by: str = "algo.preset") -> l
         if not (path / "metrics.jsonl").is_file() or not (path / "config.yaml").is_file():
             raise FileNotFoundError(f"{path} is not a covey run folder (needs config.yaml and metrics.jsonl)")
         cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        from covey.train.metrics import read_metrics
+
         rows = [r for r in read_metrics(path / "metrics.jsonl") if metric in r and r[metric] is not None]
         if not rows:
             keys = sorted({k for r in read_metrics(path / "metrics.jsonl") for k in r} - {"step"})
             raise ValueError(f"{path} logs no {metric!r}; it has: {', '.join(keys[:20])}{' ...' if len(keys) > 20 else ''}")
-        if not label:
+        if not label and group_by != "algo":
             value = _config_value(cfg, group_by)
-            if value is None and group_by == "algo.preset":
-                value = _config_value(cfg, "algo.advantage.name")
             if value is None:
                 raise ValueError(f"{path}: config has no {group_by!r}; give the run as LABEL={path}")
             label = str(value)
         runs.append({"label": label, "path": str(path), "seed": cfg.get("seed"), "config": cfg,
                      "steps": [r["step"] for r in rows], "values": [float(r[metric]) for r in rows]})  # fmt: skip
+    _algo_labels([r for r in runs if not r["label"]])
     return runs
+
+
+def _flat(d, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in (d or {}).items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _algo_labels(runs: list[dict]) -> None:
+    """Label runs by their resolved algorithm: runs with equal `algo:` blocks share a label, runs that
+    differ never do. The label is the preset (else the advantage's name), and where two different
+    blocks would get the same one, the keys in which they differ (`grpo (aggregation.name=token-mean)`):
+    three runs of TRL's loss types grpo, dr_grpo and bnpo are three methods, not one with three seeds."""
+    blocks = {r["path"]: _flat({k: v for k, v in (r["config"].get("algo") or {}).items() if k != "preset"}) for r in runs}
+    base = {}
+    for r in runs:
+        algo = r["config"].get("algo") or {}
+        base[r["path"]] = str(algo.get("preset") or _config_value(r["config"], "algo.advantage.name") or "custom")
+    for name in set(base.values()):
+        members = [r for r in runs if base[r["path"]] == name]
+        distinct = {json.dumps(blocks[r["path"]], sort_keys=True, default=str) for r in members}
+        differing = sorted({k for r in members for k in blocks[r["path"]]
+                            if len({json.dumps(blocks[o["path"]].get(k), default=str) for o in members}) > 1})  # fmt: skip
+        for r in members:
+            if len(distinct) == 1:
+                r["label"] = name
+                continue
+            shown = [f"{k}={_short_value(blocks[r['path']].get(k), None)}" for k in differing]  # whole: labels stay distinct
+            r["label"] = f"{name} ({', '.join(shown)})"
+
+
+def _short_value(v, width: int | None = 24) -> str:
+    text = "null" if v is None else json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v)
+    return text if width is None or len(text) <= width else text[: width - 3] + "..."
+
+
+# Keys that may differ between the seeds of one method: where and how a run is written, its speed knobs.
+_NOT_METHOD = ("seed", "log.", "checkpoint.", "threads", "reward_workers", "task_reward_timeout_s", "runtime.timeout_s")
 
 
 def _groups(runs: list[dict]) -> dict[str, list[dict]]:
@@ -78,6 +126,28 @@ def _groups(runs: list[dict]) -> dict[str, list[dict]]:
     for rs in out.values():
         rs.sort(key=lambda r: (r["seed"] is None, r["seed"] if r["seed"] is not None else 0, r["path"]))
     return out
+
+
+def group_warnings(groups: dict[str, list[dict]]) -> list[str]:
+    """One line per group whose runs differ in more than the seed (and `_NOT_METHOD`): the keys and,
+    for the first few, each run's value. Printed on stderr and kept in the result JSON."""
+    lines = []
+    for name, rs in groups.items():
+        flats = [_flat(r["config"]) for r in rs]
+        keys = sorted({k for f in flats for k in f if not k.startswith(_NOT_METHOD)})
+        differ = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1]
+        if differ:
+            detail = "; ".join(f"{k}: " + ", ".join(f"{Path(r['path']).name}={_short_value(f.get(k))}" for r, f in zip(rs[:3], flats))
+                               for k in differ[:3])  # fmt: skip
+            more = f" (and {len(differ) - 3} more keys)" if len(differ) > 3 else ""
+            lines.append(f"runs grouped as {name!r} differ in more than the seed: {detail}{more}; label them "
+                         "LABEL=PATH or pick --group-by to keep them apart")  # fmt: skip
+    return lines
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        typer.echo(f"warning: {line}", err=True)
 
 
 def _last_json(path: Path) -> dict:
@@ -124,7 +194,7 @@ def curves_cmd(
     runs: Runs,
     metric: Annotated[str, typer.Option(help="A metrics.jsonl key.")] = "reward/mean",
     last: Annotated[int, typer.Option(help="Per seed: the mean of the last N logged values.")] = 10,
-    group_by: GroupBy = "algo.preset",
+    group_by: GroupBy = "algo",
     reps: Annotated[int, typer.Option(help="Bootstrap resamples for the IQM's CI.")] = 2000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     out: Out = Path("covey-compare"),
@@ -135,6 +205,8 @@ def curves_cmd(
     if last < 1 or reps < 1:
         raise ValueError(f"--last and --reps must be >= 1, got {last}, {reps}")
     groups = _groups(load_runs(runs, metric, group_by))
+    warned = group_warnings(groups)
+    _warn(warned)
     rows, curves = [], {}
     for name, rs in groups.items():
         per_seed = [last_n_mean(r["values"], last) for r in rs]
@@ -144,7 +216,7 @@ def curves_cmd(
                      "per_seed": per_seed, "runs": [r["path"] for r in rs], "run_seeds": [r["seed"] for r in rs]})  # fmt: skip
         curves[name] = interpolate_curves([(r["steps"], r["values"]) for r in rs])
     result = {"metric": metric, "last": last, "std": "population (ddof=0)", "ci": f"95% percentile bootstrap, {reps} reps, seed {seed}",
-              "methods": rows}  # fmt: skip
+              "methods": rows, "warnings": warned}  # fmt: skip
     text = table(["method", "seeds", "mean", "std", "IQM", "CI low", "CI high"],
                  [[r["method"], r["seeds"], r["mean"], r["std"], r["iqm"], r["ci_low"], r["ci_high"]] for r in rows])  # fmt: skip
     _emit(out, "curves", result, f"{metric}, last {last} per seed\n{text}", as_json, lambda p: plots.curves_png(p, metric, curves, rows))
@@ -296,7 +368,7 @@ def adastop_cmd(
     train_override: Annotated[Optional[list[str]], typer.Option(help="With --agent: a key=value override for every run (repeatable).")] = None,
     metric: Annotated[str, typer.Option(help="A metrics.jsonl key (with run folders).")] = "reward/mean",
     last: Annotated[int, typer.Option(help="Per run: the mean of the last N logged values of --metric.")] = 10,
-    group_by: GroupBy = "algo.preset",
+    group_by: GroupBy = "algo",
     n: Annotated[int, typer.Option(help="Seeds per method per interim.")] = 5,
     interims: Annotated[int, typer.Option("--K", help="Most interims.")] = 5,
     permutations: Annotated[int, typer.Option("--B", help="Permutations.")] = 10000,
@@ -316,6 +388,7 @@ def adastop_cmd(
     def test(sc: dict) -> dict:
         return adastop(sc, n=n, K=interims, B=permutations, alpha=alpha, beta=beta, seed=seed, compare_to_first=compare_to_first)
 
+    warned: list[str] = []
     if agent:
         from covey.train.config import load_config
 
@@ -332,11 +405,14 @@ def adastop_cmd(
         by_method = _csv_scores(scores)
         res = test(by_method)
     else:
-        by_method = {m: [last_n_mean(r["values"], last) for r in rs] for m, rs in _groups(load_runs(runs, metric, group_by)).items()}
+        groups = _groups(load_runs(runs, metric, group_by))
+        warned = group_warnings(groups)
+        _warn(warned)
+        by_method = {m: [last_n_mean(r["values"], last) for r in rs] for m, rs in groups.items()}
         res = test(by_method)
     means = {m: float(np.mean(v)) if v else float("nan") for m, v in by_method.items()}
     result = {"n": n, "K": interims, "B": permutations, "alpha": alpha, "beta": beta, "seed": seed, "means": means,
-              "seeds_given": {m: len(v) for m, v in by_method.items()}, **res}  # fmt: skip
+              "seeds_given": {m: len(v) for m, v in by_method.items()}, "warnings": warned, **res}  # fmt: skip
     text = table(["comparison", "decision"], [[c, d] for c, d in res["decisions"].items()])
     text += "\n" + table(["method", "seeds given", "seeds used", "mean"],
                          [[m, len(by_method[m]), res["n_iters"][m], means[m]] for m in by_method])  # fmt: skip
@@ -449,6 +525,8 @@ def export_cmd(
     prov = _provenance()
     done = []
     for p, rid in zip(paths, ids):
+        from covey.train.metrics import read_metrics
+
         rows = read_metrics(p / "metrics.jsonl")
         cfg = yaml.safe_load((p / "config.yaml").read_text()) or {}
         cols = ["_step", "global_step", *sorted({k for r in rows for k in r} - {"step"})]

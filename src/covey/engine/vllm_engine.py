@@ -16,7 +16,9 @@ Weight sync (`load_weights`): vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPR
 here before vLLM starts), so `LLM.collective_rpc("reload_weights", weights_iterator=...)` reaches
 the worker directly and loads the learner's tensors (HF names) into the running model in place,
 through vLLM's own loader (which also repacks the CPU backend's linear weights; the model's plain
-`load_weights` fails on CPU for that reason). No reload from disk, no new engine. The prefix cache is
+`load_weights` fails on CPU for that reason). Floating-point tensors are cast to the engine's dtype
+before they are passed (`sync_tensors`), and the messages vLLM prints on every sync that are expected
+there (`EXPECTED_SYNC_MESSAGES`) are silenced (`quiet_sync`). No reload from disk, no new engine. The prefix cache is
 then reset (its KV blocks were computed with the old weights). About 0.2 s for SmolLM2-135M on a
 2-core CPU (benchmarks/README.md).
 
@@ -74,10 +76,13 @@ and `kv_cache_gib` (vLLM's VLLM_CPU_KVCACHE_SPACE); on CUDA `gpu_memory_utilizat
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import logging
 import os
 import random
+import re
 import shutil
 import tempfile
 import threading
@@ -281,8 +286,8 @@ class VllmEngine:
             return self._load_adapter(source, version)
         state = source.state_dict() if hasattr(source, "state_dict") else dict(source)
         t0 = time.perf_counter()
-        items = ((k, v.detach()) for k, v in state.items())
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        with quiet_sync():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": sync_tensors(state, self.dtype)})
         self.llm.reset_prefix_cache()  # cached prompt blocks were computed with the old weights
         self.sync_seconds.append(time.perf_counter() - t0)
         self.version = self.version + 1 if version is None else int(version)
@@ -454,6 +459,45 @@ def vllm_prompt(ids: list[int], vision, tokens_prompt=dict) -> dict:
     if vision is None:
         return tokens_prompt(prompt_token_ids=ids)
     return {"prompt": vision.text, "multi_modal_data": {"image": list(vision.images)}}
+
+
+def sync_tensors(state: dict, dtype: torch.dtype):
+    """(name, tensor) pairs for vLLM's loader: floating-point tensors cast to the engine's dtype here, once
+    (the learner keeps fp32 weights under bf16 autocast; vLLM would otherwise cast each one itself and
+    warn about every float32 tensor it loads into a bfloat16 parameter); integer tensors as they are."""
+    for name, v in state.items():
+        v = v.detach()
+        yield name, v.to(dtype) if v.is_floating_point() and v.dtype != dtype else v
+
+
+EXPECTED_SYNC_MESSAGES = re.compile(r"Attempted to load weight .*(float32|float16|bfloat16)|"
+                                    r"RotaryEmbedding.*[Ff]ailed to load weights")  # fmt: skip
+"""What vLLM says on every in-place weight sync that is expected there, not a fault: a dtype cast
+(`sync_tensors` casts first, so only a tensor it could not cast is reported) and the rotary embedding,
+which has no weights to load (its inv_freq is recomputed from the config)."""
+
+
+class _DropExpected(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not EXPECTED_SYNC_MESSAGES.search(record.getMessage())
+
+
+@contextlib.contextmanager
+def quiet_sync():
+    """Silence `EXPECTED_SYNC_MESSAGES` during a weight sync, from vLLM's loggers (a filter on the
+    handlers of the `vllm` logger tree, where vLLM's records end up) and from Python warnings;
+    anything else vLLM reports still shows."""
+    drop = _DropExpected()
+    handlers = {h for name in ("vllm", "") for h in logging.getLogger(name).handlers}
+    for h in handlers:
+        h.addFilter(drop)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=f".*(?:{EXPECTED_SYNC_MESSAGES.pattern})")
+            yield
+    finally:
+        for h in handlers:
+            h.removeFilter(drop)
 
 
 def _unsupported(top_p: float, top_k: int, min_p: float, entropies: bool) -> str | None:

@@ -103,6 +103,10 @@ class Learner:
             # trainer-side pi_old to compare against the engine's numbers, so it recomputes.
             recompute_old_logprobs = "always" if (updates > 1 or algo.correction is not None) else "never"
         self.recompute_old = recompute_old_logprobs == "always"
+        self.optimizer_steps = self._first_step = 0  # taken so far (the trainer tells an untouched policy by it)
+        self.stop_check = None
+        """A callable run before each micro-batch until the update's first optimizer step (a safe point
+        to abandon the step: `covey.train.interrupt`); None: no checks."""
 
     # ------------------------------------------------------------------------------------------
     def _ctx(self, model=None):
@@ -206,6 +210,7 @@ class Learner:
         if self.per_mc:
             self._fill_mc_terms(batch)
         self.model.train()
+        self._first_step = self.optimizer_steps  # stop checks run until this update's first optimizer step
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
         stopped = False
@@ -233,6 +238,8 @@ class Learner:
         stats = step.stats
         loss_total = 0.0
         for idx in step.chunks:
+            if self.stop_check is not None and self.optimizer_steps == self._first_step:
+                self.stop_check()
             micro, mask, sub = self._micro(step.rows, step.extra, idx)
             if float(mask.sum()) == 0:
                 continue
@@ -249,6 +256,7 @@ class Learner:
             return stats
         grad_norm = self._clip()
         self.optimizer.step()
+        self.optimizer_steps += 1
         if self.scheduler is not None:
             self.scheduler.step()
         stats.update({k: (v, 1.0) for k, v in self.objective.after_step().items()})

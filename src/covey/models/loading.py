@@ -2,7 +2,9 @@
 
 Accepts a built-in alias (`ALIASES`), a local HF folder, or a hub id. Hub ids are looked up in the
 local HF cache first (a file-system look-up, then the cached snapshot folder is loaded: no network),
-so they work offline once their files are cached. Only an id that is not cached goes to the hub, after
+so they work offline once their files are cached. The hub id of a built-in alias
+(`HuggingFaceTB/SmolLM2-135M-Instruct`) that is neither cached nor reachable loads that alias (with a
+warning: the alias is the model's Q4_1 GGUF, dequantised). Only an id that is not cached goes to the hub, after
 one quick connectivity probe: an unknown name fails in about a second, not after the hub client's
 retries (and at once with HF_HUB_OFFLINE=1). `check_name` runs the same resolution without loading.
 """
@@ -16,7 +18,8 @@ import torch
 
 from covey.models.convert import ALIAS_SOURCES, prepare
 
-__all__ = ["ALIASES", "BUNDLED_CONFIGS", "bundled_config", "check_name", "hub_reachable", "load", "model_config", "resolve_dtype"]
+__all__ = ["ALIASES", "BUNDLED_CONFIGS", "bundled_config", "check_name", "hub_alias", "hub_reachable", "load", "model_config",
+           "resolve_dtype"]
 
 # alias -> the config.json fields `model_config` gives for it (what `load` builds; no import of transformers)
 ALIAS_CONFIGS = {
@@ -82,6 +85,8 @@ def load(
     if Path(name).expanduser().is_dir():
         return _from_pretrained(Path(name).expanduser(), torch_dtype, local_only=True, trust_remote_code=trust_remote_code)
     snapshot = _resolve_hub_id(name)
+    if isinstance(snapshot, str):  # the hub id of a built-in alias, neither cached nor reachable
+        return _from_pretrained(prepare(snapshot, cache_dir=cache_dir), torch_dtype, local_only=True)
     if snapshot is not None:
         try:
             return _from_pretrained(snapshot, torch_dtype, local_only=True)
@@ -166,9 +171,21 @@ def _read_json(path: Path) -> dict | None:
     return config if isinstance(config, dict) else None
 
 
-def _resolve_hub_id(name: str) -> Path | None:
+_ALIAS_WARNED: set[str] = set()
+
+
+def hub_alias(name: str) -> str | None:
+    """The built-in alias that is hub model `name` (`ALIAS_HUB_IDS`; hub ids compare case-insensitively,
+    as on the hub), or None. `HuggingFaceTB/SmolLM2-135M-Instruct` -> `smollm2-135m-instruct`."""
+    from covey.models.convert import ALIAS_HUB_IDS
+
+    return next((alias for alias, hub in ALIAS_HUB_IDS.items() if hub.lower() == name.lower()), None)
+
+
+def _resolve_hub_id(name: str) -> Path | str | None:
     """The cached snapshot folder of hub id `name`, None when it is not cached but the hub is reachable
-    (download it), or FileNotFoundError naming the aliases."""
+    (download it), the built-in alias that is this model when it is neither (offline: a warning says
+    so once), or FileNotFoundError naming the aliases."""
     if Path(name).expanduser().exists() or name.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model path {name!r} is not a folder with a saved model; aliases are {list(ALIASES)}")
     from huggingface_hub import try_to_load_from_cache
@@ -181,6 +198,17 @@ def _resolve_hub_id(name: str) -> Path | None:
     if isinstance(cached, str):
         return Path(cached).parent
     if not hub_reachable():
+        alias = hub_alias(name)
+        if alias is not None:
+            if name not in _ALIAS_WARNED:
+                _ALIAS_WARNED.add(name)
+                import logging
+
+                logging.getLogger("covey").warning(
+                    "model %s is not in the local HF cache and the hub is not reachable: using the built-in alias %s, the "
+                    "same model shipped offline as its Q4_1 GGUF, dequantised (weights within that quantisation of the "
+                    "hub's)", name, alias)  # fmt: skip
+            return alias
         raise FileNotFoundError(
             f"unknown model {name!r}: not an alias ({', '.join(ALIASES)}), not a local folder, not in the local "
             "HF cache, and the hub is not reachable from here"

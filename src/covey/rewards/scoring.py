@@ -149,7 +149,9 @@ class Scorer:
         batch.reward_names, batch.reward_weights = tuple(names), torch.tensor(weights, dtype=torch.float32)
         batch.validate()
         out = dict(result.metrics)
-        out["reward/mean"] = float(batch.scalar_rewards().mean())  # what advantages see (with shaping)
+        scalar = batch.scalar_rewards()
+        out["reward/mean"] = float(scalar.mean())  # what advantages see (with shaping)
+        out["reward/std"] = float(scalar.std()) if len(scalar) > 1 else 0.0  # unbiased, over the batch (TRL's reward_std)
         for i in range(len(result.names), len(names)):
             out[f"reward/{names[i]}/mean"] = float(batch.rewards[:, i].mean())
         return out

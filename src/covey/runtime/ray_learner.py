@@ -159,7 +159,7 @@ class LearnerGroup:
                                                 resources=res.get("resources") or None,
                                                 scheduling_strategy=engine.bundle_strategy(engine.layout.learner[r]))
                                     .remote(r, self.world, model_ref, cfg.algo, options, cfg.optim, cfg.steps, cuda,
-                                            cfg.threads, sharding))  # fmt: skip
+                                            0 if cfg.threads == "auto" else cfg.threads, sharding))  # fmt: skip
             init = self._gather([self._actors[0].address.remote()], "start", [0])[0]
             opt = optimizer.state_dict()
             if self.sharded:  # fsdp2 ranks shard a name-keyed state (empty for a fresh run)

@@ -271,9 +271,10 @@ class RunConfig(_Strict):
     auto; unset or auto, it follows the learner (model.dtype)."""
     device: str = "auto"
     """Where the model, engine and every per-step tensor live: auto (CUDA when present), cpu, cuda, cuda:N."""
-    threads: int = Field(0, ge=0)
-    """torch CPU threads for generation and learning (0 = torch's default, one per core). On a busy
-    machine fewer threads than cores is often faster: threads that wait on each other stall."""
+    threads: Annotated[int, Field(ge=0)] | Literal["auto"] = "auto"
+    """torch CPU threads for generation and learning: auto (the cores free now, re-checked between steps;
+    `covey.train.threads`), a number, or 0 (torch's default, one per core). On a busy machine threads
+    that outnumber the free cores wait on each other at every step."""
     algo: AlgoConfig = Field(default_factory=lambda: resolve_algo({"preset": "grpo"}))
     optim: OptimConfig = OptimConfig()
     log: LogConfig = LogConfig()
@@ -600,9 +601,15 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ru
     """
     from covey.train.checkpoint import latest_checkpoint
 
+    from covey.train.provenance import python_only
+
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"{run_dir} is not a covey run folder (no config.yaml)")
+    why = python_only(run_dir)
+    if why is not None:
+        raise ConfigError(f"{run_dir} was started from Python and the CLI cannot rebuild it ({why}): resume it from Python "
+                          f"with GRPOTrainer(<the same arguments>, run_dir={str(run_dir)!r}).train(resume_from_checkpoint=True)")  # fmt: skip
     cfg = load_config(run_dir / "config.yaml", overrides)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:

@@ -12,12 +12,13 @@ policy from a run's latest checkpoint (`covey export RUN [--merge] [--out DIR]`)
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
 import torch
 
-__all__ = ["export_model", "export_run"]
+__all__ = ["export_model", "export_run", "portable_base", "quiet_progress"]
 
 
 def export_model(model: torch.nn.Module, tokenizer, out_dir: str | Path, *, merge: bool = True) -> dict[str, str]:
@@ -34,15 +35,30 @@ def export_model(model: torch.nn.Module, tokenizer, out_dir: str | Path, *, merg
     return written
 
 
+@contextlib.contextmanager
+def quiet_progress():
+    """No "Writing model shards" bar from `save_pretrained` (a run saves often; its own lines say where)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def _save(model, tokenizer, dst: Path) -> str:
     """save_pretrained into a sibling temporary folder, then swap it in: a kill mid-write leaves the
     previous export whole, and no stale shard of an older export stays behind."""
     tmp, old = dst.with_name(f".{dst.name}.tmp"), dst.with_name(f".{dst.name}.old")
     for leftover in (tmp, old):
         shutil.rmtree(leftover, ignore_errors=True)
-    model.save_pretrained(tmp)
+    with quiet_progress():
+        model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    _portable_base(tmp / "adapter_config.json")
+    portable_base(tmp / "adapter_config.json")
     if dst.exists():
         dst.rename(old)
     tmp.rename(dst)
@@ -50,7 +66,7 @@ def _save(model, tokenizer, dst: Path) -> str:
     return str(dst)
 
 
-def _portable_base(adapter_config: Path) -> None:
+def portable_base(adapter_config: Path) -> None:
     """peft records the base model's local path (for an alias, covey's cache folder); record a name
     that resolves elsewhere instead (`covey.models.convert.portable_model_name`: the hub id)."""
     import json

@@ -1,6 +1,7 @@
 """Per-step metrics: one JSON object per line in RUN_DIR/metrics.jsonl, mirrored to TensorBoard.
 
-JSONL is the source of truth (plots and resume read it); TensorBoard is a view. On resume the file is
+JSONL is the source of truth (plots and resume read it); TensorBoard is a view. TensorBoard and W&B also get
+TRL's names for the metrics TRL logs (`train/reward`, `train/completions/mean_length`, ...: `covey.train.trl_names`). On resume the file is
 cut back to the resumed step (written to a temporary file, then renamed over it, so a kill during the
 rewrite loses nothing) so a killed-and-resumed run has exactly one line per step.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from covey.train.checkpoint import write_error
+from covey.train.trl_names import trl_metrics
 
 __all__ = ["MetricsLogger", "markdown_table", "read_metrics", "sample_rows", "sample_table"]
 
@@ -45,6 +47,7 @@ class MetricsLogger:
         row = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
         _append(self._file, self.path, row)
         scalars = {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)}
+        scalars.update({f"train/{k}": v for k, v in trl_metrics(scalars).items()})  # TRL's names (covey.train.trl_names)
         if self._tb is not None:
             for k, v in scalars.items():
                 self._tb.add_scalar(k, v, step)

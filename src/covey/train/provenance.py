@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["FILE", "config_sha256", "environment", "write_provenance"]
+__all__ = ["FILE", "PYTHON_ONLY", "config_sha256", "environment", "python_only", "record_python_only", "write_provenance"]
 
 FILE = "provenance.json"
 
@@ -85,3 +85,27 @@ def write_provenance(run_dir: Path, config: dict, *, resume: bool = False) -> di
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     os.replace(tmp, path)
     return record
+
+
+PYTHON_ONLY = "python_only.json"
+"""A run started from Python whose data or rewards the CLI cannot rebuild: {"why": ...} (`covey.api`)."""
+
+
+def record_python_only(run_dir: str | Path, why: str | None) -> None:
+    """Write (or, with `why` None, remove) RUN/python_only.json."""
+    path = Path(run_dir) / PYTHON_ONLY
+    if why is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(json.dumps({"why": why}) + "\n")
+
+
+def python_only(run_dir: str | Path) -> str | None:
+    """Why the run in `run_dir` can only be resumed from Python, or None when the CLI can rebuild it."""
+    path = Path(run_dir) / PYTHON_ONLY
+    if not path.is_file():
+        return None
+    try:
+        return str(json.loads(path.read_text()).get("why") or "see python_only.json")
+    except (OSError, ValueError, AttributeError):
+        return f"{path} says so"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -24,7 +25,7 @@ from covey.models import apply_chat
 from covey.models import load as load_model
 from covey.train.sft_losses import SFT_LOSSES
 
-__all__ = ["check_sft_args", "check_sft_loss", "run_sft"]
+__all__ = ["check_sft_args", "check_sft_loss", "run_sft", "sft_with_progress"]
 
 _DIFFUSION_LOSS = ("--loss {loss}: model {name!r} is a masked-diffusion model, which covey sft trains with LLaDA's "
                    "masked-token loss only; use --loss ce (the default) with it")  # fmt: skip
@@ -54,10 +55,13 @@ def check_sft_loss(model_name: str, loss: str) -> None:
 
 def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_size: int = 32, lr: float = 1e-3,
             seed: int = 0, dtype: str = "bf16", device: str = "auto", loss: str = "ce",
-            loss_params: dict | None = None) -> dict:  # fmt: skip
+            loss_params: dict | None = None, progress: Callable[[int, float], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> dict:  # fmt: skip
     """Train `model_name` on the task's demonstrations with SFT loss `loss` (`covey.train.sft_losses`:
     ce, otr; a masked-diffusion model: LLaDA's masked-token loss, with `ce` only); device auto = CUDA
-    when present."""
+    when present. `progress(step, loss)` is called after every step; when `stop()` turns true the
+    training ends after the current step and the model so far is saved (the result says
+    `"stopped_at"`)."""
     check_sft_args(steps, batch_size, lr, seed)
     check_sft_loss(model_name, loss)
     loss_fn = SFT_LOSSES.get(loss).bind(loss_params or {})  # a bad name or parameter fails before the model loads
@@ -79,7 +83,8 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
     if diffusion and loss != "ce":  # a folder without a readable family reaches here
         raise ValueError(_DIFFUSION_LOSS.format(name=model_name, loss=loss))
     mask_id = mask_token_id(model, tok) if diffusion else None
-    for _ in range(steps):
+    done = 0
+    for done in range(1, steps + 1):
         batch = [items[rng.randrange(len(items))] for _ in range(batch_size)]
         if diffusion:  # LLaDA's masked-token SFT loss: its own loss path (`covey.likelihood.sft`)
             ids, answer = (t.to(dev) for t in encode_sft(tok, batch, demo, apply_chat))
@@ -98,12 +103,17 @@ def run_sft(model_name: str, task, out: str | Path, *, steps: int = 200, batch_s
         opt.step()
         sched.step()
         losses.append(float(loss_value.detach()))
+        if progress is not None:
+            progress(done, losses[-1])
+        if stop is not None and stop():
+            break
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out)
     tok.save_pretrained(out)
-    return {"out": str(out), "steps": steps, "sft_loss": "llada_masked" if diffusion else loss_fn.__name__, "loss_first": losses[0],
-            "loss_last": sum(losses[-10:]) / len(losses[-10:]), **extra}  # fmt: skip
+    stopped = {"stopped_at": done} if done < steps else {}
+    return {"out": str(out), "steps": steps, **stopped, "sft_loss": "llada_masked" if diffusion else loss_fn.__name__,
+            "loss_first": losses[0], "loss_last": sum(losses[-10:]) / len(losses[-10:]), **extra}  # fmt: skip
 
 
 def _encode(tok, batch: list[dict], demo, eos: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,3 +129,47 @@ def _encode(tok, batch: list[dict], demo, eos: str) -> tuple[torch.Tensor, torch
     ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
     labels = torch.tensor([lb + [-100] * (width - len(lb)) for lb in labs])
     return ids, labels
+
+
+def sft_with_progress(model_name: str, task, out: str | Path, *, console=None, live: bool = True, **kwargs) -> dict:
+    """`run_sft` as `covey sft` runs it, with `covey train`'s progress and Ctrl-C: a live bar on a terminal, else
+    a plain line every few seconds (``sft step 40/200 | loss 1.234 | 0.31s/step | elapsed 0:12 | ETA 0:49``, on
+    stderr); the first Ctrl-C / SIGTERM ends the training after the current step and saves the model so far,
+    then raises `TrainingInterrupted`; a second exits at once."""
+    import time
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from covey.eval.runner import clock
+    from covey.train.interrupt import TrainingInterrupted, signal_name, stop_signals
+
+    console = console or Console(stderr=True)
+    steps = kwargs.get("steps", 200)
+    started, last = time.perf_counter(), [0.0]
+    live = live and console.is_terminal
+
+    def on_first(signum: int) -> None:
+        console.print(f"[yellow]{signal_name(signum)}: stopping after this step and saving the model so far to {out} "
+                      "(send it again to exit at once)[/]", soft_wrap=True)  # fmt: skip
+
+    columns = [TextColumn("[bold]sft step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]  # fmt: skip
+    with stop_signals(on_first) as signals, Progress(*columns, console=console, disable=not live) as bar:
+        task_id = bar.add_task("sft", total=steps, info="")
+
+        def progress(step: int, loss: float) -> None:
+            elapsed = time.perf_counter() - started
+            info = f"loss {loss:.3f} | {elapsed / step:.2f}s/step"
+            bar.update(task_id, completed=step, info=info)
+            if not live and (elapsed - last[0] >= 5.0 or step in (1, steps)):
+                last[0] = elapsed
+                eta = clock(elapsed / step * (steps - step))
+                console.print(f"sft step {step}/{steps} | {info} | elapsed {clock(elapsed)} | ETA {eta}", markup=False, highlight=False)
+
+        result = run_sft(model_name, task, out, progress=progress, stop=lambda: signals["signum"] is not None, **kwargs)
+    if signals["signum"] is not None:
+        console.print(f"stopped at step {result['stopped_at']} of {steps}; the model so far is in {out}", markup=False,
+                      highlight=False, soft_wrap=True)  # fmt: skip
+        raise TrainingInterrupted({**result, "step": result["stopped_at"]}, signals["signum"])
+    return result

@@ -37,9 +37,13 @@ from covey.runtime.staleness import staleness_metrics
 from covey.runtime.thread import GenerationFailed, ThreadExecutor
 from covey.tasks import get_task
 from covey.train.checkpoint import (
-    latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, load_weights, rng_state, save_checkpoint, set_rng_state,
+    latest_checkpoint, load_checkpoint_meta, load_latest_checkpoint, load_weights, rng_state, save_checkpoint, save_hf_weights,
+    set_rng_state,
 )  # fmt: skip
+from covey.train.trl_names import write_trainer_state
 from covey.train.config import RunConfig
+from covey.train.interrupt import StopFlag, StoppableEngine
+from covey.train.threads import Threads
 from covey.learner.fillers import fill_fields, needs_reference
 from covey.learner.learner import Learner, reset_peak_memory
 from covey.train.metrics import MetricsLogger, sample_rows
@@ -74,11 +78,12 @@ class Trainer:
     def _build(self, cfg: RunConfig, resume: bool, model, tokenizer, task, reward_funcs) -> None:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        self.threads = Threads(cfg.threads)  # auto: from the cores free now; the loop re-checks between steps
+        self.threads.apply()
         self.device = torch.device(cfg.resolved_device())
         self.task = task if task is not None else get_task(cfg.task.name, **cfg.task.params)
         items = list(self.task.examples(cfg.task.split))
+        self.n_items = len(items)  # prompts per epoch (trainer_state.json)
         self.strategy = STRATEGIES.build(cfg.strategy_spec().name, cfg.strategy_spec().params)
         check_run(cfg, self.task, reward_funcs)  # what `covey config show` checks too
         self.rewards = build_rewards(cfg, self.task, reward_funcs)  # bad reward names/params fail before the model loads
@@ -139,6 +144,14 @@ class Trainer:
                                            limit=cfg.steps, interrupt_on_update=interrupts_on_update(cfg))  # fmt: skip
         # what the rollout strategy calls: under interrupt_on_update a weight update cuts its generate short
         self.rollout_engine = self.engine if self.executor is None else self.executor.rollout_engine(self.engine)
+        # Ctrl-C inside a step (covey.train.interrupt): with the inline loop the step stops at its next safe point
+        self.stop = StopFlag()
+        self.stops_mid_step = self.executor is None  # the inline loop (thread / ray: the step finishes first)
+        if self.stops_mid_step:
+            self.rollout_engine = StoppableEngine(self.engine, self.stop)
+            self.learner.stop_check = self.stop.check
+            self.stop.engines = [e for e in (self.engine, self.reference_engine) if hasattr(e, "interrupt")]
+        self.rewound = False  # the last step was abandoned and its state rewound to the step's start
         self.hooks = step_hooks(cfg.algo, learner=self.learner, reference=self.reference, optimizer=self.optimizer)
         self.step_num = 0
         self.last_metrics: dict[str, Any] = {}
@@ -158,7 +171,39 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ the step
     def step(self) -> dict[str, Any]:
-        """One training step; returns its metrics (also written to metrics.jsonl)."""
+        """One training step; returns its metrics (also written to metrics.jsonl).
+
+        With the inline loop, a step that ends in an exception (a stop asked for with `stop.request()`:
+        `StopRequested`, or an error) before its first optimizer step is rewound: the sampler, strategy,
+        objective and hook state and the RNG go back to the step's start (`rewound` is then True), so a
+        checkpoint written now equals one written between the steps."""
+        start = self._start_state() if self.stops_mid_step else None
+        self.rewound = False
+        try:
+            return self._step()
+        except BaseException:
+            if start is not None and self.learner.optimizer_steps == start["optimizer_steps"]:
+                self._rewind(start)
+            raise
+
+    def _start_state(self) -> dict[str, Any]:
+        """What a step changes before its first optimizer step (the model and optimizer stay as they were)."""
+        return {"optimizer_steps": self.learner.optimizer_steps, "rng": rng_state(),
+                "state": {name: copy.deepcopy(obj.state_dict()) for name, obj in self._stateful().items()},
+                "hooks": [copy.deepcopy(h.state_dict()) if h.checkpoint_key is not None else None for h in self.hooks]}  # fmt: skip
+
+    def _rewind(self, start: dict[str, Any]) -> None:
+        set_rng_state(start["rng"])
+        for name, obj in self._stateful().items():
+            obj.load_state_dict(start["state"][name])
+        for h, state in zip(self.hooks, start["hooks"]):
+            if state:
+                h.load_state_dict(state)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()
+        self.rewound = True
+
+    def _step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
         reset_peak_memory(self.learner.device)  # memory/peak_gb: this step's peak on CUDA
         if self.executor is None:
@@ -194,6 +239,7 @@ class Trainer:
         if self.executor is not None:  # after after_update: with max_staleness 0 the sampler sees inline's order
             self.executor.publish(published, self.step_num + 1)
         self.step_num += 1
+        metrics["system/threads"] = torch.get_num_threads()
         metrics["time/learn"] = time.perf_counter() - t1
         metrics["time/step"] = time.perf_counter() - t0
         self.logger.log(self.step_num, metrics)
@@ -218,6 +264,8 @@ class Trainer:
         timer = {"reward": 0.0}
 
         def score(batch: Rollouts) -> dict[str, Any]:
+            if self.stops_mid_step:
+                self.stop.check()  # a safe point: scoring may take minutes
             t = time.perf_counter()
             if self.rewards.needs_engine:  # a judge with the `policy` backend: the live policy referees (URPO)
                 self.rewards.set_context(engine=self.engine, tokenizer=self.tokenizer, policy_version=version)
@@ -341,7 +389,15 @@ class Trainer:
         if self.executor is not None:
             payload["runtime"] = self.executor.state_dict()
         meta = {"config": self.cfg.model_dump(mode="json"), "dtypes": self.dtypes()}
-        return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep, write_more=write_more)
+        hf = payload.pop("model", None) is not None  # unsharded: the weights go into TRL's files (model.safetensors)
+
+        def files(folder: Path) -> None:
+            if hf:
+                save_hf_weights(self.model, self.tokenizer, folder)
+            write_trainer_state(folder, self.run_dir, self.step_num, self.cfg, self.n_items)
+
+        return save_checkpoint(self.run_dir, self.step_num, payload, meta, keep=self.cfg.checkpoint.keep, write_more=write_more,
+                               files=files)  # fmt: skip
 
     def _engine_weights(self):
         """What a weight sync passes the engine: the PEFT model under an adapter sync (`EngineCaps.syncs_adapter`), else
