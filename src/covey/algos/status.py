@@ -50,6 +50,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("advantage", "identity"): ("code", "Alibaba-NLP/qqr 944a2e2"),
     ("advantage", "mc_grpo"): ("code", "lotusroot-kim/MC-GRPO"),
     ("advantage", "mssr"): ("partial", "abstract; shaping form from arXiv 2506.14758"),
+    ("advantage", "noisy_verifier"): ("partial", "paper front matter and secondary summary; no code; GRPO hook a choice"),
     ("advantage", "ngrpo"): ("code", "nangongrui-ngr/NGRPO"),
     ("advantage", "oblr_baseline"): ("partial", "abstract; gradient-norm proxy from verl compute_optimal_token_baseline_advantage"),
     ("advantage", "polychromic"): ("partial", "summaries and a third-party re-implementation"),
