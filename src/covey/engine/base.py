@@ -12,6 +12,9 @@ config is read (`missing_protocols`), never at the first tree step:
                         (treepo, branch, latr, april, arrol, tppo)
     HiddenStatesEngine  + hidden_states(sequences) -> per sequence [L, H] final hidden states of the
                         weights the engine holds (arrol's quality head, tppo's value head)
+    ScoringEngine       + score(prompts, completions, temperature, top_k) -> per row the log-probs of
+                        given completion tokens (and the top-k log-probs at each position) under the
+                        weights the engine holds (hill's hint reliance, scope_ttrl's confidences)
     InterruptibleEngine + interrupt() -> bool: thread-safe; the `generate` call in flight stops at its
                         next token and returns what it has (rows cut short: finish reason "abort");
                         `covey.engine.carry.continue_generation` continues them as prompt + partial
@@ -53,6 +56,7 @@ __all__ = [
     "InterruptibleEngine",
     "Row",
     "SamplingParams",
+    "ScoringEngine",
     "TemperatureRuleEngine",
     "TreeSession",
     "concat_generations",
@@ -276,6 +280,18 @@ class HiddenStatesEngine(Engine, Protocol):
 
 
 @runtime_checkable
+class ScoringEngine(Engine, Protocol):
+    """An engine that scores given completions (teacher forcing, no sampling)."""
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]], *, temperature: float = 1.0,
+              top_k: int = 0) -> list[tuple[Tensor, Tensor | None]]:  # fmt: skip
+        """Per row (prompt i + completion i), ([L_i] float32 log-prob of each completion token, [L_i, k]
+        float32 the k largest log-probs at that position or None when top_k = 0), all under the
+        distribution at `temperature` of the weights the engine holds now; on the CPU."""
+        ...
+
+
+@runtime_checkable
 class TemperatureRuleEngine(Engine, Protocol):
     """An engine that applies `SamplingParams.temperature_rule` (a per-token temperature) in `generate`."""
 
@@ -299,6 +315,7 @@ ENGINE_PROTOCOLS: dict[type, str] = {
     Engine: "generate, load_weights, close",
     ForkingEngine: "tree forking",
     HiddenStatesEngine: "the policy's hidden states",
+    ScoringEngine: "scoring given completions",
     TemperatureRuleEngine: "per-token temperature rules",
     InterruptibleEngine: "interruptible generation",
 }

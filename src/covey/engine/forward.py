@@ -359,6 +359,11 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache, dense: b
     return _linear(last, w.lm_head, None, w.packed_head).float()
 
 
+def head_logits(w: DecoderWeights, h: Tensor) -> Tensor:
+    """[..., V] fp32 logits of final (normed) hidden states [..., H] through the LM head."""
+    return _linear(h.to(w.lm_head.dtype), w.lm_head, None, w.packed_head).float()
+
+
 def hidden_states(w: DecoderWeights, ids: Tensor, valid: Tensor) -> Tensor:
     """[B, P, H] final hidden states (after the final RMSNorm, HF's `last_hidden_state`) of
     left-padded ids [B, P]; `valid` marks real tokens (padded positions hold junk). No cache."""

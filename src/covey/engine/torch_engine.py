@@ -57,7 +57,7 @@ from torch import Tensor
 from covey.devices import host_reads_free
 from covey.engine.base import EngineCaps, Generation, SamplingParams, concat_generations, register_engine, version_tensor
 from covey.dtypes import model_device, resolve_dtype_name
-from covey.engine.forward import SUPPORTED, decode_step, hidden_states, new_cache, pack_weights, prefill
+from covey.engine.forward import SUPPORTED, decode_step, head_logits, hidden_states, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings
 from covey.engine.tree import TreeDecoder
@@ -278,6 +278,27 @@ class TorchEngine:
                 valid[i, width - len(s) :] = True
             h = hidden_states(self.weights, ids.to(self.device), valid.to(self.device)).float().cpu()
             out += [h[i, width - len(s) :] for i, s in enumerate(part)]
+        return out
+
+    def score(self, prompts, completions, *, temperature: float = 1.0, top_k: int = 0) -> list[tuple[Tensor, Tensor | None]]:
+        """Log-probs of given completions under the weights this engine holds (`ScoringEngine`): per row,
+        [L] of each completion token and [L, top_k] of the largest (None when top_k is 0), at `temperature`."""
+        if temperature <= 0:
+            raise ValueError(f"score: temperature must be > 0, got {temperature}")
+        if len(prompts) != len(completions):
+            raise ValueError(f"score: {len(prompts)} prompts for {len(completions)} completions")
+        pairs = [(_as_ids(p, i), [int(t) for t in c]) for i, (p, c) in enumerate(zip(prompts, completions))]
+        states = iter(self.hidden_states([p + c for p, c in pairs if c]))
+        out: list[tuple[Tensor, Tensor | None]] = []
+        for p, c in pairs:
+            if not c:
+                out.append((torch.zeros(0), torch.zeros(0, top_k) if top_k else None))
+                continue
+            h = next(states)
+            with torch.inference_mode():  # the states at positions len(p)-1 .. end-1 predict c
+                lp = torch.log_softmax(head_logits(self.weights, h[len(p) - 1 : -1].to(self.device)) / temperature, -1).cpu()
+            top = lp.topk(min(top_k, lp.shape[-1]), -1).values.clone() if top_k else None
+            out.append((lp.gather(-1, torch.tensor(c, dtype=torch.long)[:, None])[:, 0].clone(), top))
         return out
 
     def stop_strings(self, strings: tuple[str, ...]) -> StopStrings:
