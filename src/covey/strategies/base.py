@@ -94,7 +94,7 @@ class StrategyCaps(Caps):
     """What a rollout strategy needs or does (declared as its `caps`; defaults: none of it).
 
     engine_protocols:        the engine protocols it calls (`covey.engine.base`), checked against the
-                             engine when the config is read.
+                             engine when the config is read; a tuple, or a function of its parameters.
     inner:                   inner(params) -> (name, params): the strategy it runs; what that one
                              needs applies too.
     carries_rollouts:        unfinished rollouts go on in the next step (the async executors refuse
@@ -115,7 +115,7 @@ class StrategyCaps(Caps):
 
     renamed: ClassVar[dict[str, str]] = {"inner_strategy": "inner"}
 
-    engine_protocols: tuple[type, ...] = (Engine,)
+    engine_protocols: tuple[type, ...] | Callable[[dict], tuple[type, ...]] = (Engine,)
     inner: Callable[[dict], tuple[str, dict]] | None = None
     carries_rollouts: bool = False
     trains_carried_tokens: bool = True
@@ -151,8 +151,12 @@ def strategy_chain(name: str, params: Mapping[str, Any]) -> list[tuple[str, dict
 def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:
     """The engine protocols strategy `name` needs with `params`: its own (default `(Engine,)`) and
     those of the strategies it runs, in order."""
-    need = tuple(p for _, _, entry in strategy_chain(name, params) for p in entry.caps.engine_protocols)
+    need = tuple(p for _, params_, entry in strategy_chain(name, params) for p in _declared(entry.caps.engine_protocols, params_))
     return tuple(dict.fromkeys(need))
+
+
+def _declared(protocols, params: dict) -> tuple[type, ...]:
+    return tuple(protocols(params) if callable(protocols) and not isinstance(protocols, type) else protocols)
 
 
 def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str) -> None:
