@@ -20,6 +20,7 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
     "hill": (["rollout.strategy.hint_max_new_tokens=8"], ["hill/hard_frac", "hill/replaced"]),
     "seele_provisional": (["rollout.group_size=3"], ["seele/round2_ratio", "seele/round0_acc"]),
     "rorecomp_provisional": (["rollout.strategy.compensation_every=2"], ["rorecomp/compensation", "rorecomp/buffer_rows"]),
+    "v0_provisional": ([], ["sampler/v0_provisional/pred_mae", "sampler/v0_provisional/picked_value_mean"]),
     "scope_ttrl": (["rollout.group_size=4"], ["scope/subgroup_size", "scope/label_accuracy"]),
 }
 
