@@ -21,6 +21,8 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
     "seele_provisional": (["rollout.group_size=3"], ["seele/round2_ratio", "seele/round0_acc"]),
     "rorecomp_provisional": (["rollout.strategy.compensation_every=2"], ["rorecomp/compensation", "rorecomp/buffer_rows"]),
     "v0_provisional": ([], ["sampler/v0_provisional/pred_mae", "sampler/v0_provisional/picked_value_mean"]),
+    "direct_advantage": (["task.params={path: examples/tiny/direct_advantage/steps.jsonl, verifier: none}"],
+                         ["da/sq_error", "da/adv_mean", "reward/step_advantage/mean"]),
     "scope_ttrl": (["rollout.group_size=4"], ["scope/subgroup_size", "scope/label_accuracy"]),
 }
 
@@ -28,7 +30,8 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_method_example_trains_two_steps(tmp_path, name):
     extra, proof = CASES[name]
-    cfg = load_config(EXAMPLES / f"{name}.yaml", [*SMALL, f"log.dir={tmp_path}", *extra])
+    small = [o for o in SMALL if not (o.startswith("task.params") and any(e.startswith("task.params") for e in extra))]
+    cfg = load_config(EXAMPLES / f"{name}.yaml", [*small, f"log.dir={tmp_path}", *extra])
     trainer = Trainer(cfg, tmp_path / name)
     try:
         for _ in range(2):

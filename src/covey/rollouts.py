@@ -146,6 +146,8 @@ class Rollouts:
         offpolicy_mask:      [N, T] float32, 1.0 on tokens another model wrote (the `step_correction`
                              strategy's corrector), 0 elsewhere; only on completion tokens. The learner
                              gives them LUFFY's shaped, unclipped loss (`offpolicy_shaped_loss`).
+        candidate:           [N] long, the population member (a candidate set of weights an evolution
+                             strategy proposed) whose weights generated the row (`es_population`).
         recompute_old_logprobs: bool, the learner recomputes log pi_old with the current weights
                              before the update even when the algorithm does not ask for it (APRIL's
                              default for carried partial rollouts).
@@ -185,6 +187,7 @@ class Rollouts:
     fixed_advantage: Tensor | None = _f("row", None, dtype=torch.float32)
     controller: dict[str, float] | None = _f("batch", None)
     offpolicy_mask: Tensor | None = _f("token", None, dtype=torch.float32)
+    candidate: Tensor | None = _f("row", None, dtype=torch.long)
     recompute_old_logprobs: bool = _f("batch", False)
 
     @classmethod

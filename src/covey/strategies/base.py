@@ -64,6 +64,8 @@ class RolloutContext:
     max_prompt_tokens: the longest chat-templated prompt the run takes (the model's context minus
                      max_new_tokens, or the task's limit; `covey.samplers.lengths.prompt_token_limit`),
                      None when unknown: a sampler that rewrites prompts (XRPO's seeding) keeps within it.
+    objective:       the learner's objective (`covey.learner.objective`): a strategy that evaluates
+                     what that objective proposes (the population of an evolution strategy) asks it here.
     """
 
     engine: Engine
@@ -76,6 +78,7 @@ class RolloutContext:
     policy_version: int = 0
     reference_engine: Engine | None = None
     max_prompt_tokens: int | None = None
+    objective: Any = None
 
 
 @runtime_checkable
