@@ -23,6 +23,7 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
     "v0_provisional": ([], ["sampler/v0_provisional/pred_mae", "sampler/v0_provisional/picked_value_mean"]),
     "direct_advantage": (["task.params={path: examples/tiny/direct_advantage/steps.jsonl, verifier: none}"],
                          ["da/sq_error", "da/adv_mean", "reward/step_advantage/mean"]),
+    "hnpg": (["algo.objective.critic_steps=2"], ["hnpg/critic_sq_error", "hnpg/logged_rows", "hnpg/adv_offline_mean"]),
     "scope_ttrl": (["rollout.group_size=4"], ["scope/subgroup_size", "scope/label_accuracy"]),
 }
 

@@ -57,19 +57,24 @@ class ValueCritic(nn.Module):
         return self.head(h[torch.arange(len(sequences), device=dev), last]).squeeze(-1).float()
 
     def fit(self, sequences: list[list[int]], targets: Tensor, *, steps: int = 30, lr: float = 3e-4, l2: float = 0.0,
-            batch_size: int = 32, generator: torch.Generator | None = None) -> float:  # fmt: skip
-        """`steps` Adam steps of mean squared error to `targets` [B] (+ l2 * sum of squared parameters),
-        on random mini-batches of `batch_size`; returns the last step's error (without the penalty)."""
+            batch_size: int = 32, weights: Tensor | None = None, generator: torch.Generator | None = None) -> float:  # fmt: skip
+        """`steps` Adam steps of squared error to `targets` [B] (+ l2 * sum of squared parameters), on random
+        mini-batches of `batch_size`: the mean, or with `weights` [B] the weighted sum (renormalised to the
+        mini-batch: sum_i w_i (V_i - t_i)^2 / sum_i w_i x sum(weights)); returns the last step's error
+        (without the penalty)."""
         params = [p for p in self.parameters() if p.requires_grad]
         opt = torch.optim.Adam(params, lr=lr)
-        targets = targets.float().to(self.head.weight.device)
+        dev = self.head.weight.device
+        targets = targets.float().to(dev)
+        w = None if weights is None else weights.float().to(dev)
         n = len(sequences)
         err = torch.zeros(())
         self.train()
         for _ in range(steps):
             idx = torch.randperm(n, generator=generator)[:batch_size].tolist() if n > batch_size else list(range(n))
             opt.zero_grad()
-            err = (self([sequences[i] for i in idx]) - targets[idx]).pow(2).mean()
+            sq = (self([sequences[i] for i in idx]) - targets[idx]).pow(2)
+            err = sq.mean() if w is None else (sq * w[idx]).sum() / w[idx].sum() * w.sum()
             loss = err + l2 * sum(p.pow(2).sum() for p in params) if l2 else err
             loss.backward()
             opt.step()
