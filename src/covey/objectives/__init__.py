@@ -5,6 +5,8 @@ Each registers in `covey.learner.objective.OBJECTIVES` and is built as ``factory
 
     direct_advantage.py   direct_advantage_provisional   offline step data + a separately trained critic
     hnpg.py               hnpg                           offline states and a critic mixed into on-policy updates
+    essa.py               essa_provisional               CMA-ES over LoRA singular values (no gradient)
+    cmaes.py              CMAES                          the (mu/mu_w, lambda) CMA-ES
     critic.py             ValueCritic                    a value model (trunk + head) the objectives train or read
     step_data.py          the offline step data of direct_advantage (MC values, the critic, candidate steps)
 """
@@ -12,6 +14,7 @@ Each registers in `covey.learner.objective.OBJECTIVES` and is built as ``factory
 from covey.learner.objective import OBJECTIVES
 from covey.objectives.critic import ValueCritic
 from covey.objectives.direct_advantage import DirectAdvantage
+from covey.objectives.essa import ESSA
 from covey.objectives.hnpg import HNPG
 
-__all__ = ["HNPG", "OBJECTIVES", "DirectAdvantage", "ValueCritic"]
+__all__ = ["ESSA", "HNPG", "OBJECTIVES", "DirectAdvantage", "ValueCritic"]
