@@ -25,6 +25,7 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
                          ["da/sq_error", "da/adv_mean", "reward/step_advantage/mean"]),
     "hnpg": (["algo.objective.critic_steps=2"], ["hnpg/critic_sq_error", "hnpg/logged_rows", "hnpg/adv_offline_mean"]),
     "essa_provisional": (["algo.objective.population=3"], ["essa/fitness_mean", "essa/sigma", "es/candidate2_reward"]),
+    "soft_grpo": ([], ["soft/soft_frac", "learn/loss"]),
     "scope_ttrl": (["rollout.group_size=4"], ["scope/subgroup_size", "scope/label_accuracy"]),
 }
 

@@ -65,8 +65,17 @@ def features_of(entry: Any, attr: str, params: dict[str, Any]) -> set[str]:
 
 def check_objective(cfg) -> None:
     """Refuse (ValueError) an `algo.objective` with bad parameters, or a run it declares it cannot train
-    (`ObjectiveCaps.check_run`); with a preference section there is already an objective."""
+    (`ObjectiveCaps.check_run`); with a preference section there is already an objective. A rollout
+    strategy whose rows need an objective (`StrategyCaps.objective`) gets it or is refused."""
+    from covey.strategies.base import strategy_chain
+
     spec = cfg.algo.objective
+    for name, _, entry in strategy_chain(cfg.strategy_spec().name, cfg.strategy_spec().params):
+        need = entry.caps.objective
+        if need is not None and (spec is None or spec.name != need):
+            have = f"algo.objective {spec.name!r}" if spec is not None else "the policy-gradient loss (no algo.objective)"
+            raise ValueError(f"rollout.strategy {name!r} makes rows only algo.objective {need!r} trains, but the run has {have}: "
+                             f"set algo.objective: {{name: {need}}}")  # fmt: skip
     if spec is None:
         return
     import covey.objectives  # noqa: F401  (registers the built-in objectives)

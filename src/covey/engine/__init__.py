@@ -3,7 +3,7 @@
 The seam is a set of named protocols (`covey.engine.base`): `Engine` (generate, load_weights,
 close, pad_token_id, version), `ForkingEngine` (tree_session -> a `TreeSession` of `Row`s that
 fork and stop independently), `HiddenStatesEngine` (hidden_states), `ScoringEngine` (score: log-probs of
-given completions) and `InterruptibleEngine`
+given completions), `SoftThinkingEngine` (generate_soft: soft-thinking rollouts) and `InterruptibleEngine`
 (interrupt: a weight update cuts `generate` short; `covey.engine.carry` continues the rows). Rollout strategies declare
 which they need; the config check refuses an engine that lacks one, by name.
 
@@ -22,6 +22,7 @@ from covey.engine.base import (
     Generation,
     HiddenStatesEngine,
     ScoringEngine,
+    SoftThinkingEngine,
     InterruptibleEngine,
     Row,
     SamplingParams,
@@ -42,6 +43,7 @@ __all__ = [
     "Generation",
     "HiddenStatesEngine",
     "ScoringEngine",
+    "SoftThinkingEngine",
     "InterruptibleEngine",
     "KVCache",
     "MaskedDiffusionEngine",

@@ -12,6 +12,8 @@ config is read (`missing_protocols`), never at the first tree step:
                         (treepo, branch, latr, april, arrol, tppo)
     HiddenStatesEngine  + hidden_states(sequences) -> per sequence [L, H] final hidden states of the
                         weights the engine holds (arrol's quality head, tppo's value head)
+    SoftThinkingEngine  + generate_soft(prompts, n, sampling, soft) -> soft-thinking rollouts: mixtures of
+                        top-k embeddings with Gumbel noise in the thinking span (soft_thinking, SofT-GRPO)
     ScoringEngine       + score(prompts, completions, temperature, top_k) -> per row the log-probs of
                         given completion tokens (and the top-k log-probs at each position) under the
                         weights the engine holds (hill's hint reliance, scope_ttrl's confidences)
@@ -57,6 +59,7 @@ __all__ = [
     "Row",
     "SamplingParams",
     "ScoringEngine",
+    "SoftThinkingEngine",
     "TemperatureRuleEngine",
     "TreeSession",
     "concat_generations",
@@ -292,6 +295,16 @@ class ScoringEngine(Engine, Protocol):
 
 
 @runtime_checkable
+class SoftThinkingEngine(Engine, Protocol):
+    """An engine that generates soft tokens (mixtures of top-k embeddings) in a thinking span."""
+
+    def generate_soft(self, prompts: list[list[int]], n: int, sampling: SamplingParams, soft: Any) -> tuple:
+        """`n` completions per prompt: (Generation with the top-1 id of each position, per row [L, k] long
+        candidate ids, per row [L, k] float32 scores); `soft` is a `covey.engine.soft.SoftParams`."""
+        ...
+
+
+@runtime_checkable
 class TemperatureRuleEngine(Engine, Protocol):
     """An engine that applies `SamplingParams.temperature_rule` (a per-token temperature) in `generate`."""
 
@@ -316,6 +329,7 @@ ENGINE_PROTOCOLS: dict[type, str] = {
     ForkingEngine: "tree forking",
     HiddenStatesEngine: "the policy's hidden states",
     ScoringEngine: "scoring given completions",
+    SoftThinkingEngine: "soft-thinking generation (mixtures of token embeddings)",
     TemperatureRuleEngine: "per-token temperature rules",
     InterruptibleEngine: "interruptible generation",
 }

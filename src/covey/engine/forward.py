@@ -421,7 +421,8 @@ def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tupl
 
 
 def decode_step(
-    w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: int, valid: Tensor, sdpa: bool | None = None
+    w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: int, valid: Tensor, sdpa: bool | None = None,
+    embeds: Tensor | None = None,
 ) -> Tensor:
     """One token per row: tok [B] at positions pos [B], written to cache column `col`.
 
@@ -429,6 +430,7 @@ def decode_step(
     columns (including `col`). Returns logits [B, V] in the compute dtype.
     sdpa: attention through `scaled_dot_product_attention` (default: on CUDA; on CPU the plain
     matmuls over the transposed key cache are faster at decode sizes).
+    embeds: [B, H] input vectors instead of the tokens' embeddings (soft thinking's mixtures; `covey.engine.soft`).
     """
     if sdpa is None:
         sdpa = tok.device.type == "cuda"
@@ -436,7 +438,7 @@ def decode_step(
     hq, hkv, d = w.n_heads, w.n_kv_heads, w.head_dim
     g, nq, nk = hq // hkv, hq * d, hkv * d
     cos, sin, bias = step_tables(w, pos, valid, col)
-    x = F.embedding(tok, w.embed)  # [B, H]
+    x = F.embedding(tok, w.embed) if embeds is None else embeds.to(w.embed.dtype).clone()  # [B, H]
     h_dim = x.shape[-1]
     for li, lw in enumerate(w.layers):
         h = F.rms_norm(x, (h_dim,), lw.ln1, w.eps)

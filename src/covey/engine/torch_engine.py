@@ -301,6 +301,21 @@ class TorchEngine:
             out.append((lp.gather(-1, torch.tensor(c, dtype=torch.long)[:, None])[:, 0].clone(), top))
         return out
 
+    def generate_soft(self, prompts, n: int, sampling: SamplingParams, soft) -> tuple:
+        """Soft-thinking completions (`SoftThinkingEngine`; `covey.engine.soft.soft_generate`)."""
+        from covey.engine.soft import soft_generate
+
+        validate_sampling(sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, sampling.max_new_tokens)
+        with self._lock:
+            if self._running:
+                raise RuntimeError("TorchEngine.generate_soft: a generate is already running")
+            self._running = True
+        try:
+            return soft_generate(self, [_as_ids(p, i) for i, p in enumerate(prompts)], n, sampling, soft)
+        finally:
+            with self._lock:
+                self._running = False
+
     def stop_strings(self, strings: tuple[str, ...]) -> StopStrings:
         """The (cached) stop-string matcher for `strings` (needs the tokenizer)."""
         if self.tokenizer is None:

@@ -113,6 +113,8 @@ class StrategyCaps(Caps):
     task:                    the task it rolls out, and only it (an external environment that is both).
     labelled_reward:         the one reward its rows get, from labels in the data (not `rewards:`).
     makes_pairs:             it makes preference pairs: it needs a `preference:` section.
+    objective:               the `algo.objective` its rows need (soft tokens, offline rows, a population):
+                             another objective is refused when the config is read.
     requires, provides, prefers:  `covey.compat` features, a tuple or a function of its parameters.
     """
 
@@ -130,6 +132,7 @@ class StrategyCaps(Caps):
     task: str | None = None
     labelled_reward: str | None = None
     makes_pairs: bool = False
+    objective: str | None = None
     requires: Features = ()
     provides: Features = ()
     prefers: Features = ()

@@ -25,7 +25,7 @@ __all__ = ["ESPopulation"]
 class ESPopulation:
     """The population of `ctx.objective`, each candidate rolled out on the step's draws (module docstring)."""
 
-    caps = StrategyCaps(provides=("es_population",))
+    caps = StrategyCaps(provides=("es_population",), objective="essa_provisional")
 
     def rollout(self, items: list[dict], ctx: RolloutContext) -> tuple[Rollouts, dict[str, float]]:
         obj = ctx.objective

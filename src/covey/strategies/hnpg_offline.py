@@ -67,7 +67,7 @@ class HNPGOffline:
     def inner_strategy(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         return params.get("inner", "group"), params.get("inner_params") or {}
 
-    caps = StrategyCaps(inner=inner_strategy, provides=("offline_states",))
+    caps = StrategyCaps(inner=inner_strategy, provides=("offline_states",), objective="hnpg")
 
     def __init__(self, *, offline: str, offline_rows: int = 0, offline_group: int = 0, inner: str = "group",
                  inner_params: dict[str, Any] | None = None, seed: int = 0):  # fmt: skip
