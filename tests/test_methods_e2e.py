@@ -26,6 +26,7 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
     "hnpg": (["algo.objective.critic_steps=2"], ["hnpg/critic_sq_error", "hnpg/logged_rows", "hnpg/adv_offline_mean"]),
     "essa_provisional": (["algo.objective.population=3"], ["essa/fitness_mean", "essa/sigma", "es/candidate2_reward"]),
     "soft_grpo": ([], ["soft/soft_frac", "learn/loss"]),
+    "ctrls_provisional": ([], ["ctrls/loss", "ctrls/entropy", "ctrls/transitions_mean"]),
     "scope_ttrl": (["rollout.group_size=4"], ["scope/subgroup_size", "scope/label_accuracy"]),
 }
 

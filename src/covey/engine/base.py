@@ -298,9 +298,10 @@ class ScoringEngine(Engine, Protocol):
 class SoftThinkingEngine(Engine, Protocol):
     """An engine that generates soft tokens (mixtures of top-k embeddings) in a thinking span."""
 
-    def generate_soft(self, prompts: list[list[int]], n: int, sampling: SamplingParams, soft: Any) -> tuple:
+    def generate_soft(self, prompts: list[list[int]], n: int, sampling: SamplingParams, soft: Any, lead: Tensor | None = None) -> tuple:
         """`n` completions per prompt: (Generation with the top-1 id of each position, per row [L, k] long
-        candidate ids, per row [L, k] float32 scores); `soft` is a `covey.engine.soft.SoftParams`."""
+        candidate ids, per row [L, k] float32 scores); `soft` is a `covey.engine.soft.SoftParams` (None:
+        ordinary tokens); `lead` [rows, H]: an input vector per row after its prompt (a latent action)."""
         ...
 
 

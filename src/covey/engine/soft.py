@@ -80,30 +80,40 @@ def _gumbel(shape, generator: torch.Generator, device) -> Tensor:
 
 
 @torch.inference_mode()
-def soft_generate(engine, prompts: list[list[int]], n: int, sampling: SamplingParams, soft: SoftParams):
+def soft_generate(engine, prompts: list[list[int]], n: int, sampling: SamplingParams, soft: SoftParams | None,
+                  lead: Tensor | None = None):  # fmt: skip
     """`n` soft-thinking completions per prompt with the torch engine's weights: (Generation, per row [L, k]
-    long candidate ids, per row [L, k] float32 scores). One decode loop over all rows (no waves)."""
+    long candidate ids, per row [L, k] float32 scores). One decode loop over all rows (no waves).
+    `soft` None: every position is an ordinary sampled token (k = 1). `lead` [P * n, H]: an input vector per
+    row placed after its prompt, before the first completion token (a latent action: `ctrls_latent`); it is
+    context, not a completion token."""
     w, dev, sp = engine.weights, engine.device, sampling
     plist = [list(map(int, p)) for p in prompts]
     if not plist or n < 1:
         raise ValueError("soft_generate: give at least one prompt and n >= 1")
     if max(len(p) for p in plist) + sp.max_new_tokens > engine.max_positions:
         raise ValueError(f"soft_generate: a prompt + max_new_tokens exceeds max_positions={engine.max_positions}")
-    k = soft.top_k
+    k = soft.top_k if soft is not None else 1
+    off = 0 if lead is None else 1  # the lead vector's cache column
     u_, p_max, new = len(plist), max(len(p) for p in plist), sp.max_new_tokens
     rows = u_ * n
+    if lead is not None and tuple(lead.shape) != (rows, w.embed.shape[1]):
+        raise ValueError(f"soft_generate: lead must be [{rows}, {w.embed.shape[1]}], got {tuple(lead.shape)}")
     ids = torch.full((u_, p_max), engine.pad_token_id, dtype=torch.long)
     valid_p = torch.zeros(u_, p_max, dtype=torch.bool)
     for i, p in enumerate(plist):
         ids[i, p_max - len(p) :], valid_p[i, p_max - len(p) :] = torch.tensor(p), True
-    kv = new_cache(w, rows, p_max + new, engine.dtype)
+    kv = new_cache(w, rows, p_max + off + new, engine.dtype)
     logits = prefill(w, ids.to(dev), valid_p.to(dev), kv.rows(0, u_))
     if n > 1:
         kv.gather_rows(torch.arange(u_, device=dev).repeat_interleave(n), p_max)
         logits = logits.repeat_interleave(n, dim=0)
-    valid = torch.ones(rows, p_max + new, dtype=torch.bool, device=dev)
+    valid = torch.ones(rows, p_max + off + new, dtype=torch.bool, device=dev)
     valid[:, :p_max] = valid_p.to(dev).repeat_interleave(n, dim=0)
     plen = torch.tensor([len(p) for p in plist], device=dev).repeat_interleave(n)
+    if lead is not None:
+        logits = decode_step(w, torch.zeros(rows, dtype=torch.long, device=dev), plen, kv, p_max, valid, embeds=lead.to(dev))
+        plen = plen + 1
     stop = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(engine.eos_ids))
     gen = torch.Generator().manual_seed(sp.seed if sp.seed is not None else 0)
     out_tok = torch.full((rows, new), engine.pad_token_id, dtype=torch.long)
@@ -111,19 +121,19 @@ def soft_generate(engine, prompts: list[list[int]], n: int, sampling: SamplingPa
     lengths = torch.full((rows,), new, dtype=torch.long)
     alive = torch.ones(rows, dtype=torch.bool)
     soft_on = torch.ones(rows, dtype=torch.bool)
-    budget = soft.soft_tokens or new
+    budget = (soft.soft_tokens or new) if soft is not None else 0
     stopped = torch.zeros(rows, dtype=torch.bool)
     for step in range(new):
         if step > 0:
-            logits = decode_step(w, tok.to(dev), (plen + step - 1).to(dev), kv, p_max + step - 1, valid, embeds=embeds.to(dev))
+            logits = decode_step(w, tok.to(dev), (plen + step - 1).to(dev), kv, p_max + off + step - 1, valid, embeds=embeds.to(dev))
         scaled = logits.float().cpu() / sp.temperature
         probs = torch.softmax(filter_logits(scaled, top_k=sp.top_k, top_p=sp.top_p, min_p=sp.min_p), -1)
         top_p_, top_i = probs.topk(k, dim=-1)
         top_p_ = top_p_ / top_p_.sum(-1, keepdim=True)
         logl = torch.log(top_p_ + 1e-6)
         g_noise = _gumbel((rows, k), gen, "cpu")
-        scores = logl + soft.noise_factor * g_noise
-        wts = soft_weights(scores, soft.gumbel_temperature)
+        scores = logl + (soft.noise_factor if soft is not None else 1.0) * g_noise
+        wts = soft_weights(scores, soft.gumbel_temperature if soft is not None else 1.0)
         order = torch.argsort(wts, dim=-1, descending=True)
         wts, top_i, scores = wts.gather(-1, order), top_i.gather(-1, order), scores.gather(-1, order)
         g_sorted, l_sorted = g_noise.gather(-1, order), logl.gather(-1, order)
@@ -141,7 +151,7 @@ def soft_generate(engine, prompts: list[list[int]], n: int, sampling: SamplingPa
         out_tok[live, step] = tok[live]
         out_lp[live, step] = torch.where(is_soft, soft_lp, hard_lp)[live]
         out_ids[live, step], out_sc[live, step] = cand[live], sc[live]
-        if soft.think_end_id is not None:
+        if soft is not None and soft.think_end_id is not None:
             soft_on &= ~(is_soft & (tok == soft.think_end_id))
         done = live & torch.tensor([int(t) in stop for t in tok.tolist()])
         lengths = torch.where(done, step + 1, lengths)

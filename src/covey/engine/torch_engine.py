@@ -301,8 +301,9 @@ class TorchEngine:
             out.append((lp.gather(-1, torch.tensor(c, dtype=torch.long)[:, None])[:, 0].clone(), top))
         return out
 
-    def generate_soft(self, prompts, n: int, sampling: SamplingParams, soft) -> tuple:
-        """Soft-thinking completions (`SoftThinkingEngine`; `covey.engine.soft.soft_generate`)."""
+    def generate_soft(self, prompts, n: int, sampling: SamplingParams, soft, lead=None) -> tuple:
+        """Soft-thinking completions (`SoftThinkingEngine`; `covey.engine.soft.soft_generate`); `lead`: an input
+        vector per row after its prompt (a latent action), `soft` None: ordinary tokens."""
         from covey.engine.soft import soft_generate
 
         validate_sampling(sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, sampling.max_new_tokens)
@@ -311,7 +312,7 @@ class TorchEngine:
                 raise RuntimeError("TorchEngine.generate_soft: a generate is already running")
             self._running = True
         try:
-            return soft_generate(self, [_as_ids(p, i) for i, p in enumerate(prompts)], n, sampling, soft)
+            return soft_generate(self, [_as_ids(p, i) for i, p in enumerate(prompts)], n, sampling, soft, lead)
         finally:
             with self._lock:
                 self._running = False

@@ -8,15 +8,17 @@ Each registers in `covey.learner.objective.OBJECTIVES` and is built as ``factory
     essa.py               essa_provisional               CMA-ES over LoRA singular values (no gradient)
     cmaes.py              CMAES                          the (mu/mu_w, lambda) CMA-ES
     soft_grpo.py          soft_grpo                      the policy-gradient loss on soft-thinking rollouts
+    ctrls.py              ctrls_provisional              a latent transition module trained by RL, the LM frozen
     critic.py             ValueCritic                    a value model (trunk + head) the objectives train or read
     step_data.py          the offline step data of direct_advantage (MC values, the critic, candidate steps)
 """
 
 from covey.learner.objective import OBJECTIVES
 from covey.objectives.critic import ValueCritic
+from covey.objectives.ctrls import CTRLS
 from covey.objectives.direct_advantage import DirectAdvantage
 from covey.objectives.essa import ESSA
 from covey.objectives.hnpg import HNPG
 from covey.objectives.soft_grpo import SoftGRPO
 
-__all__ = ["ESSA", "HNPG", "OBJECTIVES", "DirectAdvantage", "SoftGRPO", "ValueCritic"]
+__all__ = ["CTRLS", "ESSA", "HNPG", "OBJECTIVES", "DirectAdvantage", "SoftGRPO", "ValueCritic"]

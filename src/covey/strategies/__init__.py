@@ -4,7 +4,7 @@ completions through an Engine.
 Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
-quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), step_correction (SCOPE: a judge finds a failed row's first wrong step, a corrector rewrites the rest), scope_ttrl (SCOPE-TTRL: confidence-weighted subgroup pseudo-labels), hill (HiLL: the policy hints the prompts it never solves), seele_provisional (SEELE: solution-prefix hints sized to a target accuracy), rorecomp_provisional (RoRecomp: priority and compensation batches for concise reasoning), offline_steps (offline step-level data for direct_advantage_provisional), hnpg_offline (on-policy groups plus offline states for hnpg), es_population (an evolution strategy's candidates, each rolled out), soft_thinking (SofT-GRPO's soft-token rollouts), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
+quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), step_correction (SCOPE: a judge finds a failed row's first wrong step, a corrector rewrites the rest), scope_ttrl (SCOPE-TTRL: confidence-weighted subgroup pseudo-labels), hill (HiLL: the policy hints the prompts it never solves), seele_provisional (SEELE: solution-prefix hints sized to a target accuracy), rorecomp_provisional (RoRecomp: priority and compensation batches for concise reasoning), offline_steps (offline step-level data for direct_advantage_provisional), hnpg_offline (on-policy groups plus offline states for hnpg), es_population (an evolution strategy's candidates, each rolled out), soft_thinking (SofT-GRPO's soft-token rollouts), ctrls_latent (CTRLS: latent actions before reasoning steps), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
 covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]). See docs/rollouts.md."""
 
 from covey.strategies.april import APRIL
@@ -12,6 +12,7 @@ from covey.strategies.arrol import ARRoL
 from covey.strategies.branch import BranchStrategy
 from covey.strategies.base import STRATEGIES, RolloutContext, RolloutStrategy, register_strategy
 from covey.strategies.cog_rethinker import CogRethinker
+from covey.strategies.ctrls_latent import CTRLSLatent
 from covey.strategies.dars import DarsRollout
 from covey.strategies.dynamic import DynamicSampling
 from covey.strategies.entropy import AEPOEntropy, DCPOStrategy
@@ -47,6 +48,7 @@ __all__ = [
     "RoRecomp",
     "STRATEGIES",
     "BranchStrategy",
+    "CTRLSLatent",
     "CogRethinker",
     "DCPOStrategy",
     "DarsRollout",
