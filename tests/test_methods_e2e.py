@@ -27,6 +27,9 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
     "essa_provisional": (["algo.objective.population=3"], ["essa/fitness_mean", "essa/sigma", "es/candidate2_reward"]),
     "soft_grpo": ([], ["soft/soft_frac", "learn/loss"]),
     "ctrls_provisional": ([], ["ctrls/loss", "ctrls/entropy", "ctrls/transitions_mean"]),
+    "urpo_ranking_provisional": (["task.params={path: examples/tiny/urpo/mixed.jsonl, verifier: none}"], ["reward/urpo/mean"]),
+    "prs_provisional": (["task.params={path: examples/tiny/prs/short_qa.jsonl, verifier: none}"],
+                        ["reward/prs/mean", "adv/vspo_clip_provisional/clipped_frac", "sampler/vspo/refills"]),
     "scope_ttrl": (["rollout.group_size=4"], ["scope/subgroup_size", "scope/label_accuracy"]),
 }
 
