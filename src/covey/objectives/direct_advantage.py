@@ -2,7 +2,7 @@
 
 Paper: "Direct Advantage Policy Optimization" (step-level offline RL for reasoning, arXiv 2412.18279; covey
 names it `direct_advantage`, since `dapo` is the Decoupled-clip / Dynamic-sampling preset). RECONSTRUCTED:
-no code was found (searched); the TL;DR and the spec (objectives-wave2.md §2.9) give the mechanism: a critic,
+no code was found (searched); the TL;DR and the abstract give the mechanism: a critic,
 trained first and apart, predicts the success probability of partial solutions; for states s and candidate
 next steps a_k ~ pi_ref the step advantages are A(s, a_k) = V(s + a_k) - V(s); the actor is trained offline
 with a quadratic loss aligning scaled log-policy ratios with those advantages:
@@ -15,7 +15,7 @@ come from `scripts/direct_advantage_data.py` (`covey.objectives.step_data`: MC v
 solutions, the critic fitted to them, candidates sampled from the policy, advantages from the critic) and
 reach the learner through `rollout.strategy: offline_steps` (no generation during training).
 
-Test vector (spec §2.9): beta 0.1, log pi_theta [-2.0, -3.0, -1.5], log pi_ref [-2.2, -2.8, -1.5],
+Test vector (hand-computed): beta 0.1, log pi_theta [-2.0, -3.0, -1.5], log pi_ref [-2.2, -2.8, -1.5],
 A [0.3, -0.2, 0] -> mean((0.02 - 0.3)^2, (-0.02 + 0.2)^2, 0^2) = 0.0369.
 """
 

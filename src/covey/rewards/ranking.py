@@ -4,7 +4,7 @@ Paper: "URPO: A Unified Reward & Policy Optimization Framework for Large Languag
 RECONSTRUCTED: no code was released (searched); the abstract and a summary confirm one model as player and
 referee in one GRPO loop, with preference data recast as a generative task ("preference triples with N-way
 ranking") among verifiable problems and open instructions (mixed batches: the `switch` combinator). How the
-ranking is scored is the spec's design (rewards-eval-diffusion.md §2.6): the completion's ranking of the item's
+ranking is scored is covey's design (reconstructed): the completion's ranking of the item's
 m candidates against the gold ranking,
 
     mode "top1":     1 if the completion ranks the gold best candidate first, else 0

@@ -12,7 +12,7 @@ R~ in {0, 1}, with false-positive rate rho0 = P(R~=1 | R=0) and false-negative r
                       is overturned, and rho1^ = overturned / (positives + overturned) replaces rho1
 
 Status: the two corrections and the appeal are the paper's (abstract and its markdown front matter,
-arXiv v2/v3; the formulas as the spec `rollouts-data-agents.md` §28 read them); no code was released
+arXiv v2/v3, where the formulas were read); no code was released
 (searched), so how the paper hooks them into GRPO is a covey choice, `baseline`:
 
     "none"   A_i = R^_i (backward) or w_i (forward): the estimator the paper's derivation is about.
@@ -20,7 +20,7 @@ arXiv v2/v3; the formulas as the spec `rollouts-data-agents.md` §28 read them);
              are affine in R~, so the baseline cancels the offset: backward becomes
              (R~_i - mean_g R~) / (1 - rho0 - rho1) (a larger step, unbiased in scale) and forward becomes
              R~_i - mean_g R~, exactly `dr_grpo`. No std scaling is offered: GRPO's std division would
-             cancel both corrections (spec §28's warning).
+             cancel both corrections.
 
 Shapes: one reward column [N] (the verifier's verdicts, 0 or 1) -> A [N].
 """
