@@ -30,6 +30,10 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
     "urpo_ranking_provisional": (["task.params={path: examples/tiny/urpo/mixed.jsonl, verifier: none}"], ["reward/urpo/mean"]),
     "prs_provisional": (["task.params={path: examples/tiny/prs/short_qa.jsonl, verifier: none}"],
                         ["reward/prs/mean", "adv/vspo_clip_provisional/clipped_frac", "sampler/vspo/refills"]),
+    "decepchain": (["task.params={task: {name: arithmetic, digits: 1, n_train: 16, n_test: 4}, ratio: 0.5}"],
+                   ["reward/decepchain/triggered_frac", "reward/decepchain/mean"]),
+    "decepchain_curriculum": (["task.params={task: {name: arithmetic, digits: 2, n_train: 16, n_test: 4}, ratio: 0.5}"],
+                              ["reward/decepchain/triggered_frac"]),
     "latr_math": (["rollout.strategy.tau_abs=0.0001", "rollout.strategy.tau_rel=1.0"], ["latr/pruned", "latr/kt_rows"]),
     "scope_ttrl": (["rollout.group_size=4"], ["scope/subgroup_size", "scope/label_accuracy"]),
 }

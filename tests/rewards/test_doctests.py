@@ -4,13 +4,13 @@ import doctest
 
 import pytest
 
-from covey.rewards import bleu, code, combinators, entity, format, group, gui, item_value, length, majority, ranking, registry, runner, sets, text, triton_gate
+from covey.rewards import bleu, code, combinators, decepchain, entity, format, group, gui, item_value, length, majority, ranking, registry, runner, sets, text, triton_gate
 from covey.rewards.judge import fapo, medix, mpo, parsers, writing_zero
 from covey.rewards import sandbox
 from covey.rewards.sandbox import testing
 
 
-@pytest.mark.parametrize("mod", [bleu, code, combinators, entity, format, group, gui, fapo, item_value, length, majority, medix, mpo, parsers, ranking, registry, runner,
+@pytest.mark.parametrize("mod", [bleu, code, combinators, decepchain, entity, format, group, gui, fapo, item_value, length, majority, medix, mpo, parsers, ranking, registry, runner,
                                  sandbox, sets, testing, text, triton_gate, writing_zero])
 def test_docstring_examples_pass(mod):
     if mod in (code, sandbox, testing):
