@@ -51,6 +51,10 @@ def test_the_learner_scores_soft_rows_as_the_engine_sampled_them():
     with torch.no_grad():
         lp = soft_logprobs(model, batch, temperature=1.0, tau=0.5)
     assert torch.allclose(lp, gen.logprobs, atol=2e-4)
+    # the engine's tensors may be saved for backward (not inference tensors): the loss path backpropagates
+    assert not any(t.is_inference() for t in [*ids, *scores, *gen.prompt_ids, gen.completion_ids])
+    soft_logprobs(model, batch, temperature=1.0, tau=0.5).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
 def test_soft_fields_are_validated():

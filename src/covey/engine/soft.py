@@ -79,7 +79,7 @@ def _gumbel(shape, generator: torch.Generator, device) -> Tensor:
     return (-torch.log(-torch.log(u))).clamp(-1.5, 3.0).to(device)
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the learner saves these ids and scores for backward
 def soft_generate(engine, prompts: list[list[int]], n: int, sampling: SamplingParams, soft: SoftParams | None,
                   lead: Tensor | None = None):  # fmt: skip
     """`n` soft-thinking completions per prompt with the torch engine's weights: (Generation, per row [L, k]
