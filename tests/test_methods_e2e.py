@@ -35,6 +35,7 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
     "decepchain_curriculum": (["task.params={task: {name: arithmetic, digits: 2, n_train: 16, n_test: 4}, ratio: 0.5}"],
                               ["reward/decepchain/triggered_frac"]),
     "masa_meta": (["rollout.strategy.meta_max_new_tokens=8"], ["masa/meta_reward", "masa/json_ok"]),
+    "sol_rl_provisional": ([], ["sol_rl/regenerated", "sol_rl/rank_agree", "sol_rl/pool_reward_mean"]),
     "latr_math": (["rollout.strategy.tau_abs=0.0001", "rollout.strategy.tau_rel=1.0"], ["latr/pruned", "latr/kt_rows"]),
     "scope_ttrl": (["rollout.group_size=4"], ["scope/subgroup_size", "scope/label_accuracy"]),
 }

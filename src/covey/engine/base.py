@@ -56,6 +56,7 @@ __all__ = [
     "Generation",
     "HiddenStatesEngine",
     "InterruptibleEngine",
+    "RegeneratingEngine",
     "Row",
     "SamplingParams",
     "ScoringEngine",
@@ -306,6 +307,20 @@ class SoftThinkingEngine(Engine, Protocol):
 
 
 @runtime_checkable
+class RegeneratingEngine(Engine, Protocol):
+    """An engine that can sample chosen rows of a `generate` call again, with the same randomness, on its
+    unquantized weights (Sol-RL: explore in low precision, train on full-precision regenerations)."""
+
+    low_precision: bool
+    """Whether `generate` samples through quantized weights (False: `regenerate` repeats `generate`)."""
+
+    def regenerate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, rows: list[int]) -> Generation:
+        """Rows `rows` (indices into the len(prompts) x n rows of ``generate(prompts, n, sampling)``)
+        sampled again with the same uniforms (`sampling.seed` required) under full precision."""
+        ...
+
+
+@runtime_checkable
 class TemperatureRuleEngine(Engine, Protocol):
     """An engine that applies `SamplingParams.temperature_rule` (a per-token temperature) in `generate`."""
 
@@ -331,6 +346,7 @@ ENGINE_PROTOCOLS: dict[type, str] = {
     HiddenStatesEngine: "the policy's hidden states",
     ScoringEngine: "scoring given completions",
     SoftThinkingEngine: "soft-thinking generation (mixtures of token embeddings)",
+    RegeneratingEngine: "full-precision regeneration of chosen rows",
     TemperatureRuleEngine: "per-token temperature rules",
     InterruptibleEngine: "interruptible generation",
 }

@@ -83,7 +83,9 @@ class TorchEngine:
     sync_every:       decode steps between host checks for finished rows (default 1 on CPU, 8 on CUDA).
     quantize:         "int8": generate with int8 decoder linears (CPU; Sol-RL-style low-precision
                       rollouts while the learner trains in full precision; `forward` module
-                      docstring); re-quantized from the learner's weights at every `load_weights`.
+                      docstring); "fp8": float8 e4m3 linears (CUDA with fp8 matmuls); re-quantized
+                      from the learner's weights at every `load_weights`. `regenerate` samples
+                      chosen rows again on the unquantized weights (`RegeneratingEngine`).
 
     Public facts (the tree decoder reads them): `weights` (the packed `DecoderWeights`), `dtype`,
     `device`, `eos_ids`, `max_positions`, `model`, `tokenizer`.
@@ -93,6 +95,8 @@ class TorchEngine:
     """Right-pads completions (the tokenizer's pad id, else 0)."""
     temperature_rules = True
     """Applies `SamplingParams.temperature_rule` (the `TemperatureRuleEngine` protocol)."""
+    low_precision = False
+    """Whether `generate` samples through quantized weights (`quantize` set; `RegeneratingEngine`)."""
     version: int
     """Policy version of the loaded weights (0 at start; set by `load_weights`)."""
 
@@ -110,7 +114,7 @@ class TorchEngine:
         max_cache_bytes: int = 2 << 30,
         max_positions: int | None = None,
         sync_every: int | None = None,
-        quantize: Literal["int8"] | None = None,
+        quantize: Literal["int8", "fp8"] | None = None,
     ):
         if dtype != "auto" and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES) + ['auto']}, got {dtype!r}")
@@ -130,9 +134,10 @@ class TorchEngine:
         self.max_cache_bytes = int(max_cache_bytes)
         self._elt = self.dtype.itemsize
         self.max_positions = int(max_positions or getattr(model.config, "max_position_embeddings", 4096))
-        if quantize is not None and self.device.type != "cpu":
+        if quantize == "int8" and self.device.type != "cpu":
             raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's quantized linear); the model is on {self.device}")
         self.quantize = quantize
+        self.low_precision = quantize is not None
         self.weights = pack_weights(model, self.dtype, self.max_positions, quantize)
         if pad_token_id is None:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
@@ -148,10 +153,14 @@ class TorchEngine:
     @staticmethod
     def check_config(params: dict, sampling, needs: set[str], device: str) -> None:
         """Config-time check (`covey.compat.check_engine_config`): int8 generation runs on
-        the CPU only."""
-        if params.get("quantize") is not None and device.startswith("cuda"):
+        the CPU only, fp8 on a CUDA device with fp8 matmuls."""
+        if params.get("quantize") == "int8" and device.startswith("cuda"):
             raise ValueError(f"engine 'torch' quantize={params['quantize']!r} runs on the CPU only (torch's quantized "
-                             "linear), but device is cuda: use device: cpu, or no quantize")  # fmt: skip
+                             "linear), but device is cuda: use device: cpu, quantize: fp8, or no quantize")  # fmt: skip
+        if params.get("quantize") == "fp8":
+            from covey.engine.forward import check_fp8
+
+            check_fp8(device)
 
     caps = EngineCaps(model_types=SUPPORTED, check_config=check_config)  # model_type values it implements
 
@@ -255,6 +264,47 @@ class TorchEngine:
             # Built outside inference mode: the learner saves these tensors for backward.
             parts.append(self._generation(plist[a:b], n, a, *raw))
         return parts[0] if len(parts) == 1 else concat_generations(parts, self.pad_token_id)
+
+    def regenerate(self, prompts, n: int, sampling: SamplingParams, rows: list[int]) -> Generation:
+        """Rows `rows` (indices into the len(prompts) x n rows that ``generate(prompts, n, sampling)``
+        returns, prompt-major) sampled again with the same uniforms under the unquantized weights
+        (`RegeneratingEngine`; Sol-RL's full-precision regeneration). Needs `sampling.seed`: the
+        uniforms are drawn from it as `generate` draws them. Rows come back in the order of `rows`,
+        `prompt_index` naming their prompt."""
+        sp = sampling
+        validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
+        if sp.seed is None and not sp.greedy:
+            raise ValueError("regenerate needs sampling.seed: the rows are re-drawn with the uniforms generate drew from it")
+        plist = [_as_ids(p, i) for i, p in enumerate(prompts)]
+        if any(not 0 <= r < len(plist) * n for r in rows):
+            raise ValueError(f"rows must index the {len(plist) * n} rows of {len(plist)} prompts x {n}, got {rows}")
+        if not rows:
+            raise ValueError("regenerate: no rows given")
+        stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
+        stops = self.stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
+        uniforms = None
+        if not sp.greedy:
+            gen = torch.Generator(device="cpu").manual_seed(sp.seed)
+            uniforms = _to_device(torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen, device="cpu")[rows], self.device)
+        limits = sp.prompt_max_new_tokens
+        lim = None if limits is None else [limits[r // n] for r in rows]
+        sel = [plist[r // n] for r in rows]
+        with self._lock:
+            if self._running:
+                raise RuntimeError("TorchEngine.regenerate: a generate call is running (one call at a time per engine)")
+            self._running = True
+        saved = self.weights
+        try:
+            self.weights = saved.full_precision()
+            with torch.inference_mode():
+                raw = self._generate(sel, 1, sp, stop_ids, stops, uniforms, lim)
+        finally:
+            self.weights = saved
+            with self._lock:
+                self._running = False
+        out = self._generation(sel, 1, 0, *raw)
+        out.prompt_index = torch.tensor([r // n for r in rows], dtype=torch.long)
+        return out
 
     def tree_session(self, sampling: SamplingParams) -> TreeDecoder:
         """A tree decode on this engine's weights and KV-cache layout (`ForkingEngine`)."""

@@ -4,7 +4,7 @@ completions through an Engine.
 Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch and latr (tree rollouts on a
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
-quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), step_correction (SCOPE: a judge finds a failed row's first wrong step, a corrector rewrites the rest), scope_ttrl (SCOPE-TTRL: confidence-weighted subgroup pseudo-labels), hill (HiLL: the policy hints the prompts it never solves), masa_meta (MASA: meta rollouts predicting pass rate, length and notions), seele_provisional (SEELE: solution-prefix hints sized to a target accuracy), rorecomp_provisional (RoRecomp: priority and compensation batches for concise reasoning), offline_steps (offline step-level data for direct_advantage_provisional), hnpg_offline (on-policy groups plus offline states for hnpg), es_population (an evolution strategy's candidates, each rolled out), soft_thinking (SofT-GRPO's soft-token rollouts), ctrls_latent (CTRLS: latent actions before reasoning steps), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
+quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), step_correction (SCOPE: a judge finds a failed row's first wrong step, a corrector rewrites the rest), scope_ttrl (SCOPE-TTRL: confidence-weighted subgroup pseudo-labels), hill (HiLL: the policy hints the prompts it never solves), masa_meta (MASA: meta rollouts predicting pass rate, length and notions), seele_provisional (SEELE: solution-prefix hints sized to a target accuracy), rorecomp_provisional (RoRecomp: priority and compensation batches for concise reasoning), sol_rl_provisional (Sol-RL: a low-precision candidate pool, the contrastive rows regenerated in full precision), offline_steps (offline step-level data for direct_advantage_provisional), hnpg_offline (on-policy groups plus offline states for hnpg), es_population (an evolution strategy's candidates, each rolled out), soft_thinking (SofT-GRPO's soft-token rollouts), ctrls_latent (CTRLS: latent actions before reasoning steps), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
 covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]). See docs/rollouts.md."""
 
 from covey.strategies.april import APRIL
@@ -28,6 +28,7 @@ from covey.strategies.masa_meta import MasaMeta
 from covey.strategies.offline_steps import OfflineSteps
 from covey.strategies.pairs import OfflinePairs, ReferencePairs
 from covey.strategies.rorecomp import RoRecomp
+from covey.strategies.sol_rl import SolRL
 from covey.strategies.scope_ttrl import ScopeTTRL
 from covey.strategies.seele import SEELE
 from covey.strategies.soft_thinking import SoftThinking
@@ -48,6 +49,7 @@ __all__ = [
     "OfflineSteps",
     "ReferencePairs",
     "RoRecomp",
+    "SolRL",
     "STRATEGIES",
     "BranchStrategy",
     "CTRLSLatent",
