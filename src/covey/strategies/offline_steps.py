@@ -22,6 +22,7 @@ import torch
 
 from covey.models import apply_chat
 from covey.rollouts import Rollouts
+from covey.strategies._rows import given_rows_batch
 from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 
 __all__ = ["OfflineSteps"]
@@ -58,17 +59,7 @@ class OfflineSteps:
                 adv.append(float(a))
                 row_items.append({**item, "advantage": float(a)})
                 group.append(g)
-        t = max(len(r) for r in rows)
-        ids = torch.zeros(len(rows), t, dtype=torch.long)
-        mask = torch.zeros(len(rows), t)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[i, : len(r)] = 1.0
-        batch = Rollouts(
-            prompt_ids=prompts, completion_ids=ids, completion_mask=mask, behaviour_logprobs=torch.zeros(len(rows), t),
-            group=torch.tensor(group, dtype=torch.long), prompt_id=torch.tensor([int(it["id"]) for it in row_items]),
-            finish_reason=finish, items=row_items, fixed_advantage=torch.tensor(adv, dtype=torch.float32),
-        ).validate()  # fmt: skip
+        batch = given_rows_batch(prompts, rows, finish, group, row_items, fixed_advantage=torch.tensor(adv, dtype=torch.float32))
         return batch, {"offline/truncated_frac": finish.count("length") / len(finish), "offline/candidates": float(len(rows))}
 
     def state_dict(self) -> dict[str, Any]:
