@@ -1,14 +1,16 @@
 """The methods of issue 40 (hints, value-model samplers, new training modes, the rewards that were
-partial) each train two steps on tiny-llama from their example config in `examples/tiny/`, shrunk to
-2 prompts x 2 completions x 8 new tokens; each proves it ran by a metric only it writes."""
+partial) each train two steps on tiny-llama with `covey train` from their example config in `examples/tiny/`,
+shrunk to 2 prompts x 2 completions x 8 new tokens; each proves it ran by a metric only it writes. The
+contradictory combinations are refused by `covey train` with an `error:` and exit 2 before a run folder exists."""
 
+import json
 import math
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from covey.train.config import load_config
-from covey.train.trainer import Trainer
+from covey.cli import app
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "tiny"
 SMALL = ["rollout.prompts_per_step=2", "rollout.group_size=2", "sampling.max_new_tokens=8", "steps=2",
@@ -45,16 +47,39 @@ CASES = {  # example -> (extra overrides, metrics only the method writes)
 def test_method_example_trains_two_steps(tmp_path, name):
     extra, proof = CASES[name]
     small = [o for o in SMALL if not (o.startswith("task.params") and any(e.startswith("task.params") for e in extra))]
-    cfg = load_config(EXAMPLES / f"{name}.yaml", [*small, f"log.dir={tmp_path}", *extra])
-    trainer = Trainer(cfg, tmp_path / name)
-    try:
-        for _ in range(2):
-            m = trainer.step()
-            missing = [k for k in proof if k not in m]
-            assert not missing, (name, missing, sorted(m))
-            for key in ("learn/loss", "learn/grad_norm"):
-                if key in m:
-                    assert math.isfinite(m[key]), (key, m[key])
-    finally:
-        trainer.close()
-    assert trainer.step_num == 2
+    run = tmp_path / name
+    res = CliRunner().invoke(app, ["train", str(EXAMPLES / f"{name}.yaml"), *small, *extra, "--run-dir", str(run)])
+    assert res.exit_code == 0, (res.output, res.exception)
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in steps if m.get("step", 0) >= 1]
+    assert [m["step"] for m in steps] == [1, 2], steps
+    for m in steps:
+        missing = [k for k in proof if k not in m]
+        assert not missing, (name, missing, sorted(m))
+        for key in ("learn/loss", "learn/grad_norm"):
+            if key in m:
+                assert math.isfinite(m[key]), (key, m[key])
+    assert (run / "final").is_dir()
+
+
+REFUSED = {  # the issue's contradictory combinations: example, overrides, the error's words
+    "soft thinking, an engine without soft tokens": (
+        "soft_grpo", ["engine={name: masked_diffusion}"], "does not provide SoftThinkingEngine (no generate_soft)"),
+    "ESSA on a model without LoRA": (
+        "essa_provisional", ["model.lora=null"], "searches the singular values of LoRA adapters: set model.lora"),
+    "direct advantage without offline data": (
+        "direct_advantage", ["task.name=arithmetic", "task.params={}", "rollout.strategy={name: group}"],
+        "trains on offline step data: set rollout.strategy: offline_steps"),
+    "direct advantage without a critic's advantages": (
+        "direct_advantage", ["task.params={path: examples/tiny/hnpg/offline.jsonl, verifier: none}"],
+        "needs a critic's advantages, and 16 of 16 rows have no 'advantages' list"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_contradictory_combinations_are_refused_before_the_model_loads(tmp_path, case):
+    name, overrides, message = REFUSED[case]
+    res = CliRunner().invoke(app, ["train", str(EXAMPLES / f"{name}.yaml"), *overrides, "--run-dir", str(tmp_path / "run")])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: ") and message in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "run").exists()
