@@ -83,3 +83,16 @@ def test_contradictory_combinations_are_refused_before_the_model_loads(tmp_path,
     assert res.exit_code == 2, res.output
     assert res.output.startswith("error: ") and message in res.output and "Traceback" not in res.output, res.output
     assert not (tmp_path / "run").exists()
+
+
+def test_covey_list_names_the_objectives():
+    import subprocess
+    import sys
+
+    # a fresh process: nothing has imported covey.objectives before `covey list` does
+    res = subprocess.run([sys.executable, "-m", "covey.cli", "list", "objective"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for name in ("soft_grpo", "essa_provisional", "ctrls_provisional", "direct_advantage_provisional", "hnpg"):
+        assert name in out, name
+    assert "objective (algo.objective)" in out and "arithmetic" not in out
