@@ -45,7 +45,7 @@ INTEGRATION = frozenset({
     "rewards/test_runner_reliability.py", "rewards/test_sandbox.py", "rewards/test_sandbox_program_process.py",
     "rewards/test_table_latex.py", "rewards/test_triton_exec.py", "runtime/test_data_parallel.py",
     "runtime/test_thread_trainer.py", "strategies/test_episodes.py", "tasks/test_dataset_cli.py", "test_api.py",
-    "test_cli_errors.py", "test_examples.py", "train/test_export.py", "train/test_hooks_resume.py", "train/test_logging.py",
+    "test_cli_errors.py", "test_examples.py", "test_methods_e2e.py", "train/test_export.py", "train/test_hooks_resume.py", "train/test_logging.py",
     "train/test_run_reliability.py", "train/test_sft.py", "train/test_trainer_e2e.py", "train/test_vlm_train.py",
 })  # fmt: skip
 TESTS = Path(__file__).parent

@@ -63,6 +63,35 @@ def features_of(entry: Any, attr: str, params: dict[str, Any]) -> set[str]:
     return set(value or ())
 
 
+def check_objective(cfg) -> None:
+    """Refuse (ValueError) an `algo.objective` with bad parameters, or a run it declares it cannot train
+    (`ObjectiveCaps.check_run`); with a preference section there is already an objective. A rollout
+    strategy whose rows need an objective (`StrategyCaps.objective`) gets it or is refused."""
+    from covey.strategies.base import strategy_chain
+
+    spec = cfg.algo.objective
+    for name, _, entry in strategy_chain(cfg.strategy_spec().name, cfg.strategy_spec().params):
+        need = entry.caps.objective
+        if need is not None and (spec is None or spec.name != need):
+            have = f"algo.objective {spec.name!r}" if spec is not None else "the policy-gradient loss (no algo.objective)"
+            raise ValueError(f"rollout.strategy {name!r} makes rows only algo.objective {need!r} trains, but the run has {have}: "
+                             f"set algo.objective: {{name: {need}}}")  # fmt: skip
+    if spec is None:
+        return
+    import covey.objectives  # noqa: F401  (registers the built-in objectives)
+    from covey.learner.objective import OBJECTIVES
+
+    if getattr(cfg, "preference", None) is not None:
+        raise ValueError(f"algo.objective {spec.name!r} and a preference section both choose what the learner trains: keep one")
+    try:
+        entry = OBJECTIVES.get(spec.name)
+        spec.params.update(entry.validate_params(spec.params))
+    except ValueError as e:
+        raise ValueError(f"algo.objective: {e}") from None
+    if entry.caps.check_run is not None:
+        entry.caps.check_run(cfg)
+
+
 def check_combination(cfg) -> list[str]:
     """Refuse (ValueError) a run whose sampler, strategy and advantage contradict each other; return
     (and log) warnings for combinations that waste compute."""
@@ -72,6 +101,7 @@ def check_combination(cfg) -> list[str]:
     from covey.strategies.base import strategy_chain
 
     check_family(cfg)  # model.family x engine x likelihood x sampling (masked diffusion: docs/diffusion.md)
+    check_objective(cfg)  # algo.objective: its parameters and its own refusals
     warnings = check_algo(cfg)
     sampler = cfg.sampler_spec()
     strategy = cfg.strategy_spec()

@@ -146,6 +146,11 @@ class Rollouts:
         offpolicy_mask:      [N, T] float32, 1.0 on tokens another model wrote (the `step_correction`
                              strategy's corrector), 0 elsewhere; only on completion tokens. The learner
                              gives them LUFFY's shaped, unclipped loss (`offpolicy_shaped_loss`).
+        soft_ids, soft_scores: N tensors [L_i, k] (long, float32): the soft tokens of soft-thinking rows
+                             (`soft_thinking`, SofT-GRPO): per completion token the k candidate ids (the first is
+                             the row's token; [token, 0, ..., 0] after the thinking span) and their Gumbel scores.
+        candidate:           [N] long, the population member (a candidate set of weights an evolution
+                             strategy proposed) whose weights generated the row (`es_population`).
         recompute_old_logprobs: bool, the learner recomputes log pi_old with the current weights
                              before the update even when the algorithm does not ask for it (APRIL's
                              default for carried partial rollouts).
@@ -188,6 +193,9 @@ class Rollouts:
     fixed_advantage: Tensor | None = _f("row", None, dtype=torch.float32)
     controller: dict[str, float] | None = _f("batch", None)
     offpolicy_mask: Tensor | None = _f("token", None, dtype=torch.float32)
+    candidate: Tensor | None = _f("row", None, dtype=torch.long)
+    soft_ids: list[Tensor] | None = _f("row", None)
+    soft_scores: list[Tensor] | None = _f("row", None)
     recompute_old_logprobs: bool = _f("batch", False)
     vision: list | None = _f("row", None)
 
@@ -306,6 +314,7 @@ class Rollouts:
         if self.segment_tokens is not None and (not isinstance(self.segment_tokens, int) or self.segment_tokens < 1):
             raise RolloutsError(f"segment_tokens must be a positive int, got {self.segment_tokens!r}")
         _check_episodes(self, n, t)
+        _check_soft(self, n)
         if self.tree_path is not None and len(self.tree_path) != n:
             raise RolloutsError(f"tree_path must hold N={n} tuples, got {len(self.tree_path)}")
         if self.items is not None and len(self.items) != n:
@@ -397,6 +406,21 @@ def _check_episodes(b: Rollouts, n: int, t: int) -> None:
     a = b.step_agents
     if a is not None and (len(a) != n or any(len(v) < k or any(not isinstance(x, int) or x < 0 for x in v) for v, k in zip(a, turns))):
         raise RolloutsError(f"step_agents must hold N={n} lists with one agent id (int >= 0) per turn of the row's episode")
+
+
+def _check_soft(b: Rollouts, n: int) -> None:
+    """Soft tokens: both lists or neither, one [L_i, k] tensor per row (L_i its completion length)."""
+    if (b.soft_ids is None) != (b.soft_scores is None):
+        raise RolloutsError("soft_ids and soft_scores must be set together")
+    if b.soft_ids is None:
+        return
+    lengths = b.lengths.tolist()
+    if len(b.soft_ids) != n or len(b.soft_scores) != n:
+        raise RolloutsError(f"soft_ids and soft_scores must hold N={n} tensors")
+    for i, (a, c) in enumerate(zip(b.soft_ids, b.soft_scores)):
+        if a.dim() != 2 or a.dtype != torch.long or tuple(c.shape) != tuple(a.shape) or c.dtype != torch.float32 or a.shape[0] != lengths[i]:
+            raise RolloutsError(f"soft_ids[{i}] / soft_scores[{i}] must be [L, k] long / float32 with L = the row's "
+                                f"{lengths[i]} completion tokens, got {_desc(a)} and {_desc(c)}")  # fmt: skip
 
 
 def _desc(x) -> str:

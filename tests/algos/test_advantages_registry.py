@@ -19,11 +19,12 @@ SPECIAL = {"spo", "tppo", "treepo", "branch_grpo"}  # need a sampler baseline, a
 # objectives wave 2: extra inputs (a sampler baseline, reward columns, tree paths) -> edge cases in their own files;
 # a plain scored batch is enough -> the shared edge cases below apply
 SPECIAL |= {"mssr", "dagrpo_provisional", "polychromic", "trpa", "spo_tree"}
-NAMES += ["disco", "hapo", "identity", "aepo_entropy"]
+NAMES += ["disco", "hapo", "identity", "aepo_entropy", "vspo_clip_provisional"]
 SPECIAL |= {"dcpo", "oblr_baseline", "spo_chain"}  # probe log-probs, sum_p2, MC cut values: own test files
 SPECIAL |= {"gigpo", "hgpo", "salt", "empg"}  # multi-turn episodes: tests/algos/test_step_credit.py
 SPECIAL |= {"rover"}  # batch-level success rate, not per group: tests/algos/test_surrogates_wave2.py
 SPECIAL |= {"dr_mas"}  # multi-agent episodes: tests/algos/test_dr_mas.py
+SPECIAL |= {"noisy_verifier"}  # binary verdicts only: tests/algos/test_advantages_noisy_verifier.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 

@@ -28,7 +28,7 @@ def level(prompts, completions, **columns):
 # strategy or sampler that provides what it requires (covey.compat features).
 SPEC_METHODS = (
     "otr", "mssr", "oblr_baseline", "dcpo", "r2vpo_provisional", "llds", "etr_provisional", "spo_chain", "spo_tree",
-    "direct_advantage", "hapo", "aepo_entropy", "aer_gui", "xpo", "rso", "dagrpo_provisional", "polychromic", "trpa",
+    "direct_advantage_provisional", "hapo", "aepo_entropy", "aer_gui", "xpo", "rso", "dagrpo_provisional", "polychromic", "trpa",
     "gepo_provisional", "disco", "rover", "reg_grpo_provisional", "prorl", "bupo", "tgdpo", "writing_zero",
 )
 
@@ -80,6 +80,10 @@ def _where(name: str) -> list[tuple[str, str]]:
     found = [("hook", "algo")] if name in HOOKS else []
     found += [("preference", "preference")] if name in PREFERENCE_LOSSES or name in PAIRS else []
     found += [("sft", "covey sft --loss")] if name in SFT_LOSSES else []
+    import covey.objectives  # noqa: F401  (registers the algo.objective entries)
+    from covey.learner.objective import OBJECTIVES
+
+    found += [("objective", "algo.objective")] if name in OBJECTIVES else []
     found += [(kind, f"algo.{kind}") for kind, reg in REGISTRIES.items() if name in reg]
     found += [("preset", "algo.preset")] if name in PRESETS else []
     found += [("strategy", "rollout.strategy")] if name in STRATEGIES else []
@@ -126,6 +130,7 @@ def _overrides(name: str, kind: str) -> list[str]:
 OTHER_MODES = {  # training modes with their own end-to-end tests
     "preference": "tests/preference/test_preference_train.py",
     "sft": "tests/train/test_sft.py",
+    "objective": "tests/test_methods_e2e.py",
 }
 ELSEWHERE = {  # methods whose config needs more than a name (a judge model): trained by their examples' test
     "writing_zero": "tests/rewards/test_judge_examples.py (examples/judge/pairwise_genrm.yaml)",

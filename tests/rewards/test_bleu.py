@@ -45,3 +45,18 @@ def test_answer_tag_text_is_scored():
 def test_missing_column_is_named():
     with pytest.raises(ValueError, match="'references' column"):
         BleuReward()(None, ["x"])
+
+
+def test_prs_length_aware_bleu_scores_short_answers_fairly():
+    from covey.rewards import get_reward
+    from covey.rewards.bleu import bleu_score
+
+    prs = get_reward("prs_bleu_provisional")
+    # smoothed BLEU-4 gives a wrong one-word answer (1/2)^(1/4); the length-aware form only the unigram order: 0
+    assert bleu_score("London", ["Paris"]) == pytest.approx(0.5**0.25)
+    assert prs(prompts=None, completions=["London", "Paris"], references=[["Paris"], ["Paris"]]) == [0.0, 1.0]
+    # two-word reference, two orders: "new york" -> 1; "york new" -> p1 1, p2 0 -> 0; "new" -> N 1, BP e^(1 - 2) -> 0.3679
+    out = prs(prompts=None, completions=["new york", "york new", "new"], references=[["new york"]] * 3)
+    assert out == pytest.approx([1.0, 0.0, math.exp(-1.0)])
+    # repeating the reference does not pay: clipped matches 1 of 3 unigrams
+    assert prs(prompts=None, completions=["Paris Paris Paris"], references=[["Paris"]]) == pytest.approx([1 / 3])

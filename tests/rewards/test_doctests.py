@@ -4,15 +4,16 @@ import doctest
 
 import pytest
 
-from covey.rewards import (bleu, code, entity, format, group, gui, length, majority, registry, runner, sets, temporal, text,
-                           triton_gate, ui_r1, vqa)
+from covey.rewards import (bleu, code, combinators, decepchain, entity, format, group, gui, item_value, length, majority, ranking,
+                           registry, runner, sets, temporal, text, triton_gate, ui_r1, vqa)
 from covey.rewards.judge import fapo, medix, mpo, parsers, writing_zero
 from covey.rewards import sandbox
 from covey.rewards.sandbox import testing
 
 
-@pytest.mark.parametrize("mod", [bleu, code, entity, format, group, gui, fapo, length, majority, medix, mpo, parsers, registry, runner,
-                                 sandbox, sets, temporal, testing, text, triton_gate, ui_r1, vqa, writing_zero])
+@pytest.mark.parametrize("mod", [bleu, code, combinators, decepchain, entity, format, group, gui, fapo, item_value, length, majority, medix,
+                                 mpo, parsers, ranking, registry, runner, sandbox, sets, temporal, testing, text, triton_gate, ui_r1,
+                                 vqa, writing_zero])
 def test_docstring_examples_pass(mod):
     if mod in (code, sandbox, testing):
         sandbox.run("pass")  # raises SandboxUnavailable where code cannot run (conftest: a skip for non-root)

@@ -42,6 +42,7 @@ def _steps(cfg, run, n, resume=False):
     {"name": "self"},
     {"name": "self", "greedy_check": "proxy"},
     {"name": "d3s", "sample_keep_start": 0.5, "token_keep_start": 0.5, "anneal_steps": 2},
+    {"name": "v0_provisional", "pool": 2},
 ], ids=lambda s: "-".join([s["name"]] + [s[k] for k in ("greedy_check",) if k in s]))  # fmt: skip
 def test_resume_matches_a_straight_run(tmp_path, sampler):
     cfg = _cfg(sampler)

@@ -152,3 +152,64 @@ def test_constant_mix_ratio_samples_the_rest_of_each_group():
     for bad in (1.5, {0: 1.0, 10: -0.1}, "half"):
         with pytest.raises(ValueError, match="mix_ratio"):
             LATR(mix_ratio=bad)
+
+
+def test_suffix_match_and_rouge_l_hand_values():
+    from covey.strategies.latr import rouge_l_score, suffix_match_score
+
+    # reversed a = 4 3 2 1 holds "4 3" inside reversed b = 8 4 3 9; reversed b starts with 8 (not in a)
+    assert suffix_match_score([1, 2, 3, 4], [9, 3, 4, 8]) == 0.5
+    assert suffix_match_score([1, 2, 3, 4], [5, 6, 7, 4]) == 0.25  # only the last token
+    assert suffix_match_score([4, 7], [3, 4]) == 0.5  # b's suffix "4" inside a: the other direction counts
+    assert suffix_match_score([1, 2, 3], [1, 2, 3]) == 1.0
+    assert suffix_match_score([1, 2], [3, 4]) == 0.0
+    assert rouge_l_score([1, 2, 3, 4], [1, 3, 5, 4]) == 0.75  # LCS 1 3 4
+    assert rouge_l_score([1, 2], [1, 2, 3, 4]) == pytest.approx(2 / 3)  # P 1, R 1/2
+    assert rouge_l_score([5, 3, 6], [3, 7, 6]) == pytest.approx(2 / 3)
+    assert rouge_l_score([1, 2], [3, 4]) == 0.0
+    with pytest.raises(ValueError, match="one length"):
+        suffix_match_score([1, 2], [1])
+
+
+def test_math_recipe_is_the_released_math_script():
+    s = LATR(recipe="math")
+    assert (s.tau_abs, s.tau_rel, s.tau_ed, s.tau_sm, s.tau_rouge) == (0.15, 0.25, 0.0, 0.2, 0.5)
+    assert s.schedule == {0: 1.0, 100: 0.75, 200: 0.5, 300: 0.25} and s.force_share == 1 / 8
+    c = LATR()
+    assert (c.tau_abs, c.tau_rel, c.tau_ed, c.tau_sm, c.tau_rouge) == (0.25, 0.15, 0.4, 1.0, 1.0)
+    assert c.schedule == COUNTDOWN_MIX and c.force_share == 1 / 2
+    assert LATR(recipe="math", tau_sm=0.3).tau_sm == 0.3  # an explicit value overrides the recipe
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        LATR(recipe="code")
+    with pytest.raises(ValueError, match="tau_rouge must be in"):
+        LATR(tau_rouge=1.5)
+
+
+def _window_pair(child_tail, parent_tail):
+    k = len(child_tail)
+    parent = Row([1], tokens=[1, 2] + list(parent_tail), payload=(0, (1,), 0, -1, 0))
+    child = Row([1], tokens=[1, 9] + list(child_tail), payload=(0, (2,), 1, 0, 2))
+    return child, {0: parent}, 2 + k
+
+
+def test_math_recipe_prunes_by_suffix_match_and_rouge_l_not_edit_distance():
+    dec = type("D", (), {"stop_ids": torch.tensor([99])})()
+    math_ = LATR(recipe="math", filter_steps=(2, 3), keep_math_symbols=False)
+    count = LATR(filter_steps=(2, 3), keep_math_symbols=False)
+    # suffix match 0.5 > 0.2 prunes under math; edit distance 2/2 = 1 keeps it under countdown
+    child, by_uid, t = _window_pair([4, 7], [3, 4])
+    assert math_._too_close(child, by_uid, t, dec) and not count._too_close(child, by_uid, t, dec)
+    # ROUGE-L 2/3 > 0.5 prunes (suffix match 1/3 alone would too: switch it off to see ROUGE-L's own)
+    rouge_only = LATR(recipe="math", tau_sm=1.0, filter_steps=(3,), keep_math_symbols=False)
+    child, by_uid, t = _window_pair([5, 3, 6], [3, 7, 6])
+    assert rouge_only._too_close(child, by_uid, t, dec)
+    assert not LATR(recipe="math", tau_sm=1.0, tau_rouge=0.7, filter_steps=(3,), keep_math_symbols=False)._too_close(child, by_uid, t, dec)
+    child, by_uid, t = _window_pair([5, 6], [3, 4])  # nothing shared: kept by both
+    assert not math_._too_close(child, by_uid, t, dec) and not count._too_close(child, by_uid, t, dec)
+
+
+def test_math_recipe_rolls_out_within_capacity():
+    strat = LATR(recipe="math", tau_abs=1e-4, tau_rel=1.0, filter_steps=(2,), mix_ratio=1.0)
+    batch, m = strat.rollout(ITEMS, _ctx(4, max_new=16))
+    assert batch.num_groups == 2 and len(batch) == 8 and m["latr/branches"] <= 2 * 3 + m["latr/pruned"]
+    assert m["latr/exit_step"] <= 16 // 8  # force_return_step = max_new_tokens / 8

@@ -13,6 +13,7 @@ from covey.rollouts import Rollouts, RolloutsError
 from covey.strategies import STRATEGIES
 from covey.strategies.base import RolloutContext
 from covey.strategies.step_correction import kept_tokens, prefix_chars, split_steps
+from tests.strategies._fake_engine import CharTok
 
 
 # ------------------------------------------------------------------ pure helpers
@@ -33,21 +34,6 @@ def test_kept_tokens_stops_before_a_token_that_crosses_the_cut():
 
 
 # ------------------------------------------------------------------ fakes
-class CharTok:
-    """One token per character (id = ord + 10), pad 0, eos 2."""
-
-    pad_token_id, eos_token_id = 0, 2
-
-    def encode(self, text, add_special_tokens=False):
-        return [ord(c) + 10 for c in text]
-
-    def decode(self, ids, skip_special_tokens=True):
-        return "".join(chr(i - 10) for i in ids if i >= 10)
-
-    def batch_decode(self, rows, skip_special_tokens=True):
-        return [self.decode(r) for r in rows]
-
-
 class FakeJudge:
     """Answers the first-error judge from a table keyed by the solution text in the prompt."""
 

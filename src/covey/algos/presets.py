@@ -419,6 +419,9 @@ class AlgoConfig(_Strict):
     high_kl_threshold: float | None = Field(None, gt=0)
     """LOOP's early stop: a mini-batch whose |KL estimate| (-mean over rows of sum_t log pi/pi_old)
     exceeds it skips its optimizer step and ends the update's epochs; None = off (`covey.algos.loop`)."""
+    objective: Spec | None = None
+    """The learner's objective when it is not the policy-gradient loss of the axes: an entry of
+    `covey.learner.objective.OBJECTIVES` (`covey.objectives`), checked by `covey.compat.check_objective`."""
     likelihood: Spec | None = None
     """Sequence-likelihood estimator of a masked-diffusion model (`covey.likelihood.LIKELIHOODS`:
     d1_one_step, elbo_mc, elbo_antithetic, elbo_sdmc, elbo_double_mc); None: autoregressive log-probs (docs/diffusion.md)."""

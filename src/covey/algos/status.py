@@ -50,6 +50,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("advantage", "identity"): ("code", "Alibaba-NLP/qqr 944a2e2"),
     ("advantage", "mc_grpo"): ("code", "lotusroot-kim/MC-GRPO"),
     ("advantage", "mssr"): ("partial", "abstract; shaping form from arXiv 2506.14758"),
+    ("advantage", "noisy_verifier"): ("partial", "paper front matter and secondary summary; no code; GRPO hook a choice"),
     ("advantage", "ngrpo"): ("code", "nangongrui-ngr/NGRPO"),
     ("advantage", "oblr_baseline"): ("partial", "abstract; gradient-norm proxy from verl compute_optimal_token_baseline_advantage"),
     ("advantage", "polychromic"): ("partial", "summaries and a third-party re-implementation"),
@@ -64,6 +65,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("advantage", "treepo"): ("code", "multimodal-art-projection/TreePO f055523"),
     ("advantage", "trpa"): ("code", "XueruiSu/Trust-Region-Preference-Approximation f372585ed6ec (gradient at pi_old: one update per batch)"),
     ("advantage", "rover"): ("code", "yuxiaooye/ROVER ea5ce635ee03 compute_rover_outcome_advantage"),
+    ("advantage", "vspo_clip_provisional"): ("reconstructed", "abstract names value-smoothing clipping; no code, form a guess"),
     ("advantage", "xrpo"): ("partial", "review summary and a third-party re-implementation"),
     # ------------------------------------------------------------------ surrogate
     ("surrogate", "cispo"): ("framework", f"{_V} compute_policy_loss_cispo, {_T} loss_type=cispo"),

@@ -255,6 +255,9 @@ def _catalogue() -> list[tuple[str, str, list[tuple[str, str, str, str, str]]]]:
     from covey.likelihood import LIKELIHOODS
 
     kinds.append(("likelihood", "algo.likelihood", rows(LIKELIHOODS)))  # masked-diffusion models (docs/diffusion.md)
+    from covey.objectives import OBJECTIVES  # importing it registers the built-in objectives
+
+    kinds.append(("objective", "algo.objective", rows(OBJECTIVES)))  # training modes with their own update
     kinds.append(("preset", "algo.preset", [(n, PRESET_NOTES.get(n, ""), "", "", "") for n in sorted(PRESETS)]))
     kinds += [("preference loss", "preference.loss", rows(PREFERENCE_LOSSES)), ("pair builder", "preference.pairs", rows(PAIRS)),
               ("sft loss", "covey sft --loss", rows(SFT_LOSSES))]

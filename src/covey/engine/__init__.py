@@ -2,7 +2,9 @@
 
 The seam is a set of named protocols (`covey.engine.base`): `Engine` (generate, load_weights,
 close, pad_token_id, version), `ForkingEngine` (tree_session -> a `TreeSession` of `Row`s that
-fork and stop independently), `HiddenStatesEngine` (hidden_states) and `InterruptibleEngine`
+fork and stop independently), `HiddenStatesEngine` (hidden_states), `ScoringEngine` (score: log-probs of
+given completions), `SoftThinkingEngine` (generate_soft: soft-thinking rollouts), `RegeneratingEngine` (regenerate: chosen
+rows again in full precision) and `InterruptibleEngine`
 (interrupt: a weight update cuts `generate` short; `covey.engine.carry` continues the rows). Rollout strategies declare
 which they need; the config check refuses an engine that lacks one, by name.
 
@@ -20,6 +22,9 @@ from covey.engine.base import (
     ForkingEngine,
     Generation,
     HiddenStatesEngine,
+    RegeneratingEngine,
+    ScoringEngine,
+    SoftThinkingEngine,
     InterruptibleEngine,
     Row,
     SamplingParams,
@@ -39,6 +44,9 @@ __all__ = [
     "ForkingEngine",
     "Generation",
     "HiddenStatesEngine",
+    "RegeneratingEngine",
+    "ScoringEngine",
+    "SoftThinkingEngine",
     "InterruptibleEngine",
     "KVCache",
     "MaskedDiffusionEngine",

@@ -12,6 +12,11 @@ config is read (`missing_protocols`), never at the first tree step:
                         (treepo, branch, latr, april, arrol, tppo)
     HiddenStatesEngine  + hidden_states(sequences) -> per sequence [L, H] final hidden states of the
                         weights the engine holds (arrol's quality head, tppo's value head)
+    SoftThinkingEngine  + generate_soft(prompts, n, sampling, soft) -> soft-thinking rollouts: mixtures of
+                        top-k embeddings with Gumbel noise in the thinking span (soft_thinking, SofT-GRPO)
+    ScoringEngine       + score(prompts, completions, temperature, top_k) -> per row the log-probs of
+                        given completion tokens (and the top-k log-probs at each position) under the
+                        weights the engine holds (hill's hint reliance, scope_ttrl's confidences)
     InterruptibleEngine + interrupt() -> bool: thread-safe; the `generate` call in flight stops at its
                         next token and returns what it has (rows cut short: finish reason "abort");
                         `covey.engine.carry.continue_generation` continues them as prompt + partial
@@ -51,8 +56,11 @@ __all__ = [
     "Generation",
     "HiddenStatesEngine",
     "InterruptibleEngine",
+    "RegeneratingEngine",
     "Row",
     "SamplingParams",
+    "ScoringEngine",
+    "SoftThinkingEngine",
     "TemperatureRuleEngine",
     "TreeSession",
     "concat_generations",
@@ -280,6 +288,43 @@ class HiddenStatesEngine(Engine, Protocol):
 
 
 @runtime_checkable
+class ScoringEngine(Engine, Protocol):
+    """An engine that scores given completions (teacher forcing, no sampling)."""
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]], *, temperature: float = 1.0,
+              top_k: int = 0) -> list[tuple[Tensor, Tensor | None]]:  # fmt: skip
+        """Per row (prompt i + completion i), ([L_i] float32 log-prob of each completion token, [L_i, k]
+        float32 the k largest log-probs at that position or None when top_k = 0), all under the
+        distribution at `temperature` of the weights the engine holds now; on the CPU."""
+        ...
+
+
+@runtime_checkable
+class SoftThinkingEngine(Engine, Protocol):
+    """An engine that generates soft tokens (mixtures of top-k embeddings) in a thinking span."""
+
+    def generate_soft(self, prompts: list[list[int]], n: int, sampling: SamplingParams, soft: Any, lead: Tensor | None = None) -> tuple:
+        """`n` completions per prompt: (Generation with the top-1 id of each position, per row [L, k] long
+        candidate ids, per row [L, k] float32 scores); `soft` is a `covey.engine.soft.SoftParams` (None:
+        ordinary tokens); `lead` [rows, H]: an input vector per row after its prompt (a latent action)."""
+        ...
+
+
+@runtime_checkable
+class RegeneratingEngine(Engine, Protocol):
+    """An engine that can sample chosen rows of a `generate` call again, with the same randomness, on its
+    unquantized weights (Sol-RL: explore in low precision, train on full-precision regenerations)."""
+
+    low_precision: bool
+    """Whether `generate` samples through quantized weights (False: `regenerate` repeats `generate`)."""
+
+    def regenerate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, rows: list[int]) -> Generation:
+        """Rows `rows` (indices into the len(prompts) x n rows of ``generate(prompts, n, sampling)``)
+        sampled again with the same uniforms (`sampling.seed` required) under full precision."""
+        ...
+
+
+@runtime_checkable
 class TemperatureRuleEngine(Engine, Protocol):
     """An engine that applies `SamplingParams.temperature_rule` (a per-token temperature) in `generate`."""
 
@@ -303,6 +348,9 @@ ENGINE_PROTOCOLS: dict[type, str] = {
     Engine: "generate, load_weights, close",
     ForkingEngine: "tree forking",
     HiddenStatesEngine: "the policy's hidden states",
+    ScoringEngine: "scoring given completions",
+    SoftThinkingEngine: "soft-thinking generation (mixtures of token embeddings)",
+    RegeneratingEngine: "full-precision regeneration of chosen rows",
     TemperatureRuleEngine: "per-token temperature rules",
     InterruptibleEngine: "interruptible generation",
 }

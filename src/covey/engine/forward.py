@@ -27,11 +27,19 @@ channel, symmetric; activations quantized per tensor on the fly from fp32, int8 
 oneDNN, fp32 out, cast back to the engine dtype); the embedding, norms, attention and LM head stay
 in the engine dtype (vLLM's and FlashRL's quantized rollouts keep the head too). `repack` re-quantizes from the fp32 copy after every weight load.
 torch marks its quantized-tensor functions deprecated in favour of torchao (not a covey dependency).
+
+fp8 (`quantize="fp8"`, CUDA with fp8 matmuls, compute capability >= 8.9): the same decoder linears as
+float8 e4m3 weights with one scale per output channel (max|w| / 448) and activations quantized per
+token on the fly (max|x| / 448), multiplied by `torch._scaled_mm` (row-wise scales, output in the
+engine dtype, bias added after); rows are padded to a multiple of 16 for the kernel. `fp8_linear(...,
+emulate=True)` computes the same product by dequantizing (any device): the reference the tests hold
+the quantizer to. Refused on the CPU (use int8 there). `full_precision()` is a view of the same
+weights without the quantized copies (the plain matmuls in the engine dtype): Sol-RL's regeneration.
 Provenance: Sol-RL ("FP4 Explore, BF16 Train", Li et al. 2026, NVIDIA/HKU/MIT) generates a diffusion
 model's rollouts in NVFP4 and optimises in BF16, regenerating only the best/worst-K candidates in
 BF16; covey takes its principle for LLM rollouts (low-precision generation, full-precision learner,
-the gap corrected by TIS/MIS as FlashRL does). Reconstructed, not checked against released code;
-the selective regeneration and fp8/fp4 on GPUs are not built.
+the gap corrected by TIS/MIS as FlashRL does, or the chosen rows regenerated in full precision: the
+`sol_rl` strategy). Reconstructed, not checked against released code; fp4 is not built.
 
 This module covers the tensor math; sampling, stopping and the loop live in `torch_engine.py`.
 """
@@ -94,14 +102,15 @@ class DecoderWeights:
     rope_sin: Tensor
     act: str
     packed_head: Tensor | None = None
-    quantize: str | None = None  # "int8": decoder linears as dynamically quantized int8 (CPU)
+    quantize: str | None = None  # "int8" (CPU) / "fp8" (CUDA): decoder linears quantized
 
     def repack(self, batch_hint: int = 64) -> None:
-        """(Re)build the oneDNN packed (or int8-quantized) weights after the plain ones changed
+        """(Re)build the oneDNN packed (or int8 / fp8-quantized) weights after the plain ones changed
         (no-op when unused)."""
-        if self.quantize == "int8":
+        if self.quantize in ("int8", "fp8"):
+            q = _int8 if self.quantize == "int8" else Fp8Linear.quantize
             for lw in self.layers:
-                lw.packed = {"qkv": _int8(lw.wqkv, lw.bqkv), "o": _int8(lw.wo), "gu": _int8(lw.w_gu), "down": _int8(lw.w_down)}
+                lw.packed = {"qkv": q(lw.wqkv, lw.bqkv), "o": q(lw.wo), "gu": q(lw.w_gu), "down": q(lw.w_down)}
             return
         if not (self.layers and self.layers[0].wqkv is not None and _can_pack(self.embed)):
             return
@@ -110,6 +119,14 @@ class DecoderWeights:
             lw.packed = {"qkv": pack(lw.wqkv, batch_hint), "o": pack(lw.wo, batch_hint),
                          "gu": pack(lw.w_gu, batch_hint), "down": pack(lw.w_down, batch_hint)}  # fmt: skip
         self.packed_head = pack(self.lm_head, batch_hint)
+
+    def full_precision(self) -> "DecoderWeights":
+        """The same tensors without the quantized copies: plain matmuls in the engine dtype (no copy;
+        meaningful for a quantized engine, whose fused copies keep the unquantized weights)."""
+        import dataclasses
+
+        return dataclasses.replace(self, layers=[dataclasses.replace(lw, packed={}) for lw in self.layers],
+                                   packed_head=None, quantize=None)  # fmt: skip
 
     def sources(self) -> list[tuple[str, Tensor]]:
         """(HF state-dict name, tensor) pairs, for refreshing a copy from a new state dict."""
@@ -156,10 +173,12 @@ def pack_weights(model, dtype: torch.dtype, max_positions: int, quantize: str | 
     fused (and, for bf16, oneDNN pre-packed) copy; `quantize="int8"` (CPU) adds int8 copies of the
     decoder linears (a fused copy in `dtype` keeps the weights they are quantized from)."""
     _check_supported(model)
-    if quantize not in (None, "int8"):
-        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
-    if quantize and model.device.type != "cpu":
+    if quantize not in (None, "int8", "fp8"):
+        raise ValueError(f"quantize must be None, 'int8' or 'fp8', got {quantize!r}")
+    if quantize == "int8" and model.device.type != "cpu":
         raise ValueError(f"quantize='int8' runs on the CPU (torch's quantized linear), the model is on {model.device.type}")
+    if quantize == "fp8":
+        check_fp8(model.device)
     base = model.model
     # Share the parameters only for fp32 (the learner's model: weight sync is then free). bf16 always
     # gets its own fused, pre-packed copy: faster, and a bf16 learner model is rare.
@@ -221,7 +240,71 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None, packed) -> Tensor:
         return F.linear(x, weight, bias)
     if isinstance(packed, Tensor):
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    if isinstance(packed, Fp8Linear):
+        return fp8_linear(x, packed)
     return torch.ops.quantized.linear_dynamic(x.float(), packed).to(x.dtype)  # int8; the bias is packed with the weight
+
+
+FP8_MAX = 448.0  # the largest finite float8 e4m3fn value
+
+
+def fp8_available(device: torch.device) -> bool:
+    """Whether `device` multiplies fp8 (CUDA, compute capability >= 8.9, torch with `_scaled_mm`)."""
+    return (device.type == "cuda" and hasattr(torch, "float8_e4m3fn") and hasattr(torch, "_scaled_mm")
+            and torch.cuda.get_device_capability(device) >= (8, 9))  # fmt: skip
+
+
+def check_fp8(device: torch.device | str) -> None:
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"quantize='fp8' needs a CUDA device with fp8 matmuls (compute capability >= 8.9); the model is "
+                         f"on {device.type}: on the CPU use quantize='int8'")  # fmt: skip
+    if not fp8_available(device):
+        raise ValueError(f"quantize='fp8' needs fp8 matmuls (compute capability >= 8.9, e.g. Ada, Hopper); "
+                         f"{torch.cuda.get_device_name(device)} has {torch.cuda.get_device_capability(device)}")  # fmt: skip
+
+
+@dataclass
+class Fp8Linear:
+    """A linear layer's weight as float8 e4m3 [out, in] with one fp32 scale per output channel."""
+
+    weight: Tensor
+    scale: Tensor  # [out] fp32: w ~= weight.float() * scale[:, None]
+    bias: Tensor | None
+
+    @staticmethod
+    def quantize(weight: Tensor, bias: Tensor | None = None) -> "Fp8Linear":
+        """Symmetric per-output-channel: scale = max|w| / 448 (1e-12 at least), w / scale rounded to e4m3."""
+        scale = (weight.float().abs().amax(dim=1) / FP8_MAX).clamp_min(1e-12)
+        q = (weight.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        return Fp8Linear(q, scale, None if bias is None else bias.float())
+
+
+def _fp8_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-row (token) activation quantization: (e4m3 [M, K], fp32 scales [M, 1] = max|x_row| / 448)."""
+    scale = (x.float().abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp_min(1e-12)
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
+
+
+def fp8_linear(x: Tensor, lin: Fp8Linear, *, emulate: bool = False) -> Tensor:
+    """x [..., K] @ W^T (+ bias) with both operands in e4m3 (per-token and per-channel scales), output in
+    x's dtype: `torch._scaled_mm` on a device with fp8 matmuls, or (`emulate`) the same product from the
+    dequantized operands in fp32."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    xq, sx = _fp8_rows(x2)
+    if emulate:
+        out = (xq.float() * sx) @ (lin.weight.float() * lin.scale[:, None]).T
+    else:
+        m = x2.shape[0]
+        pad = (-m) % 16  # the kernel wants the row count a multiple of 16
+        if pad:
+            xq = torch.cat([xq, torch.zeros(pad, xq.shape[1], dtype=xq.dtype, device=xq.device)])
+            sx = torch.cat([sx, torch.ones(pad, 1, dtype=sx.dtype, device=sx.device)])
+        out = torch._scaled_mm(xq, lin.weight.T, scale_a=sx, scale_b=lin.scale[None, :], out_dtype=torch.bfloat16)[:m].float()
+    if lin.bias is not None:
+        out = out + lin.bias
+    return out.to(x.dtype).reshape(*shape[:-1], lin.weight.shape[0])
 
 
 def _int8(weight: Tensor, bias: Tensor | None = None):
@@ -359,6 +442,11 @@ def prefill(w: DecoderWeights, ids: Tensor, valid: Tensor, kv: KVCache, dense: b
     return _linear(last, w.lm_head, None, w.packed_head).float()
 
 
+def head_logits(w: DecoderWeights, h: Tensor) -> Tensor:
+    """[..., V] fp32 logits of final (normed) hidden states [..., H] through the LM head."""
+    return _linear(h.to(w.lm_head.dtype), w.lm_head, None, w.packed_head).float()
+
+
 def hidden_states(w: DecoderWeights, ids: Tensor, valid: Tensor) -> Tensor:
     """[B, P, H] final hidden states (after the final RMSNorm, HF's `last_hidden_state`) of
     left-padded ids [B, P]; `valid` marks real tokens (padded positions hold junk). No cache."""
@@ -416,7 +504,8 @@ def step_tables(w: DecoderWeights, pos: Tensor, valid: Tensor, col: int) -> tupl
 
 
 def decode_step(
-    w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: int, valid: Tensor, sdpa: bool | None = None
+    w: DecoderWeights, tok: Tensor, pos: Tensor, kv: KVCache, col: int, valid: Tensor, sdpa: bool | None = None,
+    embeds: Tensor | None = None,
 ) -> Tensor:
     """One token per row: tok [B] at positions pos [B], written to cache column `col`.
 
@@ -424,6 +513,7 @@ def decode_step(
     columns (including `col`). Returns logits [B, V] in the compute dtype.
     sdpa: attention through `scaled_dot_product_attention` (default: on CUDA; on CPU the plain
     matmuls over the transposed key cache are faster at decode sizes).
+    embeds: [B, H] input vectors instead of the tokens' embeddings (soft thinking's mixtures; `covey.engine.soft`).
     """
     if sdpa is None:
         sdpa = tok.device.type == "cuda"
@@ -431,7 +521,7 @@ def decode_step(
     hq, hkv, d = w.n_heads, w.n_kv_heads, w.head_dim
     g, nq, nk = hq // hkv, hq * d, hkv * d
     cos, sin, bias = step_tables(w, pos, valid, col)
-    x = F.embedding(tok, w.embed)  # [B, H]
+    x = F.embedding(tok, w.embed) if embeds is None else embeds.to(w.embed.dtype).clone()  # [B, H]
     h_dim = x.shape[-1]
     for li, lw in enumerate(w.layers):
         h = F.rms_norm(x, (h_dim,), lw.ln1, w.eps)

@@ -41,7 +41,8 @@ Vision-language models (docs/vlm.md): the same loop over another backend, `covey
 (the HF model's forward and KV cache: the vision tower runs once per distinct prompt, the group's n
 rows share that prefill); prompts come as `covey.models.vision.VisionPrompt`s carrying their images,
 and the rows' image inputs come back in `Generation.vision`. No tree sessions, hidden states or int8
-there (refused when the config is read, `covey.family`).
+there (refused when the config is read, `covey.family`); scoring, soft thinking and regeneration are
+refused when called.
 
 Protocols (`covey.engine.base`): `Engine`, `ForkingEngine` (`tree_session` opens a
 `covey.engine.tree.TreeDecoder` on this engine's weights: tree, partial and pruned rollouts) and
@@ -63,7 +64,7 @@ from torch import Tensor
 from covey.devices import host_reads_free
 from covey.engine.base import EngineCaps, Generation, SamplingParams, concat_generations, register_engine, version_tensor
 from covey.dtypes import model_device, resolve_dtype_name
-from covey.engine.forward import SUPPORTED, decode_step, hidden_states, new_cache, pack_weights, prefill
+from covey.engine.forward import SUPPORTED, decode_step, head_logits, hidden_states, new_cache, pack_weights, prefill
 from covey.engine.sampling import sample_tokens, validate_sampling
 from covey.engine.stops import StopStrings
 from covey.engine.tree import TreeDecoder
@@ -90,7 +91,9 @@ class TorchEngine:
     sync_every:       decode steps between host checks for finished rows (default 1 on CPU, 8 on CUDA).
     quantize:         "int8": generate with int8 decoder linears (CPU; Sol-RL-style low-precision
                       rollouts while the learner trains in full precision; `forward` module
-                      docstring); re-quantized from the learner's weights at every `load_weights`.
+                      docstring); "fp8": float8 e4m3 linears (CUDA with fp8 matmuls); re-quantized
+                      from the learner's weights at every `load_weights`. `regenerate` samples
+                      chosen rows again on the unquantized weights (`RegeneratingEngine`).
 
     Public facts (the tree decoder reads them): `weights` (the packed `DecoderWeights`), `dtype`,
     `device`, `eos_ids`, `max_positions`, `model`, `tokenizer`.
@@ -100,6 +103,8 @@ class TorchEngine:
     """Right-pads completions (the tokenizer's pad id, else 0)."""
     temperature_rules = True
     """Applies `SamplingParams.temperature_rule` (the `TemperatureRuleEngine` protocol)."""
+    low_precision = False
+    """Whether `generate` samples through quantized weights (`quantize` set; `RegeneratingEngine`)."""
     version: int
     """Policy version of the loaded weights (0 at start; set by `load_weights`)."""
 
@@ -117,7 +122,7 @@ class TorchEngine:
         max_cache_bytes: int = 2 << 30,
         max_positions: int | None = None,
         sync_every: int | None = None,
-        quantize: Literal["int8"] | None = None,
+        quantize: Literal["int8", "fp8"] | None = None,
     ):
         if dtype != "auto" and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES) + ['auto']}, got {dtype!r}")
@@ -139,11 +144,12 @@ class TorchEngine:
         self.max_cache_bytes = int(max_cache_bytes)
         self._elt = self.dtype.itemsize
         self.max_positions = int(max_positions or getattr(config, "max_position_embeddings", 4096))
-        if quantize is not None and self.device.type != "cpu":
+        if quantize == "int8" and self.device.type != "cpu":
             raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's quantized linear); the model is on {self.device}")
         if quantize is not None and self.vision:
             raise ValueError(f"quantize={quantize!r} covers the hand-written Llama-family forward, not a vision-language model")
         self.quantize = quantize
+        self.low_precision = quantize is not None
         self.weights = None if self.vision else pack_weights(model, self.dtype, self.max_positions, quantize)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0] if self.vision else self.weights.embed.shape[0])
         if pad_token_id is None:
@@ -161,10 +167,14 @@ class TorchEngine:
     @staticmethod
     def check_config(params: dict, sampling, needs: set[str], device: str) -> None:
         """Config-time check (`covey.compat.check_engine_config`): int8 generation runs on
-        the CPU only."""
-        if params.get("quantize") is not None and device.startswith("cuda"):
+        the CPU only, fp8 on a CUDA device with fp8 matmuls."""
+        if params.get("quantize") == "int8" and device.startswith("cuda"):
             raise ValueError(f"engine 'torch' quantize={params['quantize']!r} runs on the CPU only (torch's quantized "
-                             "linear), but device is cuda: use device: cpu, or no quantize")  # fmt: skip
+                             "linear), but device is cuda: use device: cpu, quantize: fp8, or no quantize")  # fmt: skip
+        if params.get("quantize") == "fp8":
+            from covey.engine.forward import check_fp8
+
+            check_fp8(device)
 
     caps = EngineCaps(model_types=SUPPORTED + VISION_TYPES, check_config=check_config, takes_images=True)
 
@@ -310,6 +320,49 @@ class TorchEngine:
         check_window(self.model, length)
         return VisionDecode(self.model, vision, self.dtype, self.prefill_rows)
 
+    def regenerate(self, prompts, n: int, sampling: SamplingParams, rows: list[int]) -> Generation:
+        """Rows `rows` (indices into the len(prompts) x n rows that ``generate(prompts, n, sampling)``
+        returns, prompt-major) sampled again with the same uniforms under the unquantized weights
+        (`RegeneratingEngine`; Sol-RL's full-precision regeneration). Needs `sampling.seed`: the
+        uniforms are drawn from it as `generate` draws them. Rows come back in the order of `rows`,
+        `prompt_index` naming their prompt."""
+        if self.vision:
+            raise ValueError("regenerate is not built for vision-language models (docs/vlm.md)")
+        sp = sampling
+        validate_sampling(sp.temperature, sp.top_p, sp.top_k, sp.min_p, sp.max_new_tokens)
+        if sp.seed is None and not sp.greedy:
+            raise ValueError("regenerate needs sampling.seed: the rows are re-drawn with the uniforms generate drew from it")
+        plist = [_as_ids(p, i) for i, p in enumerate(prompts)]
+        if any(not 0 <= r < len(plist) * n for r in rows):
+            raise ValueError(f"rows must index the {len(plist) * n} rows of {len(plist)} prompts x {n}, got {rows}")
+        if not rows:
+            raise ValueError("regenerate: no rows given")
+        stop_ids = sorted(set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_ids)))
+        stops = self.stop_strings(tuple(sp.stop_strings)) if sp.stop_strings else None
+        uniforms = None
+        if not sp.greedy:
+            gen = torch.Generator(device="cpu").manual_seed(sp.seed)
+            uniforms = _to_device(torch.rand(len(plist) * n, sp.max_new_tokens, generator=gen, device="cpu")[rows], self.device)
+        limits = sp.prompt_max_new_tokens
+        lim = None if limits is None else [limits[r // n] for r in rows]
+        sel = [plist[r // n] for r in rows]
+        with self._lock:
+            if self._running:
+                raise RuntimeError("TorchEngine.regenerate: a generate call is running (one call at a time per engine)")
+            self._running = True
+        saved = self.weights
+        try:
+            self.weights = saved.full_precision()
+            with torch.inference_mode():
+                raw = self._generate(sel, 1, sp, stop_ids, stops, uniforms, lim)
+        finally:
+            self.weights = saved
+            with self._lock:
+                self._running = False
+        out = self._generation(sel, 1, 0, *raw)
+        out.prompt_index = torch.tensor([r // n for r in rows], dtype=torch.long)
+        return out
+
     def tree_session(self, sampling: SamplingParams) -> TreeDecoder:
         """A tree decode on this engine's weights and KV-cache layout (`ForkingEngine`)."""
         if self.vision:
@@ -337,6 +390,47 @@ class TorchEngine:
             h = hidden_states(self.weights, ids.to(self.device), valid.to(self.device)).float().cpu()
             out += [h[i, width - len(s) :] for i, s in enumerate(part)]
         return out
+
+    def score(self, prompts, completions, *, temperature: float = 1.0, top_k: int = 0) -> list[tuple[Tensor, Tensor | None]]:
+        """Log-probs of given completions under the weights this engine holds (`ScoringEngine`): per row,
+        [L] of each completion token and [L, top_k] of the largest (None when top_k is 0), at `temperature`."""
+        if self.vision:
+            raise ValueError("score is not built for vision-language models (docs/vlm.md)")
+        if temperature <= 0:
+            raise ValueError(f"score: temperature must be > 0, got {temperature}")
+        if len(prompts) != len(completions):
+            raise ValueError(f"score: {len(prompts)} prompts for {len(completions)} completions")
+        pairs = [(_as_ids(p, i), [int(t) for t in c]) for i, (p, c) in enumerate(zip(prompts, completions))]
+        states = iter(self.hidden_states([p + c for p, c in pairs if c]))
+        out: list[tuple[Tensor, Tensor | None]] = []
+        for p, c in pairs:
+            if not c:
+                out.append((torch.zeros(0), torch.zeros(0, top_k) if top_k else None))
+                continue
+            h = next(states)
+            with torch.inference_mode():  # the states at positions len(p)-1 .. end-1 predict c
+                lp = torch.log_softmax(head_logits(self.weights, h[len(p) - 1 : -1].to(self.device)) / temperature, -1).cpu()
+            top = lp.topk(min(top_k, lp.shape[-1]), -1).values.clone() if top_k else None
+            out.append((lp.gather(-1, torch.tensor(c, dtype=torch.long)[:, None])[:, 0].clone(), top))
+        return out
+
+    def generate_soft(self, prompts, n: int, sampling: SamplingParams, soft, lead=None) -> tuple:
+        """Soft-thinking completions (`SoftThinkingEngine`; `covey.engine.soft.soft_generate`); `lead`: an input
+        vector per row after its prompt (a latent action), `soft` None: ordinary tokens."""
+        from covey.engine.soft import soft_generate
+
+        if self.vision:
+            raise ValueError("soft-thinking generation is not built for vision-language models (docs/vlm.md)")
+        validate_sampling(sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p, sampling.max_new_tokens)
+        with self._lock:
+            if self._running:
+                raise RuntimeError("TorchEngine.generate_soft: a generate is already running")
+            self._running = True
+        try:
+            return soft_generate(self, [_as_ids(p, i) for i, p in enumerate(prompts)], n, sampling, soft, lead)
+        finally:
+            with self._lock:
+                self._running = False
 
     def stop_strings(self, strings: tuple[str, ...]) -> StopStrings:
         """The (cached) stop-string matcher for `strings` (needs the tokenizer)."""

@@ -19,9 +19,12 @@ objective decides everything that is a choice of loss; the learner calls each ho
     after_step(), finish(stopped)  metrics after each optimizer step, and after the update
     state_dict(), load_state_dict()  state kept in checkpoints
 
-Two objectives exist: the policy-gradient loss assembled from the algorithm axes
-(`covey.learner.policy_loss.PolicyLoss`, the default) and the preference loss on pairs
-(`covey.preference.objective.PreferenceLoss`). Attributes the trainer reads: `requires` (optional
+The default objective is the policy-gradient loss assembled from the algorithm axes
+(`covey.learner.policy_loss.PolicyLoss`); the preference mode trains `covey.preference.objective.PreferenceLoss`;
+`algo.objective: {name, ...params}` names any other from the `OBJECTIVES` registry (`covey.objectives`:
+offline step data, offline-enhanced policy gradient, evolution strategies), built as
+``factory(cfg, policy, device, **params)``; its `ObjectiveCaps.check_run(cfg)` refuses, when the config is
+read, a run it cannot train (`covey.compat.check_objective`). Attributes the trainer reads: `requires` (optional
 `Rollouts` fields the trainer fills for it, `covey.learner.fillers`), `uses_advantages` (the trainer
 runs the advantage estimator first), `temperature` (the temperature of the learner's log-probs,
 None: the sampling temperature) and `per_mc` (with a likelihood estimate as the log-prob source, the
@@ -30,14 +33,16 @@ loss is backpropagated once per Monte Carlo sample).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
 
+from covey.registry import Caps, Registry
 from covey.rollouts import Rollouts
 
-__all__ = ["Objective", "Step"]
+__all__ = ["OBJECTIVES", "Objective", "ObjectiveCaps", "Step", "register_objective"]
 
 
 @dataclass
@@ -97,3 +102,17 @@ class Objective:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+class ObjectiveCaps(Caps):
+    """What an objective of `OBJECTIVES` declares (its `caps`).
+
+    check_run:  check_run(cfg) raising ValueError for a run config it cannot train (before any model loads).
+    """
+
+    check_run: Callable[[Any], None] | None = None
+
+
+OBJECTIVES = Registry("objective", context=("cfg", "policy", "device"), caps=ObjectiveCaps)
+"""`algo.objective` choices; entries register from `covey.objectives`."""
+register_objective = OBJECTIVES.register

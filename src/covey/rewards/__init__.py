@@ -8,7 +8,7 @@ Math checking is `math.py`; model-written code runs in `covey.rewards.sandbox`; 
 judges (LLM-as-judge, tournaments) are `covey.rewards.judge`.
 """
 
-from covey.rewards import bleu, code, format, gui, length, majority, preference  # noqa: F401 - registers the rewards
+from covey.rewards import bleu, code, decepchain, format, gui, item_value, length, majority, preference, ranking  # noqa: F401 - registers the rewards
 from covey.rewards.judge import ArenaReward, JudgeReward  # registers judge and arenarl
 from covey.rewards._scoring import FAILURE_KINDS, RewardOutput
 from covey.rewards.bleu import BleuReward, bleu_score

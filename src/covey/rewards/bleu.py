@@ -13,6 +13,15 @@ sacrebleu's own smoothing and brevity penalty differ:
 
 Clipping takes each n-gram's maximum count over the references. sacrebleu instead adds k only for
 n > 1 and uses the closest reference length; with ``smooth=False`` and one reference both agree.
+
+`prs_bleu_provisional`: PRS's length-aware BLEU for short-form answers ("Enhancing Agentic RL with Progressive
+Reward Shaping and Value-based Sampling Policy Optimization", arXiv 2512.07478; the abstract names "a length-aware
+BLEU to fairly score concise answers", its formula is not released: RECONSTRUCTED). Plain BLEU-4 scores a correct
+one-word answer 0 unsmoothed, and smoothing gives a wrong one-word answer (1/2)^(1/4) = 0.84; here the n-gram orders
+are those both texts can have:
+
+    N = min(max_order, h, r)          h = hypothesis length, r = shortest reference length
+    BLEU_la = BP * exp(mean_{n <= N} log p_n),   p_n = m_n / c_n (unsmoothed; 0 if any p_n = 0)
 """
 
 from __future__ import annotations
@@ -26,13 +35,15 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 from covey.rewards.math import completion_text
 from covey.rewards.registry import register_reward
 
-__all__ = ["BleuReward", "bleu_score"]
+__all__ = ["BleuReward", "PRSBleu", "bleu_score"]
 
 _TOKENIZE = Tokenizer13a()
 
 
-def bleu_score(hypothesis: str, references: list[str], *, max_order: int = 4, smooth: bool = True) -> float:
-    """Sentence BLEU in [0, 1] of `hypothesis` against one or more `references` (formula above).
+def bleu_score(hypothesis: str, references: list[str], *, max_order: int = 4, smooth: bool = True,
+               length_aware: bool = False) -> float:  # fmt: skip
+    """Sentence BLEU in [0, 1] of `hypothesis` against one or more `references` (formula above); `length_aware`:
+    the orders n <= min(max_order, h, r) only (PRS's length-aware BLEU, module docstring).
 
     >>> bleu_score("the cat sat on the mat", ["the cat sat on the mat"])
     1.0
@@ -50,11 +61,14 @@ def bleu_score(hypothesis: str, references: list[str], *, max_order: int = 4, sm
         counts, n = extract_all_word_ngrams(ref, 1, max_order)
         merged |= counts  # max count of each n-gram over the references
         ref_lens.append(n)
+    order = min(max_order, hyp_len, min(ref_lens)) if length_aware else max_order
+    if order == 0:
+        return 0.0
     matches = [0] * max_order
     for ngram, c in (hyp_counts & merged).items():
         matches[len(ngram) - 1] += c
     precisions = []
-    for i in range(max_order):
+    for i in range(order):
         possible = max(0, hyp_len - i)
         if smooth:
             precisions.append((matches[i] + 1.0) / (possible + 1.0))
@@ -62,7 +76,7 @@ def bleu_score(hypothesis: str, references: list[str], *, max_order: int = 4, sm
             precisions.append(matches[i] / possible if possible else 0.0)
     if min(precisions) <= 0:
         return 0.0
-    geo_mean = math.exp(sum(math.log(p) for p in precisions) / max_order)
+    geo_mean = math.exp(sum(math.log(p) for p in precisions) / order)
     ratio = hyp_len / max(1, min(ref_lens))
     bp = 1.0 if ratio > 1.0 else math.exp(1.0 - 1.0 / ratio)
     return geo_mean * bp
@@ -89,6 +103,8 @@ class BleuReward:
     [1.0, 0.0]
     """
 
+    length_aware = False
+
     def __init__(self, column: str = "references", max_order: int = 4, smooth: bool = True, answer_tag: bool = True):
         if max_order < 1:
             raise ValueError(f"BleuReward: max_order must be >= 1, got {max_order}")
@@ -106,5 +122,20 @@ class BleuReward:
             text = completion_text(c)
             if self.answer_tag:
                 text = _answer_part(text)
-            out.append(0.0 if not text.strip() else bleu_score(text, refs, max_order=self.max_order, smooth=self.smooth))
+            out.append(0.0 if not text.strip() else bleu_score(text, refs, max_order=self.max_order, smooth=self.smooth,
+                                                               length_aware=self.length_aware))  # fmt: skip
         return out
+
+
+@register_reward("prs_bleu_provisional")
+class PRSBleu(BleuReward):
+    """PRS's length-aware BLEU (module docstring): unsmoothed, orders up to the shorter text's length.
+
+    >>> PRSBleu()(prompts=None, completions=["Paris", "London", "the city of Paris"], references=[["Paris"]] * 3)
+    [1.0, 0.0, 0.25]
+    """
+
+    length_aware = True
+
+    def __init__(self, column: str = "references", max_order: int = 4, answer_tag: bool = True):
+        super().__init__(column, max_order, smooth=False, answer_tag=answer_tag)

@@ -26,10 +26,18 @@ the policy itself through the `policy` judge backend). Design (URPO's code is no
 
 Metrics: ``<kind>/mean`` per case. A case that needs the trainer's engine (a `policy` judge) makes the
 switch need it too (it forwards `set_context`), and keeps it in the trainer's process.
+
+`noisy_channel`: a binary reward passed through a noisy verifier channel, the setting of "Reinforcement
+Learning with Verifiable yet Noisy Rewards under Imperfect Verifiers" (arXiv 2510.00915): a pass (>= 0.5)
+is reported as 0 with probability rho1 (a false negative), a fail as 1 with probability rho0 (a false
+positive). The coin of a row is a hash of (seed, prompt, completion, its repeat count among equal rows
+of the call), so a row gets the same verdict whenever it is scored (resumed runs, re-scored chunks).
+For studies of the `noisy_verifier` corrections; never a reward to train on for real.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 from typing import Any
@@ -37,7 +45,7 @@ from typing import Any
 from covey.rewards._scoring import RewardOutput, _await
 from covey.rewards.registry import get_reward, register_reward, reward_caps
 
-__all__ = ["StagedReward", "SwitchReward"]
+__all__ = ["NoisyChannel", "StagedReward", "SwitchReward"]
 
 
 def _accepts(fn) -> set[str] | None:
@@ -162,3 +170,56 @@ class SwitchReward:
                 metrics[f"{kind}/{name}"] = list(vs)
             metrics[f"{kind}/mean"] = [float(v) for v in vals if v is not None]
         return RewardOutput(scores, {k: v for k, v in metrics.items() if v})
+
+
+@register_reward("noisy_channel")
+class NoisyChannel:
+    """reward: {name, params} (a 0/1 reward); rho0: false-positive rate; rho1: false-negative rate; seed.
+
+    >>> ch = NoisyChannel({"name": "format", "params": {"tags": ["answer"]}}, rho1=1.0)
+    >>> ch(prompts=["q", "q"], completions=["<answer>4</answer>", "4"]).scores
+    [0.0, 0.0]
+    """
+
+    def __init__(self, reward: dict[str, Any], rho0: float = 0.0, rho1: float = 0.0, seed: int = 0):
+        if not isinstance(reward, dict) or "name" not in reward or set(reward) - {"name", "params"}:
+            raise ValueError(f"noisy_channel: reward must be {{name, params}}, got {reward!r}")
+        for key, v in (("rho0", rho0), ("rho1", rho1)):
+            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+                raise ValueError(f"noisy_channel: {key} must be a probability in [0, 1], got {v!r}")
+        self.fn = get_reward(reward["name"], **(reward.get("params") or {}))
+        self.accepts = _accepts(self.fn)
+        self.rho0, self.rho1, self.seed = float(rho0), float(rho1), int(seed)
+        caps = reward_caps(self.fn)
+        self.group_aware, self.needs_engine = caps.group_aware, caps.needs_engine
+        self.in_process = caps.needs_engine or caps.in_process
+        self.__name__ = "noisy_channel"
+
+    def set_context(self, **context) -> None:
+        _forward_context([self.fn], context)
+
+    def _coin(self, prompt, completion, repeat: int) -> float:
+        key = f"{self.seed}\x00{prompt!r}\x00{completion!r}\x00{repeat}".encode()
+        return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") / 2**64
+
+    def __call__(self, prompts, completions, **columns) -> RewardOutput:
+        sub = {name: col for name, col in columns.items() if self.accepts is None or name in self.accepts}
+        out = _await(self.fn(prompts=prompts, completions=completions, **sub))
+        clean = list(getattr(out, "scores", out))
+        if len(clean) != len(completions):
+            raise ValueError(f"noisy_channel: the inner reward returned {len(clean)} scores for {len(completions)} completions")
+        seen: dict[tuple[str, str], int] = {}
+        scores: list[float | None] = []
+        flips = []
+        for p, c, v in zip(prompts, completions, clean):
+            if v is None:
+                scores.append(None)
+                continue
+            key = (repr(p), repr(c))
+            seen[key] = seen.get(key, -1) + 1
+            u = self._coin(p, c, seen[key])
+            passed = float(v) >= 0.5
+            flip = u < (self.rho1 if passed else self.rho0)
+            flips.append(float(flip))
+            scores.append(float(passed != flip))
+        return RewardOutput(scores, {"flipped": flips, "clean": [float(float(v) >= 0.5) for v in clean if v is not None]})

@@ -15,6 +15,7 @@ from covey.samplers import masa  # noqa: F401  (registers `masa`)
 from covey.samplers import drive  # noqa: F401  (registers `drive`)
 from covey.samplers import gdro  # noqa: F401  (registers `gdro`)
 from covey.samplers import vspo  # noqa: F401  (registers `vspo`)
+from covey.samplers import v0  # noqa: F401  (registers `v0_provisional`)
 
 __all__ = [
     "SAMPLERS",

@@ -5,7 +5,8 @@ arXiv 2510.03259 (repo akatigre/MASA-RL, renamed "MAPR"). Notes: docs/sampling.m
 In MASA the policy itself predicts, in a meta rollout, each prompt's pass rate and solution length;
 MASA-efficient skips prompts predicted all-fail / all-pass and stops solution rollouts that run past
 the predicted length (reward 0). Gating and cut-off are confirmed by the abstract; their thresholds
-are UNVERIFIED (not in the released code). The meta rollouts and the meta reward are not built here.
+are UNVERIFIED (not in the released code). The meta rollouts and the meta reward are the `masa_meta`
+strategy (covey.strategies.masa_meta).
 
 Covey's sampler-side version predicts from the prompt's own history instead of a meta rollout:
 

@@ -8,12 +8,29 @@ from covey.engine.base import Row
 from covey.models import apply_chat
 from covey.rollouts import Rollouts
 
-__all__ = ["prompt_ids", "rows_to_batch"]
+__all__ = ["given_rows_batch", "prompt_ids", "rows_to_batch"]
 
 
 def prompt_ids(tokenizer, items: list[dict]) -> list[list[int]]:
     """The chat-templated prompt token ids of each item."""
     return [list(apply_chat(tokenizer, it["prompt"])) for it in items]
+
+
+def given_rows_batch(prompts: list[torch.Tensor], rows: list[list[int]], finish: list[str], group: list[int],
+                     items: list[dict], **fields) -> Rollouts:
+    """A validated `Rollouts` of completions given as token lists (offline data: no behaviour
+    log-probs, zeros), right-padded with 0; `fields` sets further `Rollouts` fields."""
+    t = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), t, dtype=torch.long)
+    mask = torch.zeros(len(rows), t)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1.0
+    return Rollouts(
+        prompt_ids=prompts, completion_ids=ids, completion_mask=mask, behaviour_logprobs=torch.zeros(len(rows), t),
+        group=torch.tensor(group, dtype=torch.long), prompt_id=torch.tensor([int(it["id"]) for it in items]),
+        finish_reason=finish, items=items, **fields,
+    ).validate()  # fmt: skip
 
 
 def rows_to_batch(rows: list[Row], items: list[dict], groups: list[int], pad_id: int, *, paths: bool = False) -> Rollouts:

@@ -64,6 +64,8 @@ class RolloutContext:
     max_prompt_tokens: the longest chat-templated prompt the run takes (the model's context minus
                      max_new_tokens, or the task's limit; `covey.samplers.lengths.prompt_token_limit`),
                      None when unknown: a sampler that rewrites prompts (XRPO's seeding) keeps within it.
+    objective:       the learner's objective (`covey.learner.objective`): a strategy that evaluates
+                     what that objective proposes (the population of an evolution strategy) asks it here.
     """
 
     engine: Engine
@@ -76,6 +78,7 @@ class RolloutContext:
     policy_version: int = 0
     reference_engine: Engine | None = None
     max_prompt_tokens: int | None = None
+    objective: Any = None
 
 
 @runtime_checkable
@@ -94,7 +97,7 @@ class StrategyCaps(Caps):
     """What a rollout strategy needs or does (declared as its `caps`; defaults: none of it).
 
     engine_protocols:        the engine protocols it calls (`covey.engine.base`), checked against the
-                             engine when the config is read.
+                             engine when the config is read; a tuple, or a function of its parameters.
     inner:                   inner(params) -> (name, params): the strategy it runs; what that one
                              needs applies too.
     carries_rollouts:        unfinished rollouts go on in the next step (the async executors refuse
@@ -110,12 +113,14 @@ class StrategyCaps(Caps):
     task:                    the task it rolls out, and only it (an external environment that is both).
     labelled_reward:         the one reward its rows get, from labels in the data (not `rewards:`).
     makes_pairs:             it makes preference pairs: it needs a `preference:` section.
+    objective:               the `algo.objective` its rows need (soft tokens, offline rows, a population):
+                             another objective is refused when the config is read.
     requires, provides, prefers:  `covey.compat` features, a tuple or a function of its parameters.
     """
 
     renamed: ClassVar[dict[str, str]] = {"inner_strategy": "inner"}
 
-    engine_protocols: tuple[type, ...] = (Engine,)
+    engine_protocols: tuple[type, ...] | Callable[[dict], tuple[type, ...]] = (Engine,)
     inner: Callable[[dict], tuple[str, dict]] | None = None
     carries_rollouts: bool = False
     trains_carried_tokens: bool = True
@@ -127,6 +132,7 @@ class StrategyCaps(Caps):
     task: str | None = None
     labelled_reward: str | None = None
     makes_pairs: bool = False
+    objective: str | None = None
     requires: Features = ()
     provides: Features = ()
     prefers: Features = ()
@@ -151,8 +157,12 @@ def strategy_chain(name: str, params: Mapping[str, Any]) -> list[tuple[str, dict
 def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:
     """The engine protocols strategy `name` needs with `params`: its own (default `(Engine,)`) and
     those of the strategies it runs, in order."""
-    need = tuple(p for _, _, entry in strategy_chain(name, params) for p in entry.caps.engine_protocols)
+    need = tuple(p for _, params_, entry in strategy_chain(name, params) for p in _declared(entry.caps.engine_protocols, params_))
     return tuple(dict.fromkeys(need))
+
+
+def _declared(protocols, params: dict) -> tuple[type, ...]:
+    return tuple(protocols(params) if callable(protocols) and not isinstance(protocols, type) else protocols)
 
 
 def check_engine_protocols(strategy: str, params: Mapping[str, Any], engine: str) -> None:

@@ -31,15 +31,26 @@ Per prompt with group size n, at training step s (verl's global step, covey's st
         sampling (the engine's temperature / truncation) up to max_new_tokens
     a root with fewer than kt_n branches is filled by duplicating its first branch (fill_return_sequences)
 
-Defaults are the countdown script's: tau_abs 0.25, tau_rel 0.15, tau_ed 0.4, filter steps 20/30/50,
-thres_init 0.98, thres_decay 0.05, the mix_ratio schedule above; force_return_step (512 of 1024 there)
-defaults to half of max_new_tokens. `mix_ratio` may also be one number (covey's option: the same share
+The pruning tests (`RolloutFilter`; any one prunes; tau_ed 0 / tau_sm 1 / tau_rouge 1 switch one off,
+as a null threshold does in the scripts):
+    edit_distance(a, b) / r < tau_ed;  suffix_match(a, b) > tau_sm;  rouge_l(a, b) > tau_rouge
+    suffix_match(a, b) = max(longest prefix of reversed(a) occurring in reversed(b), the same with a
+        and b swapped) / len(a)  (`model/metrics.py::suffix_match_score`: the longest suffix of one
+        window found anywhere in the other)
+    rouge_l(a, b) = 2 P R / (P + R), P = LCS / len(a), R = LCS / len(b)  (`rouge_l_score`; 0 if LCS 0)
+
+`recipe` picks the released script's defaults: "countdown" (`scripts/grpo-kt-countdown.sh`: tau_abs
+0.25, tau_rel 0.15, tau_ed 0.4, no suffix / ROUGE-L test, the mix_ratio schedule above,
+force_return_step 512 of 1024 = max_new_tokens / 2) or "math" (`scripts/grpo-kt-math.sh`: tau_abs
+0.15, tau_rel 0.25, no edit-distance test, tau_sm 0.2, tau_rouge 0.5, mix_ratio {0: 1, 100: 0.75,
+200: 0.5, 300: 0.25}, force_return_step 1024 of 8192 = max_new_tokens / 8); both: filter steps
+20/30/50, thres_init 0.98, thres_decay 0.05. A parameter given explicitly overrides the recipe's. `mix_ratio` may also be one number (covey's option: the same share
 at every step; mix_ratio 1 throughout makes groups of top-1/top-2 tokens only, which on short answers
 collapse: docs/rollouts.md "Learning runs").
 
 Differences from the code (all choices): the ordinary rows start when the LATR phase ends instead of
-beside it (same distribution: they are i.i.d. samples of the prompt); the suffix-match and ROUGE-L
-pruning tests (off in the countdown script) are not implemented; in the code the keep_math_symbols
+beside it (same distribution: they are i.i.d. samples of the prompt); the learned-judge and
+random pruning options of `RolloutFilter` (off in both scripts) are not built; in the code the keep_math_symbols
 skip drops entries from one of two lists it later zips together (a misalignment), here it skips the
 candidate it names. Behaviour log-probs of the greedy/branch tokens are those of the tempered
 distribution (what the learner recomputes); the branch choice itself is not a sample of it.
@@ -59,9 +70,17 @@ from covey.strategies._rows import prompt_ids, rows_to_batch
 from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.rollouts import Rollouts
 
-__all__ = ["LATR", "branch_candidates", "edit_distance", "latr_exit", "mix_ratio_at"]
+__all__ = ["LATR", "RECIPES", "branch_candidates", "edit_distance", "latr_exit", "mix_ratio_at", "rouge_l_score",
+           "suffix_match_score"]
 
 COUNTDOWN_MIX = {0: 1.0, 10: 0.75, 20: 0.5, 80: 0.25, 200: 0.0}  # scripts/grpo-kt-countdown.sh
+MATH_MIX = {0: 1.0, 100: 0.75, 200: 0.5, 300: 0.25}  # scripts/grpo-kt-math.sh
+# the released scripts' thresholds; force: force_return_step as a share of the response length
+RECIPES = {
+# (a test is off at tau_ed 0 and at tau_sm / tau_rouge 1: neither can then prune)
+    "countdown": dict(tau_abs=0.25, tau_rel=0.15, tau_ed=0.4, tau_sm=1.0, tau_rouge=1.0, mix=COUNTDOWN_MIX, force=1 / 2),
+    "math": dict(tau_abs=0.15, tau_rel=0.25, tau_ed=0.0, tau_sm=0.2, tau_rouge=0.5, mix=MATH_MIX, force=1 / 8),
+}
 MATH_CORE_SYMBOLS = "+-*/\\<>=()[]{}_^&%$0123456789"  # model/sample_filter.py
 
 
@@ -74,6 +93,53 @@ def edit_distance(a: list[int], b: list[int]) -> int:
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y))
         prev = cur
     return prev[-1]
+
+
+def _longest_prefix_in_text(pattern: list[int], text: list[int]) -> int:
+    """The longest L with pattern[:L] a contiguous run of text (KMP, as `model/metrics.py`)."""
+    m = len(pattern)
+    if m == 0:
+        return 0
+    pi, j = [0] * m, 0
+    for i in range(1, m):
+        while j > 0 and pattern[i] != pattern[j]:
+            j = pi[j - 1]
+        if pattern[i] == pattern[j]:
+            j += 1
+        pi[i] = j
+    q = best = 0
+    for t in text:
+        while q > 0 and pattern[q] != t:
+            q = pi[q - 1]
+        if pattern[q] == t:
+            q += 1
+        best = max(best, q)
+        if q == m:
+            q = pi[q - 1]
+    return best
+
+
+def suffix_match_score(a: list[int], b: list[int]) -> float:
+    """The longest suffix of either window found anywhere in the other, over len(a) (equal lengths)."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"suffix_match_score needs two non-empty windows of one length, got {len(a)} and {len(b)}")
+    ra, rb = a[::-1], b[::-1]
+    return max(_longest_prefix_in_text(ra, rb), _longest_prefix_in_text(rb, ra)) / len(a)
+
+
+def rouge_l_score(a: list[int], b: list[int]) -> float:
+    """ROUGE-L F1 from the longest common subsequence: 2PR / (P + R), P = LCS/len(a), R = LCS/len(b)."""
+    if not a or not b:
+        return 0.0
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    lcs = prev[-1]
+    prec, rec = lcs / len(a), lcs / len(b)
+    return 0.0 if prec + rec == 0 else 2 * prec * rec / (prec + rec)
 
 
 def branch_candidates(probs: torch.Tensor, tau_abs: float, tau_rel: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -112,18 +178,31 @@ class LATR:
     """LATR rollouts (see the module docstring).
 
     mix_ratio: {training step: LATR share of each group} (the code's mix_ratio_schedule), or one number.
+    recipe: "countdown" or "math", the released script whose thresholds fill the parameters not given.
+    tau_abs, tau_rel, tau_ed, tau_sm, tau_rouge: None takes the recipe's value.
+    tau_ed / tau_sm / tau_rouge: the edit-distance, suffix-match and ROUGE-L pruning thresholds
+        (tau_ed 0, tau_sm 1, tau_rouge 1: that test is off, as a null threshold in the scripts).
     """
-
 
     caps = StrategyCaps(engine_protocols=(ForkingEngine,), provides=("tree_path",))
 
-    def __init__(self, *, tau_abs: float = 0.25, tau_rel: float = 0.15, tau_ed: float = 0.4,
+    def __init__(self, *, recipe: str = "countdown", tau_abs: float | None = None, tau_rel: float | None = None,
+                 tau_ed: float | None = None, tau_sm: float | None = None, tau_rouge: float | None = None,
                  filter_steps: tuple[int, ...] = (20, 30, 50), force_return_step: int | None = None,
                  mix_ratio: float | dict[int, float] | None = None, thres_init: float = 0.98,
                  thres_decay: float = 0.05, keep_math_symbols: bool = True):  # fmt: skip
-        if not (0 < tau_abs < 1 and 0 < tau_rel <= 1 and 0 <= tau_ed <= 1):
-            raise ValueError(f"need 0 < tau_abs < 1, 0 < tau_rel <= 1, 0 <= tau_ed <= 1; got {tau_abs}, {tau_rel}, {tau_ed}")
-        schedule = dict(COUNTDOWN_MIX) if mix_ratio is None else mix_ratio
+        if recipe not in RECIPES:
+            raise ValueError(f"latr: recipe must be one of {sorted(RECIPES)} (the released scripts), got {recipe!r}")
+        base = RECIPES[recipe]
+        pick = lambda v, k: base[k] if v is None else v  # noqa: E731
+        tau_abs, tau_rel, tau_ed = pick(tau_abs, "tau_abs"), pick(tau_rel, "tau_rel"), pick(tau_ed, "tau_ed")
+        tau_sm, tau_rouge = pick(tau_sm, "tau_sm"), pick(tau_rouge, "tau_rouge")
+        if not (0 < tau_abs < 1 and 0 < tau_rel <= 1):
+            raise ValueError(f"need 0 < tau_abs < 1 and 0 < tau_rel <= 1; got {tau_abs}, {tau_rel}")
+        for key, val in (("tau_ed", tau_ed), ("tau_sm", tau_sm), ("tau_rouge", tau_rouge)):
+            if not 0 <= val <= 1:
+                raise ValueError(f"latr: {key} must be in [0, 1] (tau_ed 0, tau_sm 1, tau_rouge 1: that test off), got {val!r}")
+        schedule = dict(base["mix"]) if mix_ratio is None else mix_ratio
         if not isinstance(schedule, dict):
             schedule = {0: schedule}
         try:
@@ -136,7 +215,8 @@ class LATR:
             raise ValueError(f"filter_steps must be positive step counts, got {filter_steps}")
         if not 0 < thres_init <= 1 or thres_decay < 0:
             raise ValueError(f"need 0 < thres_init <= 1 and thres_decay >= 0, got {thres_init}, {thres_decay}")
-        self.tau_abs, self.tau_rel, self.tau_ed = tau_abs, tau_rel, tau_ed
+        self.tau_abs, self.tau_rel, self.tau_ed, self.tau_sm, self.tau_rouge = tau_abs, tau_rel, tau_ed, tau_sm, tau_rouge
+        self.force_share = base["force"]
         self.filter_steps, self.force = tuple(sorted(filter_steps)), force_return_step
         self.schedule, self.thres_init, self.thres_decay = schedule, thres_init, thres_decay
         self.keep_math = keep_math_symbols
@@ -146,7 +226,7 @@ class LATR:
         sizes = [d.n for d in ctx.draws]
         mix = mix_ratio_at(self.schedule, ctx.step + 1)  # verl's global_steps start at 1
         n = [round(g * mix) for g in sizes]  # LATR branches per root (Python round, as the code)
-        force = self.force if self.force is not None else max(1, sp.max_new_tokens // 2)
+        force = self.force if self.force is not None else max(1, int(sp.max_new_tokens * self.force_share))
         dec = ctx.engine.tree_session(sp)
         prompts = prompt_ids(ctx.tokenizer, items)
         # payload: (root, path, uid, parent uid, birth step); uid order = the code's branch order
@@ -239,7 +319,9 @@ class LATR:
             return False
         if self.keep_math and tokenizer is not None and tokenizer.decode([b[0]]).strip() in MATH_CORE_SYMBOLS:
             return False
-        return edit_distance(a, b) / k < self.tau_ed
+        return ((self.tau_ed > 0 and edit_distance(a, b) / k < self.tau_ed)
+                or (self.tau_sm < 1 and suffix_match_score(a, b) > self.tau_sm)
+                or (self.tau_rouge < 1 and rouge_l_score(a, b) > self.tau_rouge))  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -19,6 +19,7 @@ import torch
 
 from covey.models import apply_chat
 from covey.rollouts import Rollouts
+from covey.strategies._rows import given_rows_batch
 from covey.strategies.base import RolloutContext, StrategyCaps, register_strategy
 from covey.strategies.group import sample_groups
 from covey.samplers.base import Draw
@@ -59,17 +60,7 @@ class OfflinePairs:
                 prompts.append(torch.tensor(apply_chat(tok, item["prompt"]), dtype=torch.long))
                 row_items.append({**item, "preferred": label})
                 group.append(g)
-        t = max(len(r) for r in rows)
-        ids = torch.zeros(len(rows), t, dtype=torch.long)
-        mask = torch.zeros(len(rows), t)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[i, : len(r)] = 1.0
-        batch = Rollouts(
-            prompt_ids=prompts, completion_ids=ids, completion_mask=mask, behaviour_logprobs=torch.zeros(len(rows), t),
-            group=torch.tensor(group, dtype=torch.long), prompt_id=torch.tensor([int(it["id"]) for it in row_items]),
-            finish_reason=finish, items=row_items,
-        ).validate()  # fmt: skip
+        batch = given_rows_batch(prompts, rows, finish, group, row_items)
         return batch, {"pref/truncated_frac": finish.count("length") / len(finish)}
 
     def state_dict(self) -> dict[str, Any]:

@@ -68,6 +68,8 @@ class DatasetTask:
                             A longer prompt fails at start naming the item, or is skipped and
                             counted with `task.on_long_prompt: skip` (`covey.samplers.lengths`).
     limit:                  keep the first n rows of each split.
+    completion_key:         a column of target completions: `covey sft` imitates them (the task's
+                            demonstrations); without it the task has none.
     """
 
     name = "dataset"
@@ -76,7 +78,8 @@ class DatasetTask:
     def __init__(self, path: str | os.PathLike | None = None, *, rows: Any = None, prompt_key: str = "prompt",
                  split: str = "train", eval_path: str | os.PathLike | None = None, eval_rows: Any = None,
                  eval_split: str = "test", system_prompt: str | None = None, answer_key: str = "answer",
-                 verifier: str = "auto", max_prompt_tokens: int | None = None, limit: int | None = None):  # fmt: skip
+                 verifier: str = "auto", max_prompt_tokens: int | None = None, limit: int | None = None,
+                 completion_key: str | None = None):  # fmt: skip
         if (path is None) == (rows is None):
             raise ValueError("task 'dataset' needs exactly one of path=... (a file, folder or cached hub id) or rows=...")
         if verifier not in ("auto", "math", "none"):
@@ -104,6 +107,15 @@ class DatasetTask:
         self.extract_answer = _MathVerifier(answer_key).extract_answer if self.reward is not None else None
         self.reward_origin = (f"added because the data has an {answer_key!r} column; task.params.verifier=none turns it off"
                               if verifier == "auto" else None)  # fmt: skip
+        if completion_key is not None:
+            self.demonstration = self._demonstration
+            bad = next((it for items in self._splits.values() for it in items if not isinstance(it.get(completion_key), str)), None)
+            if bad is not None:
+                raise ValueError(f"task 'dataset': completion_key={completion_key!r}, but item {bad['id']} has no string in that column")
+        self.completion_key = completion_key
+
+    def _demonstration(self, item: dict) -> str:
+        return item[self.completion_key]
 
     def has_split(self, split: str) -> bool:
         return split in self._splits

@@ -100,7 +100,12 @@ def build_reference(policy: torch.nn.Module, cfg: ModelConfig) -> Reference:
 
 def build_objective(cfg: RunConfig, policy: torch.nn.Module, device):
     """The loss the learner's update trains (`covey.learner.objective`): the preference loss on pairs in
-    preference mode, else the policy-gradient loss of the algorithm axes."""
+    preference mode, `algo.objective` when set (`OBJECTIVES`), else the policy-gradient loss of the axes."""
+    if cfg.algo.objective is not None:
+        import covey.objectives  # noqa: F401  (registers the built-in objectives)
+        from covey.learner.objective import OBJECTIVES
+
+        return OBJECTIVES.build(cfg.algo.objective.name, cfg.algo.objective.params, cfg, policy, device)
     if cfg.preference is not None:
         from covey.preference.objective import PreferenceLoss, load_guide
 

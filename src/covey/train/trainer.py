@@ -282,7 +282,8 @@ class Trainer:
         sampling = functools.partial(self._sampling, step=step)
         ctx = RolloutContext(engine=self.rollout_engine, tokenizer=self.tokenizer, draws=draws, sampling=sampling,
                              score=score, draw=draw, step=step, policy_version=version,
-                             reference_engine=self.reference_engine, max_prompt_tokens=self.max_prompt_tokens)  # fmt: skip
+                             reference_engine=self.reference_engine, max_prompt_tokens=self.max_prompt_tokens,
+                             objective=self.objective)  # fmt: skip
         with self._sampler_lock:
             draws, metrics = self.sampler.before_rollout(draws, ctx)
         ctx.draws = _checked_draws(self.sampler, draws)

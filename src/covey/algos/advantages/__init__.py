@@ -26,6 +26,8 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     oblr.py          oblr_baseline                               (OBLR-PO gradient-weighted baseline, [N] or [N, T])
     polychromic.py   polychromic                                 (set-level reward x diversity, shared per row)
     rover.py         rover                                       (ROVER: batch success-rate shaping of binary rewards)
+    noisy_verifier.py noisy_verifier                             (backward / forward correction of a noisy binary verifier)
+    vspo_clip.py     vspo_clip_provisional                       (VSPO: a smoothed group scale, clipped advantages)
     gigpo.py         gigpo                                       (multi-turn: episode + anchor-state step groups, [N, T])
     hgpo.py          hgpo                                        (multi-turn: groups by shared history depth, [N, T])
     salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
@@ -55,6 +57,8 @@ from covey.algos.advantages.identity import identity
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
+from covey.algos.advantages.noisy_verifier import noisy_verifier
+from covey.algos.advantages.vspo_clip import vspo_clip_provisional
 from covey.algos.advantages.oblr import oblr_baseline
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
@@ -91,6 +95,7 @@ __all__ = [
     "mc_grpo",
     "mssr",
     "ngrpo",
+    "noisy_verifier",
     "oblr_baseline",
     "polychromic",
     "reinforce_pp_baseline",
@@ -99,6 +104,7 @@ __all__ = [
     "rover",
     "salt",
     "tppo",
+    "vspo_clip_provisional",
     "treepo",
     "trpa",
     "spo",
