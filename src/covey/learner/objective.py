@@ -19,9 +19,10 @@ objective decides everything that is a choice of loss; the learner calls each ho
     after_step(), finish(stopped)  metrics after each optimizer step, and after the update
     state_dict(), load_state_dict()  state kept in checkpoints
 
-Two objectives exist: the policy-gradient loss assembled from the algorithm axes
-(`covey.learner.policy_loss.PolicyLoss`, the default) and the preference loss on pairs
-(`covey.preference.objective.PreferenceLoss`). Attributes the trainer reads: `requires` (optional
+Three objectives exist: the policy-gradient loss assembled from the algorithm axes
+(`covey.learner.policy_loss.PolicyLoss`, the default), the preference loss on pairs
+(`covey.preference.objective.PreferenceLoss`) and `FrozenPolicy`, which trains nothing (a rollout
+strategy that learns without gradients declares ``StrategyCaps(updates_policy=False)``). Attributes the trainer reads: `requires` (optional
 `Rollouts` fields the trainer fills for it, `covey.learner.fillers`), `uses_advantages` (the trainer
 runs the advantage estimator first), `temperature` (the temperature of the learner's log-probs,
 None: the sampling temperature) and `per_mc` (with a likelihood estimate as the log-prob source, the
@@ -37,7 +38,7 @@ from torch import Tensor
 
 from covey.rollouts import Rollouts
 
-__all__ = ["Objective", "Step"]
+__all__ = ["FrozenPolicy", "Objective", "Step"]
 
 
 @dataclass
@@ -97,3 +98,15 @@ class Objective:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+class FrozenPolicy(Objective):
+    """No update: every step's `prepare` has nothing to learn, so no forward, backward or optimizer step
+    runs and the weights (and the optimizer and its schedule) stay as they are. For a run whose rollout
+    strategy learns without gradients (``StrategyCaps(updates_policy=False)``: Training-Free GRPO's
+    experience library); the advantage estimator is not run either."""
+
+    uses_advantages = False
+
+    def prepare(self, learner, batch: Rollouts, generator) -> tuple[Rollouts | None, dict[str, Tensor], dict[str, float]]:
+        return None, {}, {"learn/frozen": 1.0}

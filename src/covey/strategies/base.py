@@ -42,6 +42,7 @@ __all__ = [
     "engine_protocols",
     "register_strategy",
     "strategy_chain",
+    "takes_env_of",
 ]
 
 
@@ -104,9 +105,14 @@ class StrategyCaps(Caps):
     needs_ray:               it shares rollouts between runs through Ray.
     foreign_rows:            it adds rows another model sampled, whose behaviour log-probs are unknown
                              (no importance correction).
-    takes_env:               the run's `env:` section is its `env` parameter (multi-turn episodes).
+    takes_env:               the run's `env:` section is its `env` parameter (multi-turn episodes);
+                             a bool, or a function of its parameters (a wrapper takes the env when
+                             the strategy it runs does: `takes_env_of`).
     env_reward:              its rows are scored by their environment: reward functions and reward
-                             shaping do not apply.
+                             shaping do not apply; a bool or a function of its parameters (`episodes`
+                             with ``rewards: functions`` hands its rows to the reward functions).
+    updates_policy:          False: the run never changes a weight (the learner's update is skipped;
+                             Training-Free GRPO learns in its prompt, not in its parameters).
     task:                    the task it rolls out, and only it (an external environment that is both).
     labelled_reward:         the one reward its rows get, from labels in the data (not `rewards:`).
     makes_pairs:             it makes preference pairs: it needs a `preference:` section.
@@ -122,8 +128,9 @@ class StrategyCaps(Caps):
     needs_reference_engine: bool = False
     needs_ray: bool = False
     foreign_rows: bool = False
-    takes_env: bool = False
-    env_reward: bool = False
+    takes_env: bool | Callable[[dict], bool] = False
+    env_reward: bool | Callable[[dict], bool] = False
+    updates_policy: bool = True
     task: str | None = None
     labelled_reward: str | None = None
     makes_pairs: bool = False
@@ -131,9 +138,25 @@ class StrategyCaps(Caps):
     provides: Features = ()
     prefers: Features = ()
 
+    def flag(self, name: str, params: Mapping[str, Any]) -> bool:
+        """The value of flag `name` (`takes_env`, `env_reward`) for a strategy built with `params`."""
+        value = getattr(self, name)
+        return bool(value(dict(params)) if callable(value) else value)
+
 
 STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy, caps=StrategyCaps)
 register_strategy = STRATEGIES.register
+
+
+def takes_env_of(inner: Callable[[dict], tuple[str, dict]]) -> Callable[[dict], bool]:
+    """`StrategyCaps.takes_env` of a wrapper: it takes the run's env exactly when the strategy it runs
+    (`inner(params) -> (name, params)`) does, and hands it on."""
+
+    def takes(params: dict) -> bool:
+        name, inner_params = inner(params)
+        return STRATEGIES.get(name).caps.flag("takes_env", inner_params)
+
+    return takes
 
 
 def strategy_chain(name: str, params: Mapping[str, Any]) -> list[tuple[str, dict, Entry]]:
