@@ -5,7 +5,8 @@ Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch 
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
 quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), step_correction (SCOPE: a judge finds a failed row's first wrong step, a corrector rewrites the rest), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
-covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]). See docs/rollouts.md."""
+covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]), training_free_grpo
+(Training-Free GRPO: an experience library in the prompt, no weight update; docs/agents.md). See docs/rollouts.md."""
 
 from covey.strategies.april import APRIL
 from covey.strategies.arrol import ARRoL
@@ -25,6 +26,7 @@ from covey.strategies.spo_chain import SPOChain
 from covey.strategies.step_correction import StepCorrection
 from covey.strategies.swarm import SwarmSharing
 from covey.strategies.tppo import TPPO
+from covey.strategies.training_free import TrainingFreeGRPO
 from covey.strategies.treepo import TreePO
 from covey.strategies.verifiers_rollout import VerifiersRollout
 
@@ -51,6 +53,7 @@ __all__ = [
     "StepCorrection",
     "SwarmSharing",
     "TPPO",
+    "TrainingFreeGRPO",
     "TreePO",
     "VerifiersRollout",
     "completion_texts",

@@ -40,9 +40,9 @@ __all__ = [
     "StrategyCaps",
     "check_engine_protocols",
     "engine_protocols",
+    "flag_of_inner",
     "register_strategy",
     "strategy_chain",
-    "takes_env_of",
 ]
 
 
@@ -107,7 +107,7 @@ class StrategyCaps(Caps):
                              (no importance correction).
     takes_env:               the run's `env:` section is its `env` parameter (multi-turn episodes);
                              a bool, or a function of its parameters (a wrapper takes the env when
-                             the strategy it runs does: `takes_env_of`).
+                             the strategy it runs does: `flag_of_inner`).
     env_reward:              its rows are scored by their environment: reward functions and reward
                              shaping do not apply; a bool or a function of its parameters (`episodes`
                              with ``rewards: functions`` hands its rows to the reward functions).
@@ -148,15 +148,16 @@ STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy, caps=Strateg
 register_strategy = STRATEGIES.register
 
 
-def takes_env_of(inner: Callable[[dict], tuple[str, dict]]) -> Callable[[dict], bool]:
-    """`StrategyCaps.takes_env` of a wrapper: it takes the run's env exactly when the strategy it runs
-    (`inner(params) -> (name, params)`) does, and hands it on."""
+def flag_of_inner(inner: Callable[[dict], tuple[str, dict]], name: str) -> Callable[[dict], bool]:
+    """A wrapper's flag `name` (`takes_env`, `env_reward`) as the strategy it runs has it
+    (`inner(params) -> (name, params)`): e.g. it takes the run's env exactly when its inner one does,
+    and hands it on."""
 
-    def takes(params: dict) -> bool:
-        name, inner_params = inner(params)
-        return STRATEGIES.get(name).caps.flag("takes_env", inner_params)
+    def value(params: dict) -> bool:
+        inner_name, inner_params = inner(params)
+        return STRATEGIES.get(inner_name).caps.flag(name, inner_params)
 
-    return takes
+    return value
 
 
 def strategy_chain(name: str, params: Mapping[str, Any]) -> list[tuple[str, dict, Entry]]:
