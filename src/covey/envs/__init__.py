@@ -2,13 +2,15 @@
 
 Built in: maze (a seeded text grid maze; its task is `covey.tasks.maze`), calculator (arithmetic with a
 calculator tool over any task with answers), search_qa (a search tool over a local corpus,
-search.py; its task is `covey.tasks.search_qa`), solver_verifier (two agents, a solver and a verifier, for per-agent credit). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py); prime-intellect
+search.py; its task is `covey.tasks.search_qa`), solver_verifier (two agents, a solver and a verifier, for per-agent credit), gui_sim (a text phone replaying
+expert trajectories semi-online, UI-S1; its task is `covey.tasks.gui_sim`). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py); prime-intellect
 verifiers environments own their loop, so they are a task (`covey.tasks.verifiers`) + the `verifiers` rollout strategy (verifiers_adapter.py loads them). Tool-call parsing and the calculator live in tools.py.
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
 
 from covey.envs.base import ENVS, Action, Env, MissingExtra, StepResult, ToolCall, fork_env, register_env
 from covey.envs.calculator import CalculatorEnv
+from covey.envs.gui_sim import GuiSimEnv
 from covey.envs.gym_adapter import GymnasiumEnv
 from covey.envs.maze import MazeEnv
 from covey.envs.search import SearchQAEnv
@@ -21,6 +23,7 @@ __all__ = [
     "Action",
     "CalculatorEnv",
     "Env",
+    "GuiSimEnv",
     "GymnasiumEnv",
     "MazeEnv",
     "MissingExtra",

@@ -398,6 +398,8 @@ class Episodes:
         ep.rewards.append(float(res.reward))
         ep.anchor, ep.agent = res.anchor, res.info.get("agent", 0)
         ep.transcript[-1]["reward"] = float(res.reward)
+        if res.info.get("replace_action") is not None:  # the turn the conversation keeps instead (semi-online patch)
+            ep.transcript[-1]["replaced_by"] = res.info["replace_action"]
         ep.transcript += [{**m, "turn": turn} for m in res.messages]
         counts["tool_errors"] += int(res.info.get("tool_errors", 0))
         if "success" in res.info:
@@ -426,7 +428,6 @@ class Episodes:
                     self._fail(ep, _EnvFailure("env_error", "info['replace_action'] rewrites the conversation, which a "
                                                             "concat row cannot: set rollout.strategy.layout: per_step"), counts)  # fmt: skip
                     return
-                ep.transcript[-1]["replaced_by"] = said
             ep.messages += [{"role": "assistant", "content": action.text if said is None else said}, *res.messages]
             if not self._per_step:
                 self._append_env_tokens(ep, action, res, counts)
