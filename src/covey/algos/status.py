@@ -118,6 +118,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     # ------------------------------------------------------------------ preset
     ("preset", "cispo"): ("framework", f"{_V} example script"),
     ("preset", "dapo"): ("framework", f"{_V} recipe run_dapo_qwen2.5_32b.sh"),
+    ("preset", "dart"): ("code", "Computer-use-agents/dart-gui e0e606d osworld async trainer script"),
     ("preset", "dgpo"): ("code", "AMAP-ML/MathForge run_dgpo.sh"),
     ("preset", "dr_grpo"): ("code", "sail-sg/understand-r1-zero (oat)"),
     ("preset", "drpo"): ("code", "Optimization-AI/DRPO"),

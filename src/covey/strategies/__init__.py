@@ -5,7 +5,8 @@ Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch 
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
 quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), step_correction (SCOPE: a judge finds a failed row's first wrong step, a corrector rewrites the rest), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
-covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]), training_free_grpo
+covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]), dart (DART's curation of episodes: a per-task
+success filter and replay of successes), training_free_grpo
 (Training-Free GRPO: an experience library in the prompt, no weight update; docs/agents.md). See docs/rollouts.md."""
 
 from covey.strategies.april import APRIL
@@ -14,6 +15,7 @@ from covey.strategies.branch import BranchStrategy
 from covey.strategies.base import STRATEGIES, RolloutContext, RolloutStrategy, register_strategy
 from covey.strategies.cog_rethinker import CogRethinker
 from covey.strategies.dars import DarsRollout
+from covey.strategies.dart import DART
 from covey.strategies.dynamic import DynamicSampling
 from covey.strategies.entropy import AEPOEntropy, DCPOStrategy
 from covey.strategies.episodes import Episodes
@@ -40,6 +42,7 @@ __all__ = [
     "STRATEGIES",
     "BranchStrategy",
     "CogRethinker",
+    "DART",
     "DCPOStrategy",
     "DarsRollout",
     "DynamicSampling",
