@@ -6,7 +6,8 @@ forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
 quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), step_correction (SCOPE: a judge finds a failed row's first wrong step, a corrector rewrites the rest), dcpo and aepo_entropy (entropy controller), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
 covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]), dart (DART's curation of episodes: a per-task
-success filter and replay of successes), training_free_grpo
+success filter and replay of successes), sage_provisional (SAGE's sequential
+rollout over task chains with a skill library), training_free_grpo
 (Training-Free GRPO: an experience library in the prompt, no weight update; docs/agents.md). See docs/rollouts.md."""
 
 from covey.strategies.april import APRIL
@@ -24,6 +25,7 @@ from covey.strategies.hapo_temperature import HAPOTemperature
 from covey.strategies.igrpo import IGRPO
 from covey.strategies.latr import LATR
 from covey.strategies.pairs import OfflinePairs, ReferencePairs
+from covey.strategies.sage import SAGE
 from covey.strategies.spo_chain import SPOChain
 from covey.strategies.step_correction import StepCorrection
 from covey.strategies.swarm import SwarmSharing
@@ -52,6 +54,7 @@ __all__ = [
     "IGRPO",
     "RolloutContext",
     "RolloutStrategy",
+    "SAGE",
     "SPOChain",
     "StepCorrection",
     "SwarmSharing",
