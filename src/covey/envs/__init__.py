@@ -4,7 +4,8 @@ Built in: maze (a seeded text grid maze; its task is `covey.tasks.maze`), calcul
 calculator tool over any task with answers), search_qa (a search tool over a local corpus,
 search.py; its task is `covey.tasks.search_qa`), solver_verifier (two agents, a solver and a verifier, for per-agent credit), gui_sim (a text phone replaying
 expert trajectories semi-online, UI-S1; its task is `covey.tasks.gui_sim`), skill_library (arithmetic with skills
-the agent saves and reuses, SAGE; its task is `covey.tasks.skill_chains`). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py); prime-intellect
+the agent saves and reuses, SAGE; its task is `covey.tasks.skill_chains`), starling_provisional
+(generated text games, STARLING; its task is `covey.tasks.starling`). Adapters (optional extras): gymnasium (gym_adapter.py), textarena (textarena_adapter.py); prime-intellect
 verifiers environments own their loop, so they are a task (`covey.tasks.verifiers`) + the `verifiers` rollout strategy (verifiers_adapter.py loads them). Tool-call parsing and the calculator live in tools.py.
 The `episodes` rollout strategy runs them. See docs/agents.md.
 """
@@ -16,6 +17,7 @@ from covey.envs.gym_adapter import GymnasiumEnv
 from covey.envs.maze import MazeEnv
 from covey.envs.search import SearchQAEnv
 from covey.envs.skills import SkillLibraryEnv
+from covey.envs.starling import StarlingEnv
 from covey.envs.solver_verifier import SolverVerifierEnv
 from covey.envs.textarena_adapter import TextArenaEnv
 from covey.envs.tools import calculate, parse_tool_calls
@@ -31,6 +33,7 @@ __all__ = [
     "MissingExtra",
     "SearchQAEnv",
     "SkillLibraryEnv",
+    "StarlingEnv",
     "SolverVerifierEnv",
     "StepResult",
     "TextArenaEnv",

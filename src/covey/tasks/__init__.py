@@ -17,4 +17,4 @@ from covey.tasks.registry import TASKS, get_task, register_task
 __all__ = ["GSM8K", "MATH500", "GuiPoints", "TASKS", "Arithmetic", "CausalSCM", "Countdown", "Mixture", "Task", "get_task", "register_task"]
 from covey.tasks import dataset, humaneval, mbpp  # noqa: E402,F401 - registers the code tasks and `dataset`
 from covey.tasks import maze, search_qa, verifiers  # noqa: E402,F401 - the tasks of the maze, search_qa and verifiers environments
-from covey.tasks import gui_sim, skill_chains  # noqa: E402,F401 - gui_sim's expert trajectories (UI-S1), skill_chains (SAGE)
+from covey.tasks import gui_sim, skill_chains, starling  # noqa: E402,F401 - gui_sim (UI-S1), skill_chains (SAGE), STARLING's games
