@@ -171,12 +171,17 @@ def test_reverse_updates_scale_each_turn_by_the_later_turns_ratios():
         learner.version += 1
 
 
-def test_turn_updates_refuse_a_batch_without_turns_and_a_group_reading_surrogate():
-    flat = Rollouts(prompt_ids=[torch.tensor([1])], completion_ids=torch.ones(1, 2, dtype=torch.long),
-                    completion_mask=torch.ones(1, 2), behaviour_logprobs=torch.zeros(1, 2),
-                    group=torch.zeros(1, dtype=torch.long), prompt_id=torch.zeros(1, dtype=torch.long))  # fmt: skip
-    with pytest.raises(ValueError, match="needs multi-turn episodes"):
-        TurnSchedule(resolve_algo({"preset": "seeupo"}).turn_updates).mini_batches(PolicyShift({}), flat, None, None)
+def test_single_turn_rows_are_one_turn_and_a_group_reading_surrogate_is_refused():
+    flat = Rollouts(prompt_ids=[torch.tensor([1])] * 3, completion_ids=torch.ones(3, 2, dtype=torch.long),
+                    completion_mask=torch.ones(3, 2), behaviour_logprobs=torch.zeros(3, 2),
+                    group=torch.tensor([0, 0, 1]), prompt_id=torch.tensor([0, 0, 1]),
+                    rewards=torch.tensor([[1.0], [0.0], [1.0]]), reward_names=("accuracy",))  # fmt: skip
+    sched = TurnSchedule(resolve_algo({"preset": "seeupo"}).turn_updates)
+    assert sched.mini_batches(PolicyShift({}), flat, None, default=lambda: ["plain"]) == ["plain"]
+    assert sched.begin(PolicyShift({}), flat) == (flat, {})
+    # the advantage: x = R - group mean = [0.5, -0.5, 0] (a one-row group: mean 0 -> x = 1); std over x
+    x = torch.tensor([0.5, -0.5, 1.0])
+    assert run("seeupo", flat).advantages.tolist() == pytest.approx(((x - x.mean()) / x.std()).tolist())
     with pytest.raises(ValueError, match="reads whole groups"):
         resolve_algo({"preset": "seeupo", "surrogate": {"name": "trpa"}})
 

@@ -97,8 +97,8 @@ def test_an_all_failed_group_trains_on_its_tasks_newest_stored_success():
     assert set(again.store) == {5, 6} and torch.equal(again.store[5].completion_ids, strat.store[5].completion_ids)
 
 
-def test_the_dart_preset_weights_each_token_by_min_of_the_importance_ratio_and_one():
-    tis = resolve_algo({"preset": "dart"}).bind("correction")
+def test_the_example_weights_each_token_by_min_of_the_importance_ratio_and_one():
+    tis = load_config(EXAMPLE, []).algo.bind("correction")  # the dart preset with the example's algo.correction
     old = torch.tensor([[-1.0, -2.0, -0.5]])
     behaviour = torch.tensor([[-1.5, -1.0, -0.5]])  # the rollout's (older) log-probs
     w, _ = tis(CorrectionInputs(old, behaviour, torch.ones(1, 3)))

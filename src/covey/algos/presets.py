@@ -143,12 +143,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "dart": {  # Computer-use-agents/dart-gui e0e606d run_trainer_debug_w_rollout_stepwise_train_pt.sh: grpo
         # advantages, loss_mode gspo with clip_ratio_low 0.1 / high 0.28, seq-mean-token-mean, kl loss 0.1
-        # (verl's low_var_kl), use_vllm_logp: w = min(pi_old / pi_rollout, 1) on every token's loss
+        # (verl's low_var_kl). Its truncated IS (use_vllm_logp: w = min(pi_old / pi_rollout, 1)) is a run
+        # setting, as every correction is: algo.correction: {name: tis, cap: 1.0} (examples/agents/maze_dart.yaml)
         "advantage": {"name": "grpo"},
         "surrogate": {"name": "gspo", "eps_low": 0.1, "eps_high": 0.28},
         "aggregation": {"name": "seq-mean-token-mean"},
         "kl": {"name": "low_var_kl", "coef": 0.1, "mode": "loss"},
-        "correction": {"name": "tis", "cap": 1.0},
     },
     # masked-diffusion LMs (model.family: masked_diffusion; docs/diffusion.md): each names a likelihood
     "diffu_grpo": {  # d1 train.yaml: one-step estimate (p_mask_prompt 0.15), mean-centred A, eps 0.5, k3 0.04, TRL token mean
@@ -199,7 +199,7 @@ PRESET_NOTES: dict[str, str] = {
     "prorl": "ProRL (arXiv 2505.24864): clip 0.2 / 0.4, dynamic sampling, k3 KL kept, reference + optimizer reset every 200 steps",
     "loop": "LOOP (arXiv 2502.01600): leave-one-out PPO over episodes, per-token clip 1/1.1 .. 1.1, no KL (apple/ml-loop)",
     "seeupo": "SeeUPO (arXiv 2602.06554): turn-by-turn GSPO updates in reverse order, batch-normalised GRAE, low_var_kl 0.002 (AgentEvolver)",
-    "dart": "DART (arXiv 2509.23866): GSPO clip 0.1 / 0.28, low_var_kl 0.1, truncated IS min(pi_old / pi_rollout, 1) (dart-gui)",
+    "dart": "DART (arXiv 2509.23866): GSPO clip 0.1 / 0.28, low_var_kl 0.1; with algo.correction tis cap 1 (dart-gui)",
     "diffu_grpo": "diffu-GRPO / d1 (arXiv 2504.12216): masked diffusion, one-step log-probs, eps 0.5, k3 0.04 (d1 code)",
     "espo": "ESPO (arXiv 2512.03759): masked diffusion, antithetic ELBO sequence ratio, k2 0.01 (ESPO code)",
     "dlm_gdpo": "GDPO for diffusion LMs (arXiv 2510.08554): semi-deterministic MC ELBO (3 Gauss-Legendre nodes)",

@@ -21,7 +21,7 @@ The ratio is GSPO's sequence ratio (geometric mean over the turn's tokens), deta
 code's turns are padded to `multi_turn.max_steps` for every trajectory: turns no row has are skipped (the
 code steps the optimizer on an all-masked batch: with Adam that still moves the weights), and an
 episode without a turn k keeps its rho (the code's padded row measures the change on its last turn).
-`TurnSchedule` is a hook of the policy loss (`covey.learner.policy_loss`), called on every update and a
+A batch without turns (single-turn rows) is one turn: the ordinary update. `TurnSchedule` is a hook of the policy loss (`covey.learner.policy_loss`), called on every update and a
 no-op without `algo.turn_updates`.
 """
 
@@ -79,11 +79,9 @@ class TurnSchedule:
     def mini_batches(self, learner, batch: Rollouts, generator, default) -> list[Tensor]:
         """One epoch's optimizer steps: `default()`, or turn by turn in the spec's order (each turn's rows
         split into `learner.mini_batches` random parts)."""
-        if not self.active:
-            return default()
-        if batch.turn is None:
-            raise ValueError("algo.turn_updates updates turn by turn: it needs multi-turn episodes (rollout.strategy: episodes)")
         self._turns, self._rho, self._prev, self._prev_turn, self._step = [], {}, None, None, 0
+        if not self.active or batch.turn is None:  # single-turn rows are one turn: the ordinary update
+            return default()
         steps = []
         for k, rows in turn_rows(batch.turn.cpu(), batch.loss_mask().cpu(), self.spec.order):
             order = rows[torch.randperm(len(rows), generator=generator)]
@@ -95,7 +93,7 @@ class TurnSchedule:
     def begin(self, learner, mb: Rollouts) -> tuple[Rollouts, dict[str, tuple[float, float]]]:
         """Before an optimizer step on `mb` (a selected copy): fold the last turn's change into rho when the
         turn changes, keep only this turn's tokens, recompute pi_old, scale the advantages by rho."""
-        if not self.active:
+        if not self.active or not self._turns:
             return mb, {}
         k = self._turns[self._step]
         self._step += 1

@@ -19,7 +19,7 @@ group: the G episodes of one item), with `success` = reward > 0:
     every successful episode becomes its task's newest stored success (the replay store, checkpointed)
 
 A replayed episode keeps its own behaviour log-probs and policy versions: the truncated importance weight
-min(pi_old / pi_rollout, 1) per token (`algo.correction: {name: tis, cap: 1.0}`, in the `dart` preset)
+min(pi_old / pi_rollout, 1) per token (`algo.correction: {name: tis, cap: 1.0}` beside the `dart` preset)
 discounts what an older policy sampled, as DART's rollout log-probs do for its asynchronous workers. A
 step whose every group is dropped trains on nothing (DART's trainer waits for more data). Differences:
 covey filters within the step's own episodes (plus the replay store), not across the database's newest

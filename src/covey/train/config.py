@@ -353,9 +353,11 @@ class RunConfig(_Strict):
         if takes_env and self.env is None:
             raise ValueError(f"rollout.strategy {name} needs an environment: add `env: {{name: maze}}` (see docs/agents.md)")
         if self.env is not None and not takes_env:
-            takers = ", ".join(n for n in STRATEGIES if STRATEGIES.get(n).caps.takes_env is not False)
-            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: {takers} (got {name!r}"
-                             + (f" with these parameters" if caps.takes_env is not False else "") + ")")  # fmt: skip
+            takers = ", ".join(n for n in STRATEGIES if STRATEGIES.get(n).caps.takes_env is True)
+            wrappers = ", ".join(n for n in STRATEGIES if callable(STRATEGIES.get(n).caps.takes_env))
+            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: {takers}"
+                             + (f" (or {wrappers} running it)" if wrappers else "") + f" (got {name!r}"
+                             + (" with these parameters" if caps.takes_env is not False else "") + ")")  # fmt: skip
         if takes_env and "env" in self.rollout.strategy.params:
             raise ValueError("rollout.strategy.env: give the environment as the top-level `env:` section")
         if self.env is not None:

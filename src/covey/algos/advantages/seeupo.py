@@ -12,7 +12,7 @@ The code builds one batch per turn, and every trajectory has a row in every turn
 its end are fully masked rows with the same reward), so the group and batch statistics see each episode
 once whatever its length and the value is the same at every turn: covey computes it once per episode
 (not per row: a per_step episode has one row per turn) and puts it on all of the episode's turns.
-The reverse-order, turn-by-turn updates with their importance ratios are `algo.turn_updates`
+Single-turn rows (no `turn`) are episodes of one turn ([N] advantages). The reverse-order, turn-by-turn updates with their importance ratios are `algo.turn_updates`
 (`covey.algos.seeupo`); the `seeupo` preset sets both.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from covey.algos.advantages._groups import F64, groups_of, result
+from covey.algos.advantages._groups import F64, groups_of, result, scalar_rewards
 from covey.algos.advantages._steps import step_table, to_tokens
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts
@@ -39,17 +39,21 @@ def seeupo(batch: Rollouts, *, norm_std: bool = False, batch_norm: bool = True, 
         raise ValueError("seeupo: batch_norm needs norm_std false (the code asserts not norm_adv_by_std_in_grpo)")
     if clip <= 0:
         raise ValueError(f"seeupo: clip must be > 0, got {clip}")
-    st = step_table(batch, "seeupo")
     g = groups_of(batch)
-    score = torch.tensor(st.score, dtype=F64)
+    single = batch.turn is None  # single-turn rows: each row is an episode of one turn
+    st = None if single else step_table(batch, "seeupo")
+    score = scalar_rewards(batch) if single else torch.tensor(st.score, dtype=F64)
+    groups = batch.group.tolist() if single else st.group
     x = torch.empty_like(score)
-    for group in set(st.group):
-        idx = [j for j, gg in enumerate(st.group) if gg == group]
+    for group in set(groups):
+        idx = [j for j, gg in enumerate(groups) if gg == group]
         s = score[idx]
         mean, std = (s.mean(), s.std()) if len(idx) > 1 else (torch.zeros((), dtype=F64), torch.ones((), dtype=F64))
         x[idx] = (s - mean) / (std + epsilon) if norm_std else s - mean
     if batch_norm:
         spread = x.std() if len(x) > 1 else torch.zeros((), dtype=F64)
         x = ((x - x.mean()) / spread if spread > 1e-6 else x - x.mean()).clamp(-clip, clip)
+    if single:
+        return result("seeupo", x, batch, g, metrics={"episodes": float(len(x))})
     values = [[float(x[j])] * len(r) for j, r in enumerate(st.rewards)]
     return result("seeupo", to_tokens(batch, st, values), batch, g, metrics={"episodes": float(len(st.rows))})
