@@ -12,7 +12,8 @@ The code builds one batch per turn, and every trajectory has a row in every turn
 its end are fully masked rows with the same reward), so the group and batch statistics see each episode
 once whatever its length and the value is the same at every turn: covey computes it once per episode
 (not per row: a per_step episode has one row per turn) and puts it on all of the episode's turns.
-Single-turn rows (no `turn`) are episodes of one turn ([N] advantages). The reverse-order, turn-by-turn updates with their importance ratios are `algo.turn_updates`
+Single-turn rows (no `turn`) are episodes of one turn ([N] advantages). Not group-relative in covey's
+sense: a one-episode group keeps its outcome (mean 0, the code's rule), which the batch normalisation spreads. The reverse-order, turn-by-turn updates with their importance ratios are `algo.turn_updates`
 (`covey.algos.seeupo`); the `seeupo` preset sets both.
 """
 
@@ -28,7 +29,7 @@ from covey.rollouts import Rollouts
 __all__ = ["seeupo"]
 
 
-@register_advantage("seeupo", group_relative=True, paper="SeeUPO: Sequence-Level Agentic-RL with Convergence Guarantees (CODE)",
+@register_advantage("seeupo", group_relative=False, paper="SeeUPO: Sequence-Level Agentic-RL with Convergence Guarantees (CODE)",
                     arxiv="2602.06554")  # fmt: skip
 def seeupo(batch: Rollouts, *, norm_std: bool = False, batch_norm: bool = True, clip: float = 3.0,
            epsilon: float = 1e-6) -> AdvantageResult:  # fmt: skip
