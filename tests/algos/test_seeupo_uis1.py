@@ -2,10 +2,6 @@
 on scripted multi-turn batches (AgentEvolver e59dea4 `ba_ray_trainer.py`; MobileAgent f7702e4 `core_uis1.py`)."""
 
 import math
-import os
-import subprocess
-import sys
-import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +12,7 @@ from covey.algos.presets import resolve_algo
 from covey.algos.seeupo import TurnSchedule, turn_ratio, turn_rows
 from covey.rollouts import Rollouts
 from tests.algos.test_step_credit import episodes, per_step, run
+from tests._cli import train_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agents" / "maze_seeupo.yaml"
 
@@ -212,10 +209,5 @@ def test_one_turn_updates_match_the_plain_update():
 
 @pytest.mark.slow  # one CLI run: 2 steps of the SeeUPO maze example with the tiny model
 def test_covey_train_runs_the_maze_seeupo_example_for_two_steps(tmp_path):
-    run_dir = tmp_path / "run"
-    args = ["steps=2", "sampling.max_new_tokens=4", "reward_workers=0", "log.report_to=[jsonl]", "log.progress=false"]
-    out = subprocess.run([sys.executable, "-m", "covey.cli", "train", str(EXAMPLE), "--run-dir", str(run_dir), *args],
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2] and all("adv/seeupo/episodes" in s for s in steps)
+    steps = train_example("agents/maze_seeupo.yaml", tmp_path / "run", 'sampling.max_new_tokens=4', 'rollout.strategy.max_turns=3')
+    assert all("adv/seeupo/episodes" in s for s in steps)

@@ -3,9 +3,6 @@
 `entity_match` counts the gold entities in the retrieved evidence."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ from covey.strategies import STRATEGIES  # noqa: E402
 from covey.tasks.search_qa import SearchQATask  # noqa: E402
 from covey.train.config import load_config  # noqa: E402
 from tests.strategies.test_episodes import ScriptedEngine, context  # noqa: E402
+from tests._cli import train_example  # noqa: E402
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agents" / "search_qa_egrpo.yaml"
 
@@ -160,14 +158,5 @@ def test_reward_functions_on_episodes_need_rewards_functions():
 
 @pytest.mark.slow  # one CLI run: 2 steps of the E-GRPO example with the tiny model
 def test_covey_train_runs_the_search_qa_egrpo_example_for_two_steps(tmp_path):
-    run = tmp_path / "run"
-    args = ["model.name=tiny-llama", "steps=2", "sampling.max_new_tokens=12", "reward_workers=0", "log.report_to=[jsonl]",
-            "log.progress=false", "rollout.prompts_per_step=1"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "covey.cli", "train", str(EXAMPLE), "--run-dir", str(run), *args],
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2]
-    for s in steps:
-        assert "reward/entity_match/mean" in s or "reward/mean" in s
-        assert s["episodes/count"] == 4
+    steps = train_example("agents/search_qa_egrpo.yaml", tmp_path / "run", 'model.name=tiny-llama', 'sampling.max_new_tokens=12', 'rollout.prompts_per_step=1')
+    assert all("reward/entity_match/mean" in s and s["episodes/count"] == 4 for s in steps)

@@ -1,10 +1,6 @@
 """UI-S1's semi-online text GUI: the step score, the patch module, the patched history in per_step episodes,
 and the ui_s1 advantage on what the episodes record (MobileAgent f7702e4)."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +13,7 @@ from covey.models.tiny import build_tiny_tokenizer
 from covey.strategies import STRATEGIES
 from covey.tasks.gui_sim import GuiSimTask
 from tests.strategies.test_episodes import ScriptedEngine, context
+from tests._cli import train_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agents" / "gui_ui_s1.yaml"
 STEP = {"screen": "App: Home\n- app Settings", "action": "click", "arg": "Wi-Fi", "thought": "t"}
@@ -116,10 +113,5 @@ def test_task_items_demonstrations_and_the_single_turn_verifier():
 
 @pytest.mark.slow  # one CLI run: 2 steps of the UI-S1 example with the tiny model
 def test_covey_train_runs_the_gui_ui_s1_example_for_two_steps(tmp_path):
-    run = tmp_path / "run"
-    args = ["steps=2", "sampling.max_new_tokens=8", "reward_workers=0", "log.report_to=[jsonl]", "log.progress=false"]
-    out = subprocess.run([sys.executable, "-m", "covey.cli", "train", str(EXAMPLE), "--run-dir", str(run), *args],
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2] and all("adv/ui_s1/invalid_turn_frac" in s for s in steps)
+    steps = train_example("agents/gui_ui_s1.yaml", tmp_path / "run", 'sampling.max_new_tokens=8', 'rollout.strategy.max_turns=3')
+    assert all("adv/ui_s1/invalid_turn_frac" in s for s in steps)

@@ -3,10 +3,7 @@ model's games kept only when playable, the shipped set, and a 2-step CLI run of 
 
 import copy
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from covey.envs.llm import Asker
 from covey.envs.starling import Game, check_game
 from covey.rewards.judge.backends import JudgeReply
 from covey.tasks.starling import IDEAS, StarlingTask, generate_games, slot_fill
+from tests._cli import train_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agents" / "starling_grpo.yaml"
 SPEC = {
@@ -121,11 +119,5 @@ def test_the_shipped_set_and_the_task():
 
 @pytest.mark.slow  # one CLI run: 2 steps of the STARLING example with the tiny model
 def test_covey_train_runs_the_starling_example_for_two_steps(tmp_path):
-    run = tmp_path / "run"
-    args = ["model.name=tiny-llama", "steps=2", "sampling.max_new_tokens=6", "reward_workers=0", "log.report_to=[jsonl]",
-            "log.progress=false"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "covey.cli", "train", str(EXAMPLE), "--run-dir", str(run), *args],
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2] and all(s["episodes/count"] == 8 for s in steps)
+    steps = train_example("agents/starling_grpo.yaml", tmp_path / "run", 'model.name=tiny-llama', 'sampling.max_new_tokens=6')
+    assert all(s["episodes/count"] == 8 for s in steps)

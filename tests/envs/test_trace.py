@@ -2,7 +2,6 @@
 step with a scripted model, the configs the recipe writes, and a 2-step CLI run of the example."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from covey.envs.trace import check_capability, contrast, exercised  # noqa: E402
 from covey.rewards.judge.backends import JudgeReply  # noqa: E402
 from covey.tasks.search_qa import SearchQATask  # noqa: E402
 from covey.train.config import load_config  # noqa: E402
+from tests._cli import train_example  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "agents" / "trace_search_capability.yaml"
@@ -116,11 +116,5 @@ def test_the_recipe_writes_one_lora_config_per_capability(tmp_path):
 
 @pytest.mark.slow  # one CLI run: 2 steps of the TRACE example (LoRA) with the tiny model
 def test_covey_train_runs_the_trace_example_for_two_steps(tmp_path):
-    run = tmp_path / "run"
-    args = ["model.name=tiny-llama", "steps=2", "sampling.max_new_tokens=12", "reward_workers=0", "log.report_to=[jsonl]",
-            "log.progress=false", "rollout.prompts_per_step=1"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "covey.cli", "train", str(EXAMPLE), "--run-dir", str(run), *args],
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2] and all(s["episodes/count"] == 4 for s in steps)
+    steps = train_example("agents/trace_search_capability.yaml", tmp_path / "run", 'model.name=tiny-llama', 'sampling.max_new_tokens=12', 'rollout.prompts_per_step=1')
+    assert all(s["episodes/count"] == 4 for s in steps)

@@ -2,22 +2,18 @@
 the replay of a task's newest success into an all-failed group, trimming, the truncated importance weight of
 the `dart` preset, and the config mapping onto covey's runtime."""
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from covey.algos.presets import resolve_algo
 from covey.algos.registry import CorrectionInputs
 from covey.strategies import STRATEGIES
 from covey.strategies.dart import curate
 from covey.train.config import load_config
 from tests.algos.test_step_credit import episodes
+from tests._cli import train_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agents" / "maze_dart.yaml"
 
@@ -118,10 +114,5 @@ def test_dart_config_errors_and_the_runtime_it_maps_onto():
 
 @pytest.mark.slow  # one CLI run: 2 steps of the DART maze example (thread executor, staleness 1) with the tiny model
 def test_covey_train_runs_the_maze_dart_example_for_two_steps(tmp_path):
-    run = tmp_path / "run"
-    args = ["steps=2", "sampling.max_new_tokens=4", "reward_workers=0", "log.report_to=[jsonl]", "log.progress=false"]
-    out = subprocess.run([sys.executable, "-m", "covey.cli", "train", str(EXAMPLE), "--run-dir", str(run), *args],
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2] and all("dart/groups" in s for s in steps)
+    steps = train_example("agents/maze_dart.yaml", tmp_path / "run", 'sampling.max_new_tokens=4')
+    assert all("dart/groups" in s for s in steps)

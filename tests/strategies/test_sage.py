@@ -1,10 +1,6 @@
 """SAGE (reconstructed): the skill_library env, the skill-integrated reward rule by hand, and the sequential
 rollout over a chain with a scripted engine; a 2-step CLI run of the example."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +13,7 @@ from covey.strategies.sage import skill_bonus
 from covey.tasks.skill_chains import SkillChains
 from covey.train.config import load_config
 from tests.strategies.test_episodes import ScriptedEngine, context
+from tests._cli import train_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agents" / "skill_chains_sage.yaml"
 SAVE = '<tool_call>{"name": "save_skill", "arguments": {"name": "perimeter", "params": ["a", "b"], "expression": "2*(a+b)"}}</tool_call>'
@@ -137,11 +134,5 @@ def test_sage_config_and_task_errors():
 
 @pytest.mark.slow  # one CLI run: 2 steps of the SAGE example with the tiny model
 def test_covey_train_runs_the_skill_chains_sage_example_for_two_steps(tmp_path):
-    run = tmp_path / "run"
-    args = ["model.name=tiny-llama", "steps=2", "sampling.max_new_tokens=8", "reward_workers=0", "log.report_to=[jsonl]",
-            "log.progress=false"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "covey.cli", "train", str(EXAMPLE), "--run-dir", str(run), *args],
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2] and all(s["sage/chains"] >= 1 for s in steps)
+    steps = train_example("agents/skill_chains_sage.yaml", tmp_path / "run", 'model.name=tiny-llama', 'sampling.max_new_tokens=8')
+    assert all(s["sage/chains"] >= 1 for s in steps)

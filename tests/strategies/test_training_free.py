@@ -2,9 +2,6 @@
 the plan rules and the group filter by hand (youtu-agent bef6ba5, `experience_updater.py`)."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from covey.strategies.training_free import apply_plan, inject, partial_groups
 from covey.train.config import load_config
 from tests._configs import tiny_config
 from tests.strategies.test_episodes import ScriptedEngine, context
+from tests._cli import train_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "training_free_grpo.yaml"
 
@@ -194,12 +192,5 @@ def test_the_library_changes_the_weights_do_not_and_a_resume_restores_the_librar
 
 @pytest.mark.slow  # one CLI run: 2 steps of the example with the tiny model
 def test_covey_train_runs_the_training_free_grpo_example_for_two_steps(tmp_path):
-    run = tmp_path / "run"
-    args = ["model.name=tiny-llama", "steps=2", "sampling.max_new_tokens=8", "reward_workers=0", "log.report_to=[jsonl]",
-            "log.progress=false", "rollout.strategy.max_new_tokens=16"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "covey.cli", "train", str(EXAMPLE), "--run-dir", str(run), *args],
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2]
+    steps = train_example("training_free_grpo.yaml", tmp_path / "run", 'model.name=tiny-llama', 'sampling.max_new_tokens=8', 'rollout.strategy.max_new_tokens=16')
     assert all(s["learn/frozen"] == 1.0 and "tfgrpo/library_size" in s for s in steps)
