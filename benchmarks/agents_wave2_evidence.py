@@ -32,8 +32,8 @@ from covey.train.trainer import Trainer
 MODEL = "smollm2-135m-instruct"
 
 
-def _base(seed: int) -> dict:
-    return {"model": {"name": MODEL}, "reward_workers": 0, "seed": seed, "log": {"progress": False, "report_to": ["jsonl"]},
+def _base(seed: int, model: str = MODEL) -> dict:
+    return {"model": {"name": model}, "reward_workers": 0, "seed": seed, "log": {"progress": False, "report_to": ["jsonl"]},
             "algo": {"preset": "grpo", "kl": None}, "steps": 1}  # fmt: skip
 
 
@@ -56,7 +56,7 @@ def _signal(values: torch.Tensor, groups: torch.Tensor) -> float:
 
 
 def egrpo(args) -> dict:
-    cfg = {**_base(args.seed), "task": {"name": "search_qa", "params": {"n_entities": 200, "seed": 0}}, "task_reward_weight": 0.0,
+    cfg = {**_base(args.seed, args.model), "task": {"name": "search_qa", "params": {"n_entities": 200, "seed": 0}}, "task_reward_weight": 0.0,
            "rewards": [{"name": "entity_match", "params": {"evidence_column": "retrieved", "answer_tag": False}}],
            "env": {"name": "search_qa", "k": 2, "max_calls": 2}, "sampling": {"temperature": 1.0, "max_new_tokens": 48},
            "rollout": {"prompts_per_step": args.prompts, "group_size": 4,
@@ -78,7 +78,7 @@ def egrpo(args) -> dict:
 
 def trace(args) -> dict:
     cap = {"name": "search first", "check": {"kind": "tool_before_answer", "tool": "search"}}
-    cfg = {**_base(args.seed), "task": {"name": "search_qa", "params": {"n_entities": 200, "seed": 0}},
+    cfg = {**_base(args.seed, args.model), "task": {"name": "search_qa", "params": {"n_entities": 200, "seed": 0}},
            "env": {"name": "trace_provisional", "base": {"name": "search_qa", "k": 2, "max_calls": 2}, "capability": cap,
                    "capability_weight": 1.0, "base_weight": 1.0},
            "sampling": {"temperature": 1.0, "max_new_tokens": 48},
@@ -97,7 +97,7 @@ def trace(args) -> dict:
 
 
 def starling(args) -> dict:
-    cfg = {**_base(args.seed), "task": {"name": "starling_provisional", "params": {"n_test": 8}, "split": "test"},
+    cfg = {**_base(args.seed, args.model), "task": {"name": "starling_provisional", "params": {"n_test": 8}, "split": "test"},
            "env": {"name": "starling_provisional", "max_steps": 8}, "sampling": {"temperature": 1.0, "max_new_tokens": 16},
            "rollout": {"prompts_per_step": 8, "group_size": 2, "strategy": {"name": "episodes", "max_turns": 8, "max_invalid": 4}}}  # fmt: skip
     batches, _ = _collect(cfg, args.out / "starling", 1)
@@ -109,25 +109,36 @@ def starling(args) -> dict:
 
 
 def ui_s1(args) -> dict:
-    cfg = {**_base(args.seed), "task": {"name": "gui_sim", "params": {"n_train": 64, "n_test": 8}},
-           "env": {"name": "gui_sim", "patch_threshold": 2}, "sampling": {"temperature": 1.0, "max_new_tokens": 40},
-           "rollout": {"prompts_per_step": args.prompts, "group_size": 4,
-                       "strategy": {"name": "episodes", "max_turns": 6, "layout": "per_step", "max_context_tokens": 2048}}}  # fmt: skip
-    batches, _ = _collect(cfg, args.out / "ui_s1", args.batches)
-    rows = []
-    for batch, m in batches:
-        uis1 = ADVANTAGES["ui_s1"].bind({})(batch)
-        grpo = ADVANTAGES["grpo"].bind({})(batch)
-        matched = [x for v in batch.select(_first_rows(batch)).step_valid for x in v]
-        rows.append({"rows": len(batch), "matched_actions": sum(matched) / max(len(matched), 1),
-                     "step_score_mean": m.get("episodes/return_mean", 0.0) / max(m.get("episodes/length_mean", 1.0), 1e-9),
-                     "signal_grpo": 1 - grpo.metrics["adv/zero_signal_groups"], "signal_ui_s1": 1 - uis1.metrics["adv/zero_signal_groups"],
-                     "success": m.get("episodes/success_rate", 0.0)})  # fmt: skip
-    return _mean(rows)
+    """The same warm policy and seeds with the patch module (patch_threshold 2, UI-S1's script) and without it
+    (0: the episode ends at the first mismatch, plain online RL on the replay): which turn positions the
+    episodes reach, and the groups with signal under ui_s1 and under grpo on the episode return."""
+    out = {}
+    for patches in (2, 0):
+        cfg = {**_base(args.seed, args.model), "task": {"name": "gui_sim", "params": {"n_train": 64, "n_test": 8}},
+               "env": {"name": "gui_sim", "patch_threshold": patches}, "sampling": {"temperature": 1.0, "max_new_tokens": 40},
+               "rollout": {"prompts_per_step": args.prompts, "group_size": 4,
+                           "strategy": {"name": "episodes", "max_turns": 6, "layout": "per_step", "max_context_tokens": 2048}}}  # fmt: skip
+        batches, _ = _collect(cfg, args.out / f"ui_s1_patch{patches}", args.batches)
+        rows = []
+        for batch, m in batches:
+            uis1 = ADVANTAGES["ui_s1"].bind({})(batch)
+            grpo = ADVANTAGES["grpo"].bind({})(batch)
+            eps = batch.select(_first_rows(batch))
+            matched = [x for v in eps.step_valid for x in v]
+            lengths = [len(v) for v in eps.step_valid]
+            rows.append({"episodes": len(eps), "turns_per_episode": sum(lengths) / len(lengths),
+                         "turns_past_first": sum(max(n - 1, 0) for n in lengths) / len(lengths),
+                         "matched_actions": sum(matched) / max(len(matched), 1),
+                         "matched_past_first": sum(x for v in eps.step_valid for x in v[1:]) / len(lengths),
+                         "signal_grpo": 1 - grpo.metrics["adv/zero_signal_groups"],
+                         "signal_ui_s1": 1 - uis1.metrics["adv/zero_signal_groups"],
+                         "success": m.get("episodes/success_rate", 0.0)})  # fmt: skip
+        out[f"patch_threshold_{patches}"] = _mean(rows)
+    return out
 
 
 def tfgrpo(args) -> dict:
-    cfg = {**_base(args.seed), "task": {"name": "arithmetic", "params": {"digits": 2, "operands": 3, "n_train": 64, "n_test": 16}},
+    cfg = {**_base(args.seed, args.model), "task": {"name": "arithmetic", "params": {"digits": 2, "operands": 3, "n_train": 64, "n_test": 16}},
            "sampling": {"temperature": 0.7, "max_new_tokens": 64}, "steps": args.batches,
            "rollout": {"prompts_per_step": args.prompts, "group_size": 5,
                        "strategy": {"name": "training_free_grpo", "num_experiences": 1, "max_new_tokens": 256,
@@ -162,6 +173,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--model", default=MODEL, help="the policy (e.g. a warm start from covey sft)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.only.split(","):
