@@ -13,6 +13,7 @@ from covey.envs.llm import Asker
 from covey.envs.starling import Game, check_game
 from covey.rewards.judge.backends import JudgeReply
 from covey.tasks.starling import IDEAS, StarlingTask, generate_games, slot_fill
+from covey.train.config import ConfigError, load_config
 from tests._cli import train_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "agents" / "starling_grpo.yaml"
@@ -115,6 +116,12 @@ def test_the_shipped_set_and_the_task():
         StarlingTask(games="missing.jsonl")
     with pytest.raises(ValueError, match="n_test must be in"):
         StarlingTask(n_test=32)
+
+
+def test_bad_env_parameters_are_config_errors_before_any_model_loads():
+    assert load_config(EXAMPLE, []).env.name == "starling_provisional"
+    with pytest.raises(ConfigError, match="max_steps must be >= 1, got 0"):
+        load_config(EXAMPLE, ["env.max_steps=0"])
 
 
 @pytest.mark.slow  # one CLI run: 2 steps of the STARLING example with the tiny model
