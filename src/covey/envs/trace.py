@@ -7,7 +7,10 @@ here (no snapshot); the pipeline follows the abstract and the project page:
     2. synthesise an environment that rewards exercising each capability (`TraceCapabilityEnv`)
     3. train one LoRA adapter per capability with GRPO (one `covey train` per capability with
        ``model.lora``: `scripts/trace_capabilities.py` writes the configs)
-    4. route each task to the relevant adapter at inference            NOT BUILT
+    4. route each task to the relevant adapter at inference            NOT BUILT: no router picks a
+       capability for a task, and `covey eval` evaluates one model (one exported adapter) per run, so
+       nothing loads the matching adapter item by item; each adapter is evaluated on its own instead
+    (also not built: new task instances per capability; the base task's items are reused)
 
 TRACE synthesises a new environment program per capability; covey keeps the base environment (its tools,
 tasks and observations: "tool-schema preserving") and adds a verifiable check of the capability from a
