@@ -160,6 +160,19 @@ def flag_of_inner(inner: Callable[[dict], tuple[str, dict]], name: str) -> Calla
     return value
 
 
+def inner_with_env(default: str) -> Callable[[dict], tuple[str, dict]]:
+    """`inner(params) -> (name, params)` of a wrapper that runs ``params["inner"]`` (`default` when unset)
+    with ``inner_params`` and hands the run's env (its own ``env`` parameter) on to it."""
+
+    def inner_of(params: dict) -> tuple[str, dict]:
+        inner = dict(params.get("inner_params") or {})
+        if "env" in params:
+            inner["env"] = params["env"]
+        return params.get("inner", default), inner
+
+    return inner_of
+
+
 def strategy_chain(name: str, params: Mapping[str, Any]) -> list[tuple[str, dict, Entry]]:
     """(name, params, registry entry) of strategy `name` and of each strategy it runs
     (`StrategyCaps.inner`), outermost first."""

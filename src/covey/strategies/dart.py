@@ -35,16 +35,12 @@ from typing import Any
 import torch
 
 from covey.rollouts import Rollouts
-from covey.strategies.base import STRATEGIES, RolloutContext, StrategyCaps, flag_of_inner, register_strategy
+from covey.strategies.base import STRATEGIES, RolloutContext, StrategyCaps, flag_of_inner, inner_with_env, register_strategy
 
 __all__ = ["DART", "curate"]
 
 
-def _inner_of(params: dict) -> tuple[str, dict]:
-    inner = dict(params.get("inner_params") or {})
-    if "env" in params:
-        inner["env"] = params["env"]
-    return params.get("inner", "episodes"), inner
+_inner_of = inner_with_env("episodes")
 
 
 def _episodes(batch: Rollouts) -> list[int]:

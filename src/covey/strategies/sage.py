@@ -30,16 +30,12 @@ import torch
 
 from covey.rollouts import Rollouts
 from covey.samplers.base import Draw
-from covey.strategies.base import STRATEGIES, RolloutContext, StrategyCaps, flag_of_inner, register_strategy
+from covey.strategies.base import STRATEGIES, RolloutContext, StrategyCaps, flag_of_inner, inner_with_env, register_strategy
 
 __all__ = ["SAGE", "skill_bonus"]
 
 
-def _inner_of(params: dict) -> tuple[str, dict]:
-    inner = dict(params.get("inner_params") or {})
-    if "env" in params:
-        inner["env"] = params["env"]
-    return params.get("inner", "episodes"), inner
+_inner_of = inner_with_env("episodes")
 
 
 def skill_bonus(chain: list[dict], bonus: float = 1.0) -> list[float]:

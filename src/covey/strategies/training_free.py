@@ -46,7 +46,7 @@ from typing import Any
 
 from covey.envs.llm import Asker, json_block
 from covey.rollouts import Rollouts
-from covey.strategies.base import STRATEGIES, RolloutContext, StrategyCaps, flag_of_inner, register_strategy
+from covey.strategies.base import STRATEGIES, RolloutContext, StrategyCaps, flag_of_inner, inner_with_env, register_strategy
 from covey.strategies.group import completion_texts
 
 __all__ = ["TrainingFreeGRPO", "apply_plan", "inject", "partial_groups"]
@@ -151,11 +151,7 @@ def _proposals(library: dict[str, str], operations: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def _inner_of(params: dict) -> tuple[str, dict]:
-    inner = dict(params.get("inner_params") or {})
-    if "env" in params:
-        inner["env"] = params["env"]
-    return params.get("inner", "group"), inner
+_inner_of = inner_with_env("group")
 
 
 @register_strategy("training_free_grpo")
