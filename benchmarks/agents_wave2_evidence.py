@@ -8,10 +8,14 @@ measured on SmolLM2-135M-Instruct's own rollouts (no training unless said):
     starling  STARLING: the share of each held-out generated game's goal SmolLM2 reaches, sampled
     ui_s1     UI-S1: on the same gui_sim episodes (semi-online, patched), the groups with a nonzero advantage
               under ui_s1 (step scores + discounted returns) and under grpo on the episode return
-    tfgrpo    Training-Free GRPO: two steps with SmolLM2 as its own updater; which stages gave usable replies,
-              the library, the weights (unchanged)
+    tfgrpo    Training-Free GRPO: two steps with SmolLM2 as its own updater on 1-digit sums of two numbers
+              (easy enough that some groups are partly right, the only groups it learns from); which stages
+              gave usable replies, the library, the weights (unchanged)
 
     python benchmarks/agents_wave2_evidence.py --out runs/wave2 --only egrpo,trace,starling,ui_s1,tfgrpo
+
+docs/agents.md ("Evidence: the second wave") ran egrpo with --prompts 8 --batches 2, trace and ui_s1 with
+--prompts 4 --batches 1, starling as is, tfgrpo with --prompts 4 --batches 2, OMP_NUM_THREADS=1.
 
 Writes OUT/<name>.json; prints one line per measurement. Seeds fixed (--seed); CPU, bf16 or fp32 as `dtype: auto`.
 """
@@ -138,7 +142,7 @@ def ui_s1(args) -> dict:
 
 
 def tfgrpo(args) -> dict:
-    cfg = {**_base(args.seed, args.model), "task": {"name": "arithmetic", "params": {"digits": 2, "operands": 3, "n_train": 64, "n_test": 16}},
+    cfg = {**_base(args.seed, args.model), "task": {"name": "arithmetic", "params": {"digits": 1, "operands": 2, "n_train": 64, "n_test": 16}},
            "sampling": {"temperature": 0.7, "max_new_tokens": 64}, "steps": args.batches,
            "rollout": {"prompts_per_step": args.prompts, "group_size": 5,
                        "strategy": {"name": "training_free_grpo", "num_experiences": 1, "max_new_tokens": 256,
