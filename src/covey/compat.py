@@ -78,6 +78,11 @@ def check_objective(cfg) -> None:
                              f"set algo.objective: {{name: {need}}}")  # fmt: skip
     if spec is None:
         return
+    frozen = [name for name, _, entry in strategy_chain(cfg.strategy_spec().name, cfg.strategy_spec().params)
+              if not entry.caps.updates_policy]  # fmt: skip
+    if frozen:
+        raise ValueError(f"algo.objective {spec.name!r} trains the policy, but rollout.strategy {frozen[0]!r} learns without "
+                         "a weight update: drop algo.objective")  # fmt: skip
     import covey.objectives  # noqa: F401  (registers the built-in objectives)
     from covey.learner.objective import OBJECTIVES
 

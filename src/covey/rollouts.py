@@ -126,7 +126,13 @@ class Rollouts:
                              / step_anchors: N lists, one entry per turn of the row's episode (env
                              reward; hashable state or None); step_agents: N lists, the agent
                              (role id, int >= 0) that acted each turn of the row's episode (multi-
-                             agent envs, `info["agent"]`; None = agent 0 on every turn).
+                             agent envs, `info["agent"]`; None = agent 0 on every turn);
+                             step_valid: N lists, whether each turn of the row's episode was a valid
+                             action (the env's ``info["valid"]``; UI-S1 stops its discounted return at
+                             an invalid, i.e. patched, turn).
+        reward_text:         list of N strings, what reward functions read as the row's completion
+                             instead of its decoded ids (an episode's final model turn, `episodes`
+                             with ``rewards: functions``).
         items:               list of N dataset items (dicts, shared not copied): the item each row
                              answers; rewards read their columns from it (set by the rollout strategy).
         baseline:            [N] float32, a per-row value baseline from outside the batch (the `spo`
@@ -184,6 +190,8 @@ class Rollouts:
     step_rewards: list[list[float]] | None = _f("row", None)
     step_anchors: list[list] | None = _f("row", None)
     step_agents: list[list[int]] | None = _f("row", None)
+    step_valid: list[list[bool]] | None = _f("row", None)
+    reward_text: list[str] | None = _f("row", None)
     items: list[dict] | None = _f("row", None)
     baseline: Tensor | None = _f("row", None, dtype=torch.float32)
     token_advantages: Tensor | None = _f("token", None, dtype=torch.float32)
@@ -317,6 +325,8 @@ class Rollouts:
         _check_soft(self, n)
         if self.tree_path is not None and len(self.tree_path) != n:
             raise RolloutsError(f"tree_path must hold N={n} tuples, got {len(self.tree_path)}")
+        if self.reward_text is not None and (len(self.reward_text) != n or not all(isinstance(x, str) for x in self.reward_text)):
+            raise RolloutsError(f"reward_text must hold N={n} strings")
         if self.items is not None and len(self.items) != n:
             raise RolloutsError(f"items must hold N={n} dataset items, got {len(self.items)}")
         if self.vision is not None and len(self.vision) != n:
@@ -403,6 +413,9 @@ def _check_episodes(b: Rollouts, n: int, t: int) -> None:
             raise RolloutsError(f"{name} must be set together with turn")
         if len(val) != n or any(len(v) < k for v, k in zip(val, turns)):
             raise RolloutsError(f"{name} must hold N={n} lists with one entry per turn of the row's episode")
+    v = b.step_valid
+    if v is not None and (len(v) != n or any(len(x) < k or any(not isinstance(y, bool) for y in x) for x, k in zip(v, turns))):
+        raise RolloutsError(f"step_valid must hold N={n} lists with one bool per turn of the row's episode")
     a = b.step_agents
     if a is not None and (len(a) != n or any(len(v) < k or any(not isinstance(x, int) or x < 0 for x in v) for v, k in zip(a, turns))):
         raise RolloutsError(f"step_agents must hold N={n} lists with one agent id (int >= 0) per turn of the row's episode")

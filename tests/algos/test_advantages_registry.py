@@ -25,6 +25,7 @@ SPECIAL |= {"gigpo", "hgpo", "salt", "empg"}  # multi-turn episodes: tests/algos
 SPECIAL |= {"rover"}  # batch-level success rate, not per group: tests/algos/test_surrogates_wave2.py
 SPECIAL |= {"dr_mas"}  # multi-agent episodes: tests/algos/test_dr_mas.py
 SPECIAL |= {"noisy_verifier"}  # binary verdicts only: tests/algos/test_advantages_noisy_verifier.py
+SPECIAL |= {"seeupo", "ui_s1"}  # multi-turn episodes: tests/algos/test_seeupo_uis1.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 

@@ -58,7 +58,10 @@ def test_search_qa_episode_search_errors_answer_and_truncation():
     assert [m["role"] for m in first.messages] == ["system", "user"] and env.tools[0]["function"]["name"] == "search"
     r = env.step(call(f"{name} country"))
     assert r.messages[0]["role"] == "tool" and r.messages[0]["content"].startswith("[1] " + docs[name]["text"])
-    assert r.info == {"valid": True, "tool_calls": 1, "tool_errors": 0, "success": False} and r.anchor == 1 and not r.done
+    assert r.info == {"valid": True, "tool_calls": 1, "tool_errors": 0, "success": False,
+                      "columns": {"retrieved": sorted((d["text"] for d in docs.values() if d["text"] in r.messages[0]["content"]),
+                                                      key=r.messages[0]["content"].index)}}  # in retrieval order
+    assert r.anchor == 1 and not r.done
     text = '<tool_call>{"name": "search"}</tool_call><tool_call>{"name": "web", "arguments": {}}</tool_call><tool_call>{bad</tool_call>'
     r = env.step(Action(text, [], parse_tool_calls(text)))
     assert [m["content"] for m in r.messages] == ['error: search needs {"query": "<keywords>"}',

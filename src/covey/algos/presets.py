@@ -132,6 +132,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         "abs_adv_threshold": 0.01,  # _filter_rollouts: drop rollouts with |A| < 0.01 (keep >= 1)
         "high_kl_threshold": 20.0,  # _gradient_step: |KL estimate| > 20 skips the step and stops the update
     },
+    "seeupo": {  # modelscope/AgentEvolver e59dea4 (branch seeupo) launcher/qwen3_bfcl/qwen3-seeupo-bfcl.yaml:
+        # GRAE mean-centred + special_norm, gspo with verl's actor clip 0.2 / 0.2, seq-mean-token-mean,
+        # low_var_kl 0.002 in the loss, sequential_update reverse with adv_updator seeupo (clip 0.2 / 0.2)
+        "advantage": {"name": "seeupo"},
+        "surrogate": {"name": "gspo", "eps_low": 0.2, "eps_high": 0.2},
+        "aggregation": {"name": "seq-mean-token-mean"},
+        "kl": {"name": "low_var_kl", "coef": 0.002, "mode": "loss"},
+        "turn_updates": {"order": "reverse", "clip_low": 0.2, "clip_high": 0.2},
+    },
+    "dart": {  # Computer-use-agents/dart-gui e0e606d run_trainer_debug_w_rollout_stepwise_train_pt.sh: grpo
+        # advantages, loss_mode gspo with clip_ratio_low 0.1 / high 0.28, seq-mean-token-mean, kl loss 0.1
+        # (verl's low_var_kl). Its truncated IS (use_vllm_logp: w = min(pi_old / pi_rollout, 1)) is a run
+        # setting, as every correction is: algo.correction: {name: tis, cap: 1.0} (examples/agents/maze_dart.yaml)
+        "advantage": {"name": "grpo"},
+        "surrogate": {"name": "gspo", "eps_low": 0.1, "eps_high": 0.28},
+        "aggregation": {"name": "seq-mean-token-mean"},
+        "kl": {"name": "low_var_kl", "coef": 0.1, "mode": "loss"},
+    },
     # masked-diffusion LMs (model.family: masked_diffusion; docs/diffusion.md): each names a likelihood
     "diffu_grpo": {  # d1 train.yaml: one-step estimate (p_mask_prompt 0.15), mean-centred A, eps 0.5, k3 0.04, TRL token mean
         "likelihood": {"name": "d1_one_step", "p_mask_prompt": 0.15},
@@ -180,6 +198,8 @@ PRESET_NOTES: dict[str, str] = {
     "rloo": "RLOO (arXiv 2402.14740): leave-one-out baseline, PPO clip, token mean",
     "prorl": "ProRL (arXiv 2505.24864): clip 0.2 / 0.4, dynamic sampling, k3 KL kept, reference + optimizer reset every 200 steps",
     "loop": "LOOP (arXiv 2502.01600): leave-one-out PPO over episodes, per-token clip 1/1.1 .. 1.1, no KL (apple/ml-loop)",
+    "seeupo": "SeeUPO (arXiv 2602.06554): turn-by-turn GSPO updates in reverse order, batch-normalised GRAE, low_var_kl 0.002 (AgentEvolver)",
+    "dart": "DART (arXiv 2509.23866): GSPO clip 0.1 / 0.28, low_var_kl 0.1; with algo.correction tis cap 1 (dart-gui)",
     "diffu_grpo": "diffu-GRPO / d1 (arXiv 2504.12216): masked diffusion, one-step log-probs, eps 0.5, k3 0.04 (d1 code)",
     "espo": "ESPO (arXiv 2512.03759): masked diffusion, antithetic ELBO sequence ratio, k2 0.01 (ESPO code)",
     "dlm_gdpo": "GDPO for diffusion LMs (arXiv 2510.08554): semi-deterministic MC ELBO (3 Gauss-Legendre nodes)",
@@ -375,6 +395,20 @@ class LogprobSourceSpec(_Strict):
     final_norm: bool = False
 
 
+class TurnUpdatesSpec(_Strict):
+    """SeeUPO's turn-by-turn updates (`covey.algos.seeupo`): `order` reverse (turns T-1 .. 0, backward
+    induction) or sequential (0 .. T-1); each turn's advantage scaled by the clipped product of the later
+    turns' sequence ratios, each clipped to [1 - clip_low, 1 + clip_high] (0.2, 0.2: the code's
+    adv_clip_ratio_low / high); `ratios` false leaves the advantages unscaled (the code's adv_updator None)."""
+
+    where: ClassVar[str] = "algo.turn_updates"
+
+    order: Literal["reverse", "sequential"] = "reverse"
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    clip_high: float = Field(0.2, ge=0)
+    ratios: bool = True
+
+
 _AXES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
     "surrogate": SURROGATES,
@@ -422,6 +456,9 @@ class AlgoConfig(_Strict):
     objective: Spec | None = None
     """The learner's objective when it is not the policy-gradient loss of the axes: an entry of
     `covey.learner.objective.OBJECTIVES` (`covey.objectives`), checked by `covey.compat.check_objective`."""
+    turn_updates: TurnUpdatesSpec | None = None
+    """SeeUPO: one optimizer step per turn of the episodes, last turn first, each turn's advantage scaled by
+    the later turns' importance ratios (`covey.algos.seeupo`); None = one update over every turn."""
     likelihood: Spec | None = None
     """Sequence-likelihood estimator of a masked-diffusion model (`covey.likelihood.LIKELIHOODS`:
     d1_one_step, elbo_mc, elbo_antithetic, elbo_sdmc, elbo_double_mc); None: autoregressive log-probs (docs/diffusion.md)."""
@@ -448,6 +485,9 @@ class AlgoConfig(_Strict):
                              f"{self.logprob_source.until_step}, but {' and '.join(loss_ref)} compares the loss's log-probs with "
                              "the full model's reference: different policies (BuPO's released code has no internal layer in its "
                              "reference and its script runs without KL); set algo.kl: null, or mode: reward, or drop logprob_source")  # fmt: skip
+        if self.turn_updates is not None and "group" in self.requires():
+            raise ValueError("algo.turn_updates takes one optimizer step per turn, but a configured component reads whole "
+                             "groups per mini-batch (requires 'group'): choose another surrogate or drop turn_updates")  # fmt: skip
         if self.reference_reset is not None and "ref_logprobs" not in self.requires():
             raise ValueError("algo.reference_reset resets the reference model, but no component uses one: "
                              "set algo.kl with coef > 0 (or drop reference_reset)")  # fmt: skip

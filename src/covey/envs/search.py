@@ -18,7 +18,10 @@ Zorvia"}}</tool_call>`` and gets the `k` best documents (BM25 over lower-cased w
 words removed) as a tool message, or answers: a turn without a tool call is the final answer, reward
 1.0 when it is the item's answer by Search-R1's exact match, else 0.0, terminated. Malformed calls,
 unknown tools and bad arguments come back as tool errors (counted); `max_calls` tool turns, then
-truncated. The anchor is the number of tool calls made (the state without history).
+truncated. The anchor is the number of tool calls made (the state without history). Every step
+reports the documents the episode has retrieved so far, in order and without repeats, as the column
+``retrieved`` (``info["columns"]``): with ``rollout.strategy: {name: episodes, rewards: functions}`` a reward
+reads it (E-GRPO's `entity_match` with ``evidence_column: retrieved`` counts the gold entities they name).
 
 Exact match (`exact_match`), as Search-R1's ``qa_em.py`` (PeterGriffinJin/Search-R1 a14dc3a,
 verl/utils/reward_score/qa_em.py: `normalize_answer`, `em_check`): the answer is the last
@@ -190,33 +193,40 @@ class SearchQAEnv:
         self.corpus, self.k, self.max_calls, self.system_prompt = corpus, k, max_calls, system_prompt
         self.index: Index | None = None
         self.answer, self.calls = "", 0
+        self.retrieved: list[str] = []  # the documents the episode retrieved, in order, without repeats
 
     def reset(self, item: dict, *, seed: int) -> StepResult:
         corpus = self.corpus or item.get("corpus")
         if not corpus or "answer" not in item:
             raise ValueError("search_qa needs items with an 'answer' and a corpus (env corpus: or the item's 'corpus')")
-        self.index, self.answer, self.calls = index_for(corpus), str(item["answer"]), 0
+        self.index, self.answer, self.calls, self.retrieved = index_for(corpus), str(item["answer"]), 0, []
         prompt = item["prompt"]
         user = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        return StepResult([{"role": "system", "content": self.system_prompt}, *user], anchor=0)
+        return StepResult([{"role": "system", "content": self.system_prompt}, *user], anchor=0,
+                          info={"columns": {"retrieved": []}})
 
     def step(self, action: Action) -> StepResult:
         if not action.tool_calls:
             ok = exact_match(action.text, self.answer)
-            return StepResult([], 1.0 if ok else 0.0, terminated=True, anchor=self.calls, info={"success": ok})
+            return StepResult([], 1.0 if ok else 0.0, terminated=True, anchor=self.calls,
+                              info={"success": ok, "columns": {"retrieved": list(self.retrieved)}})
         self.calls += 1
         out, info = answer_tool_calls(action.tool_calls, "search", self._search, 'search needs {"query": "<keywords>"}')
+        info["columns"] = {"retrieved": list(self.retrieved)}
         return StepResult(out, 0.0, truncated=self.calls >= self.max_calls, anchor=self.calls, info=info)
 
     def fork(self) -> SearchQAEnv:
         """A copy of the live episode; the (read-only) index stays shared."""
-        return copy.copy(self)
+        twin = copy.copy(self)
+        twin.retrieved = list(self.retrieved)
+        return twin
 
     def _search(self, arguments: dict) -> str | None:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
             return None
         hits = self.index.search(query, self.k)
+        self.retrieved += [t for t in hits if t not in self.retrieved]
         return "\n".join(f"[{i + 1}] {t}" for i, t in enumerate(hits)) if hits else "no results"
 
     def close(self) -> None:

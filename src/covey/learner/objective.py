@@ -24,7 +24,8 @@ The default objective is the policy-gradient loss assembled from the algorithm a
 `algo.objective: {name, ...params}` names any other from the `OBJECTIVES` registry (`covey.objectives`:
 offline step data, offline-enhanced policy gradient, evolution strategies), built as
 ``factory(cfg, policy, device, **params)``; its `ObjectiveCaps.check_run(cfg)` refuses, when the config is
-read, a run it cannot train (`covey.compat.check_objective`). Attributes the trainer reads: `requires` (optional
+read, a run it cannot train (`covey.compat.check_objective`). `FrozenPolicy` trains nothing (a rollout
+strategy that learns without gradients declares ``StrategyCaps(updates_policy=False)``). Attributes the trainer reads: `requires` (optional
 `Rollouts` fields the trainer fills for it, `covey.learner.fillers`), `uses_advantages` (the trainer
 runs the advantage estimator first), `temperature` (the temperature of the learner's log-probs,
 None: the sampling temperature) and `per_mc` (with a likelihood estimate as the log-prob source, the
@@ -42,7 +43,7 @@ from torch import Tensor
 from covey.registry import Caps, Registry
 from covey.rollouts import Rollouts
 
-__all__ = ["OBJECTIVES", "Objective", "ObjectiveCaps", "Step", "register_objective"]
+__all__ = ["FrozenPolicy", "OBJECTIVES", "Objective", "ObjectiveCaps", "Step", "register_objective"]
 
 
 @dataclass
@@ -116,3 +117,15 @@ class ObjectiveCaps(Caps):
 OBJECTIVES = Registry("objective", context=("cfg", "policy", "device"), caps=ObjectiveCaps)
 """`algo.objective` choices; entries register from `covey.objectives`."""
 register_objective = OBJECTIVES.register
+
+
+class FrozenPolicy(Objective):
+    """No update: every step's `prepare` has nothing to learn, so no forward, backward or optimizer step
+    runs and the weights (and the optimizer and its schedule) stay as they are. For a run whose rollout
+    strategy learns without gradients (``StrategyCaps(updates_policy=False)``: Training-Free GRPO's
+    experience library); the advantage estimator is not run either."""
+
+    uses_advantages = False
+
+    def prepare(self, learner, batch: Rollouts, generator) -> tuple[Rollouts | None, dict[str, Tensor], dict[str, float]]:
+        return None, {}, {"learn/frozen": 1.0}

@@ -17,8 +17,9 @@ What the components declare in `requires` decides what the forward computes: the
 chunked head, for pi_theta and for pi_old), whole groups per micro- and mini-batch with per-row
 values ("group"; "row" for the per-row values alone). A regularizer with a pre-pass gets a no-grad
 forward over the mini-batch first (`covey.algos.regularizers.base`). The update guards of
-`covey.algos.loop` (a row filter before the update, a stop signal after a mini-batch) are called on
-every update; they are no-ops unless configured.
+`covey.algos.loop` (a row filter before the update, a stop signal after a mini-batch) and the turn
+schedule of `covey.algos.seeupo` (one optimizer step per turn, in reverse order) are called on every
+update; they are no-ops unless configured.
 
 Each component returns its value and its metrics; the objective only gathers them, weighted by the
 micro-batch's loss tokens (`covey.learner.objective`).
@@ -34,6 +35,7 @@ from covey.algos.loop import UpdateGuards
 from covey.algos.presets import AlgoConfig
 from covey.algos.regularizers import RegularizerSet
 from covey.algos.regularizers.base import detached
+from covey.algos.seeupo import TurnSchedule
 from covey.algos.surrogates import offpolicy_shaped_loss
 from covey.learner.logprobs import STATS
 from covey.learner.objective import Objective, Step
@@ -57,6 +59,7 @@ class PolicyLoss(Objective):
         self.entropy_coef = algo.entropy_coef
         self.regularizers = RegularizerSet(algo.regularizers)
         self.guards = UpdateGuards(algo.abs_adv_threshold, algo.high_kl_threshold)
+        self.turns = TurnSchedule(algo.turn_updates)  # SeeUPO's turn-by-turn steps; a no-op unless configured
         surrogate = SURROGATES[algo.surrogate.name]
         needs = set(surrogate.requires) | self.regularizers.requires
         self.need_entropy = self.entropy_coef != 0 or bool({"entropies", "stat:entropy"} & needs)
@@ -94,9 +97,11 @@ class PolicyLoss(Objective):
         return batch, extra, metrics
 
     def mini_batches(self, learner, batch: Rollouts, generator) -> list[Tensor]:
-        return learner.mini_batch_rows(batch, generator, whole_groups=self.need_group)
+        default = lambda: learner.mini_batch_rows(batch, generator, whole_groups=self.need_group)  # noqa: E731
+        return self.turns.mini_batches(learner, batch, generator, default)
 
     def begin_step(self, learner, mb: Rollouts, extra: dict[str, Tensor]) -> Step:
+        mb, turn_stats = self.turns.begin(learner, mb)  # SeeUPO: this turn's tokens, pi_old now, A scaled
         mask_all = mb.loss_mask()
         totals = BatchTotals(
             num_tokens=float(mask_all.sum()),
@@ -104,7 +109,7 @@ class PolicyLoss(Objective):
             max_new_tokens=self.max_new_tokens,
         )
         self.guards.begin()
-        stats: dict[str, tuple[float, float]] = {}
+        stats: dict[str, tuple[float, float]] = dict(turn_stats)
         rows = len(mb)
         if self.skip_zero_rows:  # after the totals: they still count the skipped rows
             keep = rows_with_signal(mb, mask_all)

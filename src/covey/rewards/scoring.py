@@ -122,7 +122,9 @@ class Scorer:
     shaping: shaping terms, each adding one weight-1 column.
 
     Reward functions get TRL's arguments: prompts, completions, every item column, `group` (ids of
-    samples drawn for the same prompt), `completion_ids` (token ids) and `completion_length`.
+    samples drawn for the same prompt), `completion_ids` (token ids) and `completion_length`. A row's
+    completion is `batch.reward_text` when the strategy set it (an episode's final model turn), else
+    its decoded ids.
     """
 
     def __init__(self, runner, decode: Callable[[Rollouts], list[str]], shaping: Sequence[ShapingTerm] = ()):
@@ -136,7 +138,8 @@ class Scorer:
         columns = item_columns(rows)
         columns["completion_length"] = lengths
         columns["completion_ids"] = [ids[:n].tolist() for ids, n in zip(batch.completion_ids, lengths)]
-        result = self.runner([r["prompt"] for r in rows], self.decode(batch), group=batch.group.tolist(), **columns)
+        texts = batch.reward_text if batch.reward_text is not None else self.decode(batch)  # an episode: its final turn
+        result = self.runner([r["prompt"] for r in rows], texts, group=batch.group.tolist(), **columns)
         cols, names, weights = [result.rewards], list(result.names), list(result.weights)
         for term in self.shaping:
             cols.append(term(batch).reshape(-1, 1))

@@ -40,6 +40,7 @@ __all__ = [
     "StrategyCaps",
     "check_engine_protocols",
     "engine_protocols",
+    "flag_of_inner",
     "register_strategy",
     "strategy_chain",
 ]
@@ -107,9 +108,14 @@ class StrategyCaps(Caps):
     needs_ray:               it shares rollouts between runs through Ray.
     foreign_rows:            it adds rows another model sampled, whose behaviour log-probs are unknown
                              (no importance correction).
-    takes_env:               the run's `env:` section is its `env` parameter (multi-turn episodes).
+    takes_env:               the run's `env:` section is its `env` parameter (multi-turn episodes);
+                             a bool, or a function of its parameters (a wrapper takes the env when
+                             the strategy it runs does: `flag_of_inner`).
     env_reward:              its rows are scored by their environment: reward functions and reward
-                             shaping do not apply.
+                             shaping do not apply; a bool or a function of its parameters (`episodes`
+                             with ``rewards: functions`` hands its rows to the reward functions).
+    updates_policy:          False: the run never changes a weight (the learner's update is skipped;
+                             Training-Free GRPO learns in its prompt, not in its parameters).
     task:                    the task it rolls out, and only it (an external environment that is both).
     labelled_reward:         the one reward its rows get, from labels in the data (not `rewards:`).
     makes_pairs:             it makes preference pairs: it needs a `preference:` section.
@@ -127,8 +133,9 @@ class StrategyCaps(Caps):
     needs_reference_engine: bool = False
     needs_ray: bool = False
     foreign_rows: bool = False
-    takes_env: bool = False
-    env_reward: bool = False
+    takes_env: bool | Callable[[dict], bool] = False
+    env_reward: bool | Callable[[dict], bool] = False
+    updates_policy: bool = True
     task: str | None = None
     labelled_reward: str | None = None
     makes_pairs: bool = False
@@ -137,9 +144,39 @@ class StrategyCaps(Caps):
     provides: Features = ()
     prefers: Features = ()
 
+    def flag(self, name: str, params: Mapping[str, Any]) -> bool:
+        """The value of flag `name` (`takes_env`, `env_reward`) for a strategy built with `params`."""
+        value = getattr(self, name)
+        return bool(value(dict(params)) if callable(value) else value)
+
 
 STRATEGIES = Registry("rollout strategy", protocol=RolloutStrategy, caps=StrategyCaps)
 register_strategy = STRATEGIES.register
+
+
+def flag_of_inner(inner: Callable[[dict], tuple[str, dict]], name: str) -> Callable[[dict], bool]:
+    """A wrapper's flag `name` (`takes_env`, `env_reward`) as the strategy it runs has it
+    (`inner(params) -> (name, params)`): e.g. it takes the run's env exactly when its inner one does,
+    and hands it on."""
+
+    def value(params: dict) -> bool:
+        inner_name, inner_params = inner(params)
+        return STRATEGIES.get(inner_name).caps.flag(name, inner_params)
+
+    return value
+
+
+def inner_with_env(default: str) -> Callable[[dict], tuple[str, dict]]:
+    """`inner(params) -> (name, params)` of a wrapper that runs ``params["inner"]`` (`default` when unset)
+    with ``inner_params`` and hands the run's env (its own ``env`` parameter) on to it."""
+
+    def inner_of(params: dict) -> tuple[str, dict]:
+        inner = dict(params.get("inner_params") or {})
+        if "env" in params:
+            inner["env"] = params["env"]
+        return params.get("inner", default), inner
+
+    return inner_of
 
 
 def strategy_chain(name: str, params: Mapping[str, Any]) -> list[tuple[str, dict, Entry]]:

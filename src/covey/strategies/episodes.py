@@ -30,6 +30,13 @@ default; multi-agent envs such as `solver_verifier`). `rewards` is one column,
 shaping are not applied. With per_step, an episode of k turns is k rows (no per-episode
 aggregation yet).
 
+Reward: ``rewards: env`` (default) gives each row its episode's `env_return`; ``rewards: functions``
+leaves the rows unscored, so the run's reward functions (the task verifier and `rewards:`) score each
+episode: its completion is its final model turn (`Rollouts.reward_text`), its columns the item's plus
+what the env reported in ``info["columns"]`` (search_qa's `retrieved` documents: E-GRPO's entity
+reward). An env may rewrite the turn the conversation keeps (``info["replace_action"]``, UI-S1's
+semi-online patch; layout per_step), and ``info["valid"]`` of each turn is kept in `step_valid`.
+
 Limits (each ends an episode with a counted reason, `episodes/end/<reason>`): the env's own
 terminated / truncated; `max_turns`; the context (`max_context_tokens`; each turn's budget is
 `min(sampling.max_new_tokens, the draw's max_new_tokens, max_context_tokens - tokens so far)`); `max_invalid` invalid actions in
@@ -94,6 +101,8 @@ class _Episode:
     anchor: Any = None
     agent: int = 0  # the agent (role) that acts next (the env's info["agent"], 0 by default)
     agents: list[int] = field(default_factory=list)  # the agent of each turn
+    valids: list[bool] = field(default_factory=list)  # whether each turn was a valid action
+    columns: dict[str, Any] = field(default_factory=dict)  # what the env reported for the reward (info["columns"])
     turns: list[_Turn] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     anchors: list[Any] = field(default_factory=list)
@@ -128,6 +137,12 @@ def _check_result(out: Any) -> StepResult:
     agent = out.info.get("agent", 0)
     if not isinstance(agent, int) or isinstance(agent, bool) or agent < 0:
         raise TypeError(f"environment info['agent'] must be an int >= 0 (the role that acts next), got {agent!r}")
+    columns = out.info.get("columns", {})
+    if not isinstance(columns, dict) or not all(isinstance(k, str) for k in columns):
+        raise TypeError(f"environment info['columns'] must be a dict with str keys (columns for the reward), got {columns!r}")
+    said = out.info.get("replace_action")
+    if said is not None and not isinstance(said, str):
+        raise TypeError(f"environment info['replace_action'] must be a str (the turn the conversation keeps), got {said!r}")
     return out
 
 
@@ -210,11 +225,11 @@ def run_with_timeout(calls: list[Callable[[], Any]], timeout_s: float, *, worker
 class Episodes:
     """Multi-turn episodes against the `env` environment (given by the config's top-level ``env:``)."""
 
-    caps = StrategyCaps(takes_env=True, env_reward=True)
+    caps = StrategyCaps(takes_env=True, env_reward=lambda params: params.get("rewards", "env") == "env")
 
     def __init__(self, *, env: dict, max_turns: int = 8, max_context_tokens: int = 1024, max_invalid: int = 3,
                  step_timeout_s: float = 30.0, layout: Literal["auto", "concat", "per_step"] = "auto",
-                 env_workers: int | None = None):  # fmt: skip
+                 env_workers: int | None = None, rewards: Literal["env", "functions"] = "env"):  # fmt: skip
         if not isinstance(env, dict) or not isinstance(env.get("name"), str):
             raise ValueError(f"episodes: env must be a mapping with a 'name', got {env!r}")
         if max_turns < 1 or max_context_tokens < 2 or max_invalid < 1 or not step_timeout_s > 0:
@@ -226,6 +241,9 @@ class Episodes:
         if layout not in ("auto", "concat", "per_step"):
             raise ValueError(f"episodes: layout must be auto, concat or per_step, got {layout!r}")
         self.layout = layout
+        if rewards not in ("env", "functions"):
+            raise ValueError(f"episodes: rewards must be env (the env's return) or functions (the run's reward functions), got {rewards!r}")
+        self.rewards = rewards
         self.env_name, self.env_params = env["name"], {k: v for k, v in env.items() if k != "name"}
         ENVS.check_params(self.env_name, self.env_params)
         self.max_turns, self.max_context, self.max_invalid = max_turns, max_context_tokens, max_invalid
@@ -272,6 +290,8 @@ class Episodes:
         kept = [ep for ep in episodes if ep.end not in ("env_error", "env_timeout") and ep.rewards]
         metrics = _metrics(episodes, kept, counts, env_times)
         metrics["episodes/per_step_layout"] = float(self._per_step)
+        if self.rewards == "functions":  # reward/mean is the reward functions' (the trainer scores the batch)
+            metrics.pop("reward/mean", None)
         return self._batch(kept, tok, ctx), metrics
 
     def _close(self, envs: list[Env]) -> None:
@@ -305,6 +325,8 @@ class Episodes:
                 continue
             ep.anchor, ep.messages, ep.agent = res.anchor, list(res.messages), res.info.get("agent", 0)
             ep.transcript = [dict(m) for m in res.messages]
+            if not self._take_columns(ep, res, counts):
+                continue
             self._template(tok, ep.env)
             if not self._may_fit(tok, res.messages, self.max_context):
                 ep.end = "context"  # never tokenised: the first prompt alone is over the context
@@ -370,18 +392,24 @@ class Episodes:
         counts["turns"] += 1
         if isinstance(res, _EnvFailure):
             ep.rewards.append(0.0)
+            ep.valids.append(False)
             self._fail(ep, res, counts)
             return
         ep.rewards.append(float(res.reward))
         ep.anchor, ep.agent = res.anchor, res.info.get("agent", 0)
         ep.transcript[-1]["reward"] = float(res.reward)
+        if res.info.get("replace_action") is not None:  # the turn the conversation keeps instead (semi-online patch)
+            ep.transcript[-1]["replaced_by"] = res.info["replace_action"]
         ep.transcript += [{**m, "turn": turn} for m in res.messages]
         counts["tool_errors"] += int(res.info.get("tool_errors", 0))
         if "success" in res.info:
             ep.success = bool(res.info["success"])
         malformed_only = bool(action.tool_calls) and all(c.error is not None for c in action.tool_calls)
         invalid = res.info.get("valid") is False or malformed_only
+        ep.valids.append(not invalid)
         counts["invalid"] += invalid
+        if not self._take_columns(ep, res, counts):
+            return
         ep.invalid_streak = ep.invalid_streak + 1 if invalid else 0
         if res.terminated or res.truncated:
             ep.end, ep.terminated = ("terminated" if res.terminated else "truncated"), res.terminated
@@ -394,9 +422,26 @@ class Episodes:
             if not self._may_fit(self._tok, res.messages, room):
                 ep.end = "context"  # the observation alone is over the context: never tokenised
                 return
-            ep.messages += [{"role": "assistant", "content": action.text}, *res.messages]
+            said = res.info.get("replace_action")
+            if said is not None:  # semi-online (UI-S1): the conversation goes on from the patched turn
+                if not self._per_step:
+                    self._fail(ep, _EnvFailure("env_error", "info['replace_action'] rewrites the conversation, which a "
+                                                            "concat row cannot: set rollout.strategy.layout: per_step"), counts)  # fmt: skip
+                    return
+            ep.messages += [{"role": "assistant", "content": action.text if said is None else said}, *res.messages]
             if not self._per_step:
                 self._append_env_tokens(ep, action, res, counts)
+
+    def _take_columns(self, ep: _Episode, res: StepResult, counts: Counter) -> bool:
+        """Keep the columns the env reported (``info["columns"]``, the latest value of each); a column that
+        would replace one of the item's fails the episode (a reward's gold answer stays the dataset's)."""
+        columns = res.info.get("columns") or {}
+        clash = sorted(set(columns) & (set(ep.item) | {"transcript", "episode_end", "episode_success"}))
+        if clash:
+            self._fail(ep, _EnvFailure("env_error", f"info['columns'] {clash} would replace the item's own columns"), counts)
+            return False
+        ep.columns.update(columns)
+        return True
 
     @staticmethod
     def _may_fit(tok, messages: list[dict], room: int) -> bool:
@@ -481,18 +526,22 @@ class Episodes:
         of = [eps[e] for e, _, _, _ in rows]
         # each row's item, plus its episode turn by turn (`transcript`: the messages with roles, each
         # assistant turn with its turn index, reward and finish reason), why it ended and its success
-        views = [{**ep.item, "transcript": ep.transcript, "episode_end": ep.end, "episode_success": ep.success} for ep in eps]
+        views = [{**ep.item, **ep.columns, "transcript": ep.transcript, "episode_end": ep.end, "episode_success": ep.success}
+                 for ep in eps]  # fmt: skip
+        by_functions = self.rewards == "functions"  # unscored: the trainer's reward functions score each episode
+        finals = [next((m["content"] for m in reversed(ep.transcript) if m["role"] == "assistant"), "") for ep in eps]
         return Rollouts(
             prompt_ids=[torch.tensor(p, dtype=torch.long) for _, p, _, _ in rows],
             completion_ids=ids, completion_mask=mask, behaviour_logprobs=lp,
             group=torch.tensor([ep.group for ep in of], dtype=torch.long),
             prompt_id=torch.tensor([int(ep.item["id"]) for ep in of], dtype=torch.long),
             finish_reason=[f for _, _, _, f in rows],
-            rewards=torch.tensor([[sum(ep.rewards)] for ep in of], dtype=torch.float32).reshape(n, 1),
-            reward_names=("env_return",), entropies=ent, policy_version=ver,
+            rewards=None if by_functions else torch.tensor([[sum(ep.rewards)] for ep in of], dtype=torch.float32).reshape(n, 1),
+            reward_names=() if by_functions else ("env_return",), entropies=ent, policy_version=ver,
+            reward_text=[finals[e] for e, _, _, _ in rows] if by_functions else None,
             episode=torch.tensor([e for e, _, _, _ in rows], dtype=torch.long), turn=turn,
             step_rewards=[ep.rewards for ep in of], step_anchors=[ep.anchors for ep in of],
-            step_agents=[ep.agents for ep in of],
+            step_agents=[ep.agents for ep in of], step_valid=[ep.valids for ep in of],
             items=[views[e] for e, _, _, _ in rows],
         ).validate()  # fmt: skip
 

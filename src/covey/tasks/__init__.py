@@ -19,3 +19,4 @@ from covey.tasks import dataset, humaneval, mbpp  # noqa: E402,F401 - registers 
 from covey.tasks import maze, search_qa, verifiers  # noqa: E402,F401 - the tasks of the maze, search_qa and verifiers environments
 from covey.tasks import gui_actions, shapes_vqa, table_images, video_grounding  # noqa: E402,F401 - the vision tasks (docs/vlm.md)
 from covey.tasks import math_beyond, triggered  # noqa: E402,F401 - MATH-Beyond from a local copy; trigger phrases (DecepChain)
+from covey.tasks import gui_sim, skill_chains, starling  # noqa: E402,F401 - gui_sim (UI-S1), skill_chains (SAGE), STARLING's games

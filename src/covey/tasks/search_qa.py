@@ -15,8 +15,10 @@ __all__ = ["SearchQATask"]
 
 @register_task("search_qa")
 class SearchQATask:
-    """Questions about a generated corpus ``{"id", "prompt", "answer", "corpus"}``: one fact (capital,
-    founding year, river) of one country each; train and test take different questions. The verifier
+    """Questions about a generated corpus ``{"id", "prompt", "answer", "corpus", "entities"}``: one fact
+    (capital, founding year, river) of one country each; train and test take different questions.
+    `entities` are the question's gold entities, the country and the answer (E-GRPO's entity reward,
+    `entity_match`, counts how many of them an episode retrieved or named). The verifier
     is Search-R1's exact match (`exact_match`). Params: n_entities, seed, n_train, n_test."""
 
     name = "search_qa"
@@ -35,7 +37,8 @@ class SearchQATask:
         random.Random(self.seed + 1).shuffle(pairs)
         start = 0 if split == "train" else self.sizes["train"]
         corpus = f"generated:{self.n}:{self.seed}"
-        return [{"id": i, "prompt": QUESTIONS[f].format(d["name"]), "answer": d[f], "corpus": corpus}
+        return [{"id": i, "prompt": QUESTIONS[f].format(d["name"]), "answer": d[f], "corpus": corpus,
+                 "entities": [d["name"], d[f]]}
                 for i, (d, f) in enumerate(pairs[start : start + self.sizes[split]])]  # fmt: skip
 
     def demonstration(self, item: dict) -> str:

@@ -237,12 +237,14 @@ class EvalConfig(_Strict):
     """Token budget of the held-out evaluation (default: sampling.max_new_tokens)."""
 
 
-def _check_episode_rewards(cfg) -> None:
-    """An episode's reward is its environment's (`env_return`): reward functions and reward shaping
-    are not applied to episodes, so a config that asks for them is refused, not silently ignored."""
-    if cfg.rewards:
+def _check_episode_rewards(cfg, env_reward: bool = True) -> None:
+    """An episode's reward is its environment's (`env_return`) unless the strategy hands its rows to the
+    reward functions (`episodes` with ``rewards: functions``); reward shaping is never applied to
+    episodes. A config that asks for what is not applied is refused, not silently ignored."""
+    if cfg.rewards and env_reward:
         raise ValueError("rewards: reward functions are not applied to episodes (the reward is the environment's "
-                         "env_return): remove `rewards:`, or compute the reward in the environment's step()")  # fmt: skip
+                         "env_return): remove `rewards:`, set rollout.strategy.rewards: functions (each episode "
+                         "scored by the reward functions), or compute the reward in the environment's step()")  # fmt: skip
     if cfg.algo.overlong is not None:
         raise ValueError("algo.overlong: overlong shaping is not applied to episodes (they end by max_turns and "
                          "max_context_tokens): set algo.overlong: null")  # fmt: skip
@@ -322,7 +324,7 @@ class RunConfig(_Strict):
         from covey.strategies import STRATEGIES
 
         s = self.rollout.strategy
-        if self.env is not None and STRATEGIES.get(s.name).caps.takes_env:
+        if self.env is not None and STRATEGIES.get(s.name).caps.flag("takes_env", s.params):
             s = Spec(name=s.name, params={**s.params, "env": {"name": self.env.name, **self.env.params}})
         return s
 
@@ -344,21 +346,25 @@ class RunConfig(_Strict):
         from covey.strategies import STRATEGIES
         from covey.tasks import TASKS
 
-        name = self.rollout.strategy.name
+        name, params = self.rollout.strategy.name, self.rollout.strategy.params
         try:
             caps = STRATEGIES.get(name).caps
+            takes_env, env_reward = caps.flag("takes_env", params), caps.flag("env_reward", params)
         except RegistryError as e:
             raise ValueError(f"rollout.strategy: {e}") from None
         try:
             task_strategy = TASKS.get(self.task.name).caps.strategy
         except RegistryError:  # a bad task name is reported where the task is built (check_run)
             task_strategy = None
-        if caps.takes_env and self.env is None:
+        if takes_env and self.env is None:
             raise ValueError(f"rollout.strategy {name} needs an environment: add `env: {{name: maze}}` (see docs/agents.md)")
-        if self.env is not None and not caps.takes_env:
-            takers = ", ".join(n for n in STRATEGIES if STRATEGIES.get(n).caps.takes_env)
-            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: {takers} (got {name!r})")
-        if caps.takes_env and "env" in self.rollout.strategy.params:
+        if self.env is not None and not takes_env:
+            takers = ", ".join(n for n in STRATEGIES if STRATEGIES.get(n).caps.takes_env is True)
+            wrappers = ", ".join(n for n in STRATEGIES if callable(STRATEGIES.get(n).caps.takes_env))
+            raise ValueError(f"env: {self.env.name!r} needs rollout.strategy: {takers}"
+                             + (f" (or {wrappers} running it)" if wrappers else "") + f" (got {name!r}"
+                             + (" with these parameters" if caps.takes_env is not False else "") + ")")  # fmt: skip
+        if takes_env and "env" in self.rollout.strategy.params:
             raise ValueError("rollout.strategy.env: give the environment as the top-level `env:` section")
         if self.env is not None:
             from covey.envs import ENVS
@@ -371,8 +377,8 @@ class RunConfig(_Strict):
         if (task, strategy) != (self.task.name, name):  # a task and a strategy that exist only together
             raise ValueError(f"task {task} and rollout.strategy {strategy} go together (the environment is both the task "
                              f"and how its episodes run): set both, e.g. task: {{name: {task}, ...}}, rollout.strategy: {strategy}")  # fmt: skip
-        if caps.env_reward:
-            _check_episode_rewards(self)  # the reward is the environment's
+        if env_reward or takes_env:
+            _check_episode_rewards(self, env_reward)  # the reward is the environment's, or the reward functions'
         return self
 
     @model_validator(mode="after")

@@ -100,12 +100,20 @@ def build_reference(policy: torch.nn.Module, cfg: ModelConfig) -> Reference:
 
 def build_objective(cfg: RunConfig, policy: torch.nn.Module, device):
     """The loss the learner's update trains (`covey.learner.objective`): the preference loss on pairs in
-    preference mode, `algo.objective` when set (`OBJECTIVES`), else the policy-gradient loss of the axes."""
+    preference mode, `algo.objective` when set (`OBJECTIVES`), nothing when the rollout strategy learns
+    without gradients (``StrategyCaps(updates_policy=False)``), else the policy-gradient loss of the axes."""
     if cfg.algo.objective is not None:
         import covey.objectives  # noqa: F401  (registers the built-in objectives)
         from covey.learner.objective import OBJECTIVES
 
         return OBJECTIVES.build(cfg.algo.objective.name, cfg.algo.objective.params, cfg, policy, device)
+    from covey.strategies.base import strategy_chain
+
+    spec = cfg.strategy_spec()
+    if not all(entry.caps.updates_policy for _, _, entry in strategy_chain(spec.name, spec.params)):
+        from covey.learner.objective import FrozenPolicy
+
+        return FrozenPolicy()
     if cfg.preference is not None:
         from covey.preference.objective import PreferenceLoss, load_guide
 

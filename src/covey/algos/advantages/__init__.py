@@ -33,6 +33,8 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
     empg.py          empg                                        (multi-turn: entropy-modulated step advantages, [N, T])
     dr_mas.py        dr_mas                                      (multi-agent: per-agent GRPO over turns, [N, T])
+    seeupo.py        seeupo                                      (multi-turn: mean-centred, batch-normalised outcome, [N, T])
+    ui_s1.py         ui_s1                                       (semi-online: step scores + discounted returns, [N, T])
     _steps.py        the step table of multi-turn episodes (Rollouts.turn / step_rewards / step_anchors)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
@@ -50,6 +52,8 @@ from covey.algos.advantages.dr_mas import dr_mas
 from covey.algos.advantages.empg import empg
 from covey.algos.advantages.entropy_control import aepo_entropy, dcpo
 from covey.algos.advantages.gigpo import gigpo
+from covey.algos.advantages.seeupo import seeupo
+from covey.algos.advantages.ui_s1 import ui_s1
 from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rloo
 from covey.algos.advantages.hapo import hapo
 from covey.algos.advantages.hgpo import hgpo
@@ -103,10 +107,12 @@ __all__ = [
     "rloo",
     "rover",
     "salt",
+    "seeupo",
     "tppo",
     "vspo_clip_provisional",
     "treepo",
     "trpa",
+    "ui_s1",
     "spo",
     "spo_chain",
     "spo_tree",
