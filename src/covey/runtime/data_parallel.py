@@ -50,6 +50,17 @@ def init_group(rank: int, world: int, init_method: str, backend: str | None = No
     return dist.group.WORLD
 
 
+def step_rows(step, mb, rows: torch.Tensor, extra: dict | None, device, group) -> dict:
+    """One rank's part of a mini-batch step: `step` (the one-process `Learner._step`) on this rank's `rows`
+    of `mb` and of the per-row inputs `extra`; the logged loss is the mini-batch's (the ranks' parts summed)."""
+    shard = {k: v[rows.to(v.device)] for k, v in (extra or {}).items()}  # per-row inputs follow their rows
+    stats = step(mb.select(rows), shard)
+    loss = torch.tensor([stats["learn/loss"][0]], device=device)
+    dist.all_reduce(loss, group=group)
+    stats["learn/loss"] = (float(loss), 1.0)
+    return stats
+
+
 def all_reduce_grads(params: list[torch.Tensor], group=None) -> None:
     """Sum the gradients of `params` over the group in one flat all-reduce. A parameter without a
     gradient on this rank contributes zeros; when no rank has any gradient, all stay None."""
@@ -84,12 +95,7 @@ class DataParallelLearner(Learner):
         mask = mb.loss_mask()
         self._totals = (float(mask.sum()), float((mask.sum(-1) > 0).sum()))
         rows = torch.arange(len(mb)).tensor_split(self.world)[self.rank]
-        shard = {k: v[rows.to(v.device)] for k, v in (extra or {}).items()}  # per-row inputs follow their rows
-        stats = super()._step(mb.select(rows), shard)
-        loss = torch.tensor([stats["learn/loss"][0]], device=self.device)
-        dist.all_reduce(loss, group=self.group)  # the mini-batch's loss (the shards' parts summed)
-        stats["learn/loss"] = (float(loss), 1.0)
-        return stats
+        return step_rows(super()._step, mb, rows, extra, self.device, self.group)
 
     def _loss(self, micro, mask, totals, *args, **kwargs):
         tokens, seqs = self._totals

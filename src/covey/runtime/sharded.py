@@ -51,6 +51,7 @@ from torch import Tensor, nn
 from covey.algos.registry import BatchTotals
 from covey.learner.learner import Learner
 from covey.learner.policy_loss import PolicyLoss, rows_with_signal
+from covey.runtime.data_parallel import step_rows
 
 __all__ = ["ShardedLearner", "full_state_buckets", "local_bytes", "shard_model", "shard_units"]
 
@@ -180,13 +181,7 @@ class ShardedLearner(Learner):
         # every rank has the whole mini-batch, so each knows how many forwards every rank will run
         self._target = max(self._forwards_of(mb.select(rows)) for rows in shards)
         self._forwards = 0
-        rows = shards[self.rank]
-        shard = {k: v[rows.to(v.device)] for k, v in (extra or {}).items()}  # per-row inputs follow their rows
-        stats = super()._step(mb.select(rows), shard)
-        loss = torch.tensor([stats["learn/loss"][0]], device=self.device)
-        dist.all_reduce(loss, group=self.group)  # the mini-batch's loss (the shards' parts summed)
-        stats["learn/loss"] = (float(loss), 1.0)
-        return stats
+        return step_rows(super()._step, mb, shards[self.rank], extra, self.device, self.group)
 
     def _forwards_of(self, shard) -> int:
         """The grad-enabled forwards `Learner._step` runs on `shard`: its micro-batches with a loss token,
