@@ -16,4 +16,4 @@ from covey.tasks.registry import TASKS, get_task, register_task
 
 __all__ = ["GSM8K", "MATH500", "GuiPoints", "TASKS", "Arithmetic", "CausalSCM", "Countdown", "Mixture", "Task", "get_task", "register_task"]
 from covey.tasks import dataset, humaneval, mbpp  # noqa: E402,F401 - registers the code tasks and `dataset`
-from covey.tasks import maze, search_qa, verifiers  # noqa: E402,F401 - the tasks of the maze, search_qa and verifiers environments
+from covey.tasks import maze, red_team, search_qa, verifiers  # noqa: E402,F401 - the tasks of the maze, red_team, search_qa and verifiers environments

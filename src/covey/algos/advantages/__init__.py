@@ -31,6 +31,8 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
     empg.py          empg                                        (multi-turn: entropy-modulated step advantages, [N, T])
     dr_mas.py        dr_mas                                      (multi-agent: per-agent GRPO over turns, [N, T])
+    mars.py          mars                                        (self-play: turn-level returns, per-role normalisation, [N, T])
+    portool.py       portool_provisional                         (tool-call trees: step rewards, fork + trajectory advantages, [N, T])
     _steps.py        the step table of multi-turn episodes (Rollouts.turn / step_rewards / step_anchors)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
@@ -52,12 +54,14 @@ from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rl
 from covey.algos.advantages.hapo import hapo
 from covey.algos.advantages.hgpo import hgpo
 from covey.algos.advantages.identity import identity
+from covey.algos.advantages.mars import mars
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
 from covey.algos.advantages.oblr import oblr_baseline
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
+from covey.algos.advantages.portool import portool_provisional
 from covey.algos.advantages.risk import riskpo
 from covey.algos.advantages.rover import rover
 from covey.algos.advantages.salt import salt
@@ -88,11 +92,13 @@ __all__ = [
     "hapo",
     "hgpo",
     "identity",
+    "mars",
     "mc_grpo",
     "mssr",
     "ngrpo",
     "oblr_baseline",
     "polychromic",
+    "portool_provisional",
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
