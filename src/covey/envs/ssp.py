@@ -22,9 +22,10 @@ intermediate_difficulty, ``4 (left + s)(right - s)`` for 0 < s < 1 and 0 otherwi
 RAG check: the code asks an external LLM judge to answer the question from the materials
 (`_validate_with_external_llm`, then exact match or an LLM match). covey's default `reader` answers it
 without a model, for the generated corpus ("X is a country. Its capital is Y. ..."): among the retrieved
-documents, the one whose facts the question names; the fact asked is the one whose keyword ("capital",
-"river", "year"/"founded"/"when", "country") the question has and whose value it does not; the answer is
-that value (None when this is not exactly one). `rag_check: none` skips the check; an import path
+documents, the first whose facts the question names; the fact asked is the country when the question
+starts with "which country" / "what country", else the one fact whose keyword ("capital", "river",
+"year"/"founded"/"when") the question has and whose value it does not; the answer is that value (None
+when no document or not exactly one fact fits). `rag_check: none` skips the check; an import path
 ``module:function(question, materials) -> answer`` plugs in another reader. Not built: the code's
 replacement of a failed question by a reused one (its `extraction_failure: reuse`) and noisy materials.
 """
@@ -46,7 +47,7 @@ PROPOSE = ("The answer is: {answer}. Search the encyclopedia for facts about it,
            "correct answer is {answer}, without the answer in it. Reply with the question inside <question>...</question>.")  # fmt: skip
 _QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
 _DOC = re.compile(r"(\w+) is a country\. Its capital is (\w+)\. It was founded in (\d+)\. The river (\w+) flows through it\.")
-_KEYWORDS = {"capital": ("capital",), "river": ("river",), "founded": ("year", "founded", "when"), "name": ("country",)}
+_KEYWORDS = {"capital": ("capital",), "river": ("river",), "founded": ("year", "founded", "when")}
 
 
 def read_generated(question: str, materials: list[str]) -> str | None:
@@ -65,13 +66,13 @@ def read_generated(question: str, materials: list[str]) -> str | None:
             facts = {"name": name, "capital": capital, "founded": founded, "river": river}
             if not any(v.lower() in words for v in facts.values()):
                 continue
-            asked = [f for f, keys in _KEYWORDS.items() if any(k in words for k in keys) and facts[f].lower() not in words]
+            if q.startswith(("which country", "what country")):
+                asked = ["name"]
+            else:
+                asked = [f for f, keys in _KEYWORDS.items() if f != "name" and any(k in words for k in keys)
+                         and facts[f].lower() not in words]  # fmt: skip
             if len(asked) == 1:
                 return facts[asked[0]]
-            if len(asked) > 1 and "name" in asked:  # "which country ... capital X": the country is asked
-                rest = [f for f in asked if f != "name"]
-                if all(facts[f].lower() in words for f in rest) or q.startswith(("which country", "what country")):
-                    return facts["name"]
     return None
 
 
