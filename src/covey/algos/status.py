@@ -59,6 +59,7 @@ STATUS: dict[tuple[str, str], tuple[str, str]] = {
     ("advantage", "riskpo"): ("code", "RTkenny/RiskPO"),
     ("advantage", "rloo"): ("framework", f"{_V} compute_rloo_outcome_advantage"),
     ("advantage", "salt"): ("reconstructed", "paper text; no code released"),
+    ("advantage", "self_redteam"): ("code", "mickelliu/selfplay-redteaming 0c56e50 (REINFORCE++, per-role normalize)"),
     ("advantage", "spo"): ("code", "verl-recipe spo/"),
     ("advantage", "spo_chain"): ("code", "AIFrameResearch/SPO b9fc6a263dec"),
     ("advantage", "spo_tree"): ("code", "AIFrameResearch/SPO b9fc6a263dec"),

@@ -31,7 +31,7 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     salt.py          salt                                        (multi-turn: trajectory-graph step credit, [N, T])
     empg.py          empg                                        (multi-turn: entropy-modulated step advantages, [N, T])
     dr_mas.py        dr_mas                                      (multi-agent: per-agent GRPO over turns, [N, T])
-    mars.py          mars                                        (self-play: turn-level returns, per-role normalisation, [N, T])
+    selfplay.py      mars, self_redteam                          (self-play games: per-role returns and normalisation, [N, T])
     portool.py       portool_provisional                         (tool-call trees: step rewards, fork + trajectory advantages, [N, T])
     _steps.py        the step table of multi-turn episodes (Rollouts.turn / step_rewards / step_anchors)
     _groups.py       shared vectorised group statistics, input checks and metrics
@@ -54,7 +54,6 @@ from covey.algos.advantages.grpo import dr_grpo, grpo, reinforce_pp_baseline, rl
 from covey.algos.advantages.hapo import hapo
 from covey.algos.advantages.hgpo import hgpo
 from covey.algos.advantages.identity import identity
-from covey.algos.advantages.mars import mars
 from covey.algos.advantages.median import mc_grpo
 from covey.algos.advantages.mssr import mssr
 from covey.algos.advantages.multi_reward import gdpo
@@ -63,6 +62,7 @@ from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
 from covey.algos.advantages.portool import portool_provisional
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.selfplay import mars, self_redteam
 from covey.algos.advantages.rover import rover
 from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
@@ -104,6 +104,7 @@ __all__ = [
     "rloo",
     "rover",
     "salt",
+    "self_redteam",
     "tppo",
     "treepo",
     "trpa",

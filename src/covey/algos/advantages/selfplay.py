@@ -1,7 +1,14 @@
-"""MARS: turn-level advantages with agent-specific normalisation, for self-play in multi-turn games.
+"""Advantages for self-play games (the `selfplay` strategy: role-labelled turns, `Rollouts.step_agents`):
 
-Paper: "MARS: Reinforcing Multi-Agent Reasoning of LLMs through Self-Play in Strategic Games" (released
-as MARSHAL, arXiv 2510.15414). Status CODE: checked against thu-nics/MARSHAL 2db0222 (ROLL fork:
+    mars          MARS's turn-level returns with agent-specific normalisation (arXiv 2510.15414, CODE)
+    self_redteam  Self-RedTeam's REINFORCE++ returns whitened per role (arXiv 2506.07468, CODE)
+
+Both need the feature `roles` (a game of two roles or more), and both keep each role's advantages a
+function of that role's own turns. Shared: the turn-level return over a role's own later turns of an
+episode, and the token-level whitening per role.
+
+mars: "MARS: Reinforcing Multi-Agent Reasoning of LLMs through Self-Play in Strategic Games" (released
+as MARSHAL, arXiv 2510.15414). Checked against thu-nics/MARSHAL 2db0222 (ROLL fork:
 `roll/utils/functionals.py` `reward_postprocess_agentic` + `reward_normalize_by_player` +
 `score_normalize`, `compute_advantage` with `compute_reinforce_return` and
 `normalize_unique_values_by_player`; `roll/pipeline/agentic/agentic_pipeline.py`; the self-play config
@@ -27,7 +34,14 @@ role over its own tokens (`whiten: role`), so that one role's advantages never d
 rewards (a global whitening shifts and scales every role by the whole batch's statistics). The code
 discounts per token; covey per turn (the default gamma 1 makes them equal). `grouping: batch` is the
 code's ``tags`` grouping for a run of one game; `group` normalises within each item's games.
-Needs role-labelled turns: `Rollouts.step_agents` from the `selfplay` strategy (feature `roles`).
+
+self_redteam: "Chasing Moving Targets with Online Self-Play Reinforcement Learning for Safer Language
+Models" (Self-RedTeam, arXiv 2506.07468). Checked against mickelliu/selfplay-redteaming 0c56e50: its
+OpenRLHF `--advantage_estimator reinforce` (`experience_maker.py`: the return of each token is the sum
+of the rewards after it, gamma 1), then `ppo_actor.py` normalises the advantages per game role
+(`replay_buffer.normalize(role="attacker")`, then "defender"): over the role's action tokens,
+A = (R - mean) * rsqrt(max(var, 1e-8)) with the population variance. The code adds the KL penalty to the
+reward (init_kl_coef 0.01); covey applies no reward-side KL to episodes (use `algo.kl` in the loss).
 """
 
 from __future__ import annotations
@@ -41,7 +55,7 @@ from covey.algos.advantages._steps import step_table, to_tokens
 from covey.algos.registry import AdvantageResult, register_advantage
 from covey.rollouts import Rollouts
 
-__all__ = ["mars", "unique_value_norm"]
+__all__ = ["mars", "role_returns", "self_redteam", "unique_value_norm"]
 
 
 def unique_value_norm(values: list[float], mode: str) -> dict[float, float]:
@@ -69,8 +83,7 @@ def mars(
     """MARS turn-level advantage with agent-specific normalisation ([N, T]; module docstring)."""
     st = step_table(batch, "mars")
     g = groups_of(batch)
-    agents = [list(batch.step_agents[i]) if batch.step_agents is not None else [0] * len(r)
-              for i, r in zip(st.rows, st.rewards)]  # fmt: skip
+    agents = _agents(batch, st)
     # 1. reward normalisation per (grouping, role) over turns
     pools: dict[tuple, list[tuple[int, int]]] = {}
     for j, r in enumerate(st.rewards):
@@ -85,14 +98,7 @@ def mars(
         y = x - x.mean() if reward_norm == "mean" else ((x - x.mean()) / (std + 1e-6) if std > 1e-6 else torch.zeros_like(x))
         for (j, t), v in zip(members, y.tolist()):
             shaped[j][t] = v
-    # 2. turn-level return over each role's own later turns of the episode
-    returns = [[0.0] * len(r) for r in st.rewards]
-    for j, r in enumerate(shaped):
-        running: dict[int, float] = {}
-        for t in reversed(range(len(r))):
-            a = agents[j][t]
-            running[a] = r[t] + gamma * running.get(a, 0.0)
-            returns[j][t] = running[a]
+    returns = role_returns(shaped, agents, gamma)  # 2. turn-level return over each role's own later turns
     # 3. per role: the distinct returns (and 0) mean-shifted
     values = [list(r) for r in returns]
     if advantage_norm != "none":
@@ -104,24 +110,62 @@ def mars(
                     if agents[j][t] == a:
                         values[j][t] = table[returns[j][t]]
     adv = to_tokens(batch, st, values)
-    # 4. token-level whitening: per role, over the batch, or none
-    if whiten != "none":
-        role = to_tokens(batch, st, [[float(a + 1) for a in ag] for ag in agents]).round().long() - 1  # -1 off turns
-        mask = (batch.completion_mask > 0) & (role >= 0)
-        for a in (sorted(set(role[mask].tolist())) if whiten == "role" else [None]):
-            m = mask if a is None else mask & (role == a)
-            adv = torch.where(m, _whiten(adv, m), adv)
-    n_roles = len({x for ag in agents for x in ag})
-    return result("mars", adv, batch, g, metrics={"roles": float(n_roles)})
+    if whiten != "none":  # 4. token-level whitening: per role, or over the batch
+        adv = _whiten_roles(adv, batch, st, agents, per_role=whiten == "role", unbiased=True)
+    return result("mars", adv, batch, g, metrics={"roles": float(len({x for ag in agents for x in ag}))})
 
 
-def _whiten(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """ROLL's `masked_whiten` over the tokens `m` of `x`: (x - mean) * rsqrt(var + 1e-8), var with Bessel's factor."""
-    n = m.sum()
-    if n == 0:
-        return x
-    mean = x[m].mean()
-    var = ((x[m] - mean) ** 2).sum() / n
-    if n > 1:
-        var = var * n / (n - 1)
-    return (x - mean) * torch.rsqrt(var + 1e-8)
+@register_advantage("self_redteam", requires=("roles",), paper="Chasing Moving Targets with Online Self-Play Reinforcement "
+                    "Learning for Safer Language Models (Self-RedTeam, CODE)", arxiv="2506.07468")  # fmt: skip
+def self_redteam(batch: Rollouts) -> AdvantageResult:
+    """Self-RedTeam's REINFORCE++ with per-role normalisation ([N, T]; module docstring): each turn's return
+    R_t = sum of the role's rewards from t on in the episode, then (R - mean) * rsqrt(max(var, 1e-8)) over
+    each role's tokens, population variance."""
+    st = step_table(batch, "self_redteam")
+    agents = _agents(batch, st)
+    adv = to_tokens(batch, st, role_returns(st.rewards, agents, 1.0))
+    adv = _whiten_roles(adv, batch, st, agents, per_role=True, unbiased=False)
+    return result("self_redteam", adv, batch, groups_of(batch), metrics={"roles": float(len({x for ag in agents for x in ag}))})
+
+
+def role_returns(rewards: list[list[float]], agents: list[list[int]], gamma: float) -> list[list[float]]:
+    """R_t = r_t + gamma R_t' per episode, t' the next turn of the same role (each role's own return).
+
+    >>> role_returns([[1.0, 2.0, 4.0]], [[0, 1, 0]], 0.5)
+    [[3.0, 2.0, 4.0]]
+    """
+    out = [[0.0] * len(r) for r in rewards]
+    for j, r in enumerate(rewards):
+        running: dict[int, float] = {}
+        for t in reversed(range(len(r))):
+            a = agents[j][t]
+            running[a] = r[t] + gamma * running.get(a, 0.0)
+            out[j][t] = running[a]
+    return out
+
+
+def _agents(batch: Rollouts, st) -> list[list[int]]:
+    """The role of each turn of each episode (0 when the batch has no step_agents)."""
+    if batch.step_agents is None:
+        return [[0] * len(r) for r in st.rewards]
+    return [list(batch.step_agents[i]) for i in st.rows]
+
+
+def _whiten_roles(adv: torch.Tensor, batch: Rollouts, st, agents: list[list[int]], *, per_role: bool, unbiased: bool) -> torch.Tensor:
+    """Whiten [N, T] `adv` over the trained tokens of each role (`per_role`) or of all: ROLL's `masked_whiten`
+    (unbiased var, rsqrt(var + 1e-8)) or OpenRLHF's `normalize` (population var, rsqrt(max(var, 1e-8)))."""
+    role = to_tokens(batch, st, [[float(a + 1) for a in ag] for ag in agents]).round().long() - 1  # -1 off turns
+    mask = (batch.completion_mask > 0) & (role >= 0)
+    for a in (sorted(set(role[mask].tolist())) if per_role else [None]):
+        m = mask if a is None else mask & (role == a)
+        n = m.sum()
+        if n == 0:
+            continue
+        mean = adv[m].mean()
+        var = ((adv[m] - mean) ** 2).sum() / n
+        if unbiased:
+            scale = torch.rsqrt((var * n / (n - 1) if n > 1 else var) + 1e-8)
+        else:
+            scale = torch.rsqrt(var.clamp(min=1e-8))
+        adv = torch.where(m, (adv - mean) * scale, adv)
+    return adv

@@ -1,5 +1,6 @@
-"""MARS (`mars`): turn-level returns with agent-specific normalisation, by hand against thu-nics/MARSHAL's
-reward_postprocess_agentic + compute_reinforce_return + normalize_unique_values_by_player + masked_whiten."""
+"""The self-play estimators by hand: MARS (`mars`) against thu-nics/MARSHAL's reward_postprocess_agentic +
+compute_reinforce_return + normalize_unique_values_by_player + masked_whiten, and Self-RedTeam's per-role
+REINFORCE++ (`self_redteam`) against mickelliu/selfplay-redteaming's replay_buffer.normalize."""
 
 import dataclasses
 import math
@@ -7,7 +8,7 @@ import math
 import pytest
 import torch
 
-from covey.algos.advantages.mars import unique_value_norm
+from covey.algos.advantages.selfplay import unique_value_norm
 from tests.algos.test_step_credit import close, episodes, per_step, run
 
 # rows 0, 1: role 0 (two turns each); rows 2, 3: role 1 (one turn; three turns); two tokens per turn
@@ -73,3 +74,14 @@ def test_a_batch_without_episodes_is_refused():
     with pytest.raises(Exception, match="multi-turn episodes"):
         b = batch()
         run("mars", dataclasses.replace(b, turn=None, step_rewards=None, step_anchors=None, step_agents=None))
+
+
+def test_self_redteam_is_reinforce_pp_returns_normalised_per_role_with_the_population_variance():
+    adv = per_step(game(), run("self_redteam", game()).advantages)
+    # role 0: returns [1, 1], [-1, -1] (gamma 1): tokens +-1, mean 0, population var 1 -> +-1
+    close(adv[0] + adv[1], [1.0, 1.0, -1.0, -1.0])
+    # role 1: returns [2] and [1, 1, 1]: tokens [2, 2, 1 x 6], mean 1.25, population var 0.1875
+    s = math.sqrt(0.1875)
+    close(adv[2] + adv[3], [0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s])
+    other = [STEPS[0], STEPS[1], [9.0], [0.0, 3.0, 1.0]]
+    assert torch.equal(run("self_redteam", game())[0][:2], run("self_redteam", game(other))[0][:2])
