@@ -186,7 +186,7 @@ class BadGame(Duel):
         return StepResult([{"role": "user", "content": "?"}], info=info)
 
 
-@pytest.mark.parametrize("fault, text", [("agent", "is not a role index"), ("rewards", "never opened")])
+@pytest.mark.parametrize("fault, text", [("agent", "is not a role index"), ("rewards", "never opened and is no role")])
 def test_a_game_env_that_breaks_the_protocol_fails_its_game_only(fault, text, caplog):
     tok = build_tiny_tokenizer()
     st = selfplay({"name": "tests.strategies.test_selfplay:BadGame", "fault": fault})
@@ -249,3 +249,16 @@ def test_textarena_selfplay_plays_both_players_and_credits_the_loser():
     assert r.info["agent"] == 0 and r.info["valid"] is False  # TextArena lets the player try again
     with pytest.raises(ValueError, match="num_players >= 2"):
         ENVS.build("textarena_selfplay", {"game": "TicTacToe-v0", "num_players": 1})
+
+
+class Forfeit(Duel):
+    """a loses at once (TextArena ends a game after a player's invalid moves): b never acted."""
+
+    def step(self, action):
+        return StepResult([], -1.0, terminated=True, info={"agent": 0, "rewards": {"b": 1.0}})
+
+
+def test_a_credit_to_a_role_that_never_acted_is_dropped():
+    tok = build_tiny_tokenizer()
+    batch, m = selfplay({"name": "tests.strategies.test_selfplay:Forfeit"}).rollout([ITEM], context([ITEM], scripted(tok, ["?"]), tok, group=1))
+    assert [it["role"] for it in batch.items] == ["a"] and batch.rewards.tolist() == [[-1.0]] and m["selfplay/failed_games"] == 0

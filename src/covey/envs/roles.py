@@ -17,7 +17,8 @@ and in the `info` of every `step`'s StepResult (`reset`'s: only ``agent``, whose
                                     # new conversation (M-GRPO's sub-agent calls, SSP's solver attempts)
     info["rewards"]  {thread: x}    # credits to other conversations at this step (the loser of a game,
                                     # a sub-agent paid by the main agent's outcome), each added to that
-                                    # conversation's last turn; `reward` goes to the conversation that acted
+                                    # conversation's last turn (a role that never acted has none: dropped);
+                                    # `reward` goes to the conversation that acted
     info["group"]    "game"         # read when a conversation opens: its GRPO group is the other
                                     # conversations of its role in the same game (SSP's solver attempts
                                     # on one proposed question); default: the role's conversations in all

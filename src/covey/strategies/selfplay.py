@@ -209,16 +209,16 @@ class SelfPlay(Episodes):
         problem = _check_game_info(res.info, self.roles)
         if problem:
             return self._fail_game(game, _EnvFailure("env_error", problem), counts)
-        for key, x in res.info.get("rewards", {}).items():
-            if key not in game.seats:
+        for key, x in res.info.get("rewards", {}).items():  # a role that never acted has no turn to credit: dropped
+            if key not in game.seats and key not in self.roles:
                 return self._fail_game(game, _EnvFailure("env_error", f"info['rewards'] credits thread {key!r}, which "
-                                                                      "never opened"), counts)  # fmt: skip
+                                                                      "never opened and is no role"), counts)  # fmt: skip
         seat.rewards[-1] = float(res.reward)
         seat.transcript[-1]["reward"] = float(res.reward)
         seat.messages.append({"role": "assistant", "content": action.text})
         for key, x in res.info.get("rewards", {}).items():
-            other = game.seats[key]
-            if other.rewards:
+            other = game.seats.get(key)
+            if other is not None and other.rewards:
                 other.rewards[-1] += float(x)
         counts["tool_errors"] += int(res.info.get("tool_errors", 0))
         if "success" in res.info:
