@@ -24,6 +24,7 @@ SPECIAL |= {"dcpo", "oblr_baseline", "spo_chain"}  # probe log-probs, sum_p2, MC
 SPECIAL |= {"gigpo", "hgpo", "salt", "empg"}  # multi-turn episodes: tests/algos/test_step_credit.py
 SPECIAL |= {"rover"}  # batch-level success rate, not per group: tests/algos/test_surrogates_wave2.py
 SPECIAL |= {"dr_mas"}  # multi-agent episodes: tests/algos/test_dr_mas.py
+SPECIAL |= {"mars", "self_redteam", "portool_provisional"}  # games and tool-call trees: test_selfplay_advantages.py, test_portool.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 
