@@ -121,10 +121,8 @@ class SelfPlay(Episodes):
         counts: Counter = Counter()
         env_times: list[float] = []
         base_seed = ctx.sampling(0).seed or 0
-        games = [_Game(draw=g, index=0, item=d.item, max_new_tokens=d.max_new_tokens) for g, d in enumerate(ctx.draws)
-                 for _ in range(d.n)]  # fmt: skip
-        for i, game in enumerate(games):
-            game.index = i
+        draws = [(g, d) for g, d in enumerate(ctx.draws) for _ in range(d.n)]
+        games = [_Game(draw=g, index=i, item=d.item, max_new_tokens=d.max_new_tokens) for i, (g, d) in enumerate(draws)]
         self._start(games, base_seed, tok, counts, env_times)
         frozen_ctx = self._frozen_context(ctx)
         for rnd in range(self.max_turns):
@@ -150,8 +148,9 @@ class SelfPlay(Episodes):
         played = [s for g in games if g.end not in _FAILED for s in g.seats.values() if s.turns]
         trained = [s for s in played if not s.frozen]
         rows = self._align(trained, games, base_seed, counts)
+        ids = {key: i for i, key in enumerate(dict.fromkeys(s.group_key for s in rows))}
         for seat in rows:  # a group per (item, role), or per (game, role) for conversations opened with group "game"
-            seat.group = list(dict.fromkeys(s.group_key for s in rows)).index(seat.group_key)
+            seat.group = ids[seat.group_key]
         every = [s for g in games for s in g.seats.values() if not s.frozen]
         metrics = _metrics(every, trained, counts, env_times)
         metrics.update(self._game_metrics(games, played, rows, counts))

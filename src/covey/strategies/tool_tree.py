@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from covey.envs.base import fork_env
@@ -79,9 +79,9 @@ class ToolTree(Episodes):
         live = [r for r in roots if r.end is None]
         for turn in range(self.max_turns):
             before = live
-            live, _ = self._live(live, tok)  # a trajectory with no room left ends here (context)
+            live, prompts = self._live(live, tok)  # a trajectory with no room left ends here (context)
             done += [c for c in before if c.end is not None]
-            cands, prompts = self._live(self._fork(live, counts), tok) if turn else (live, _)
+            cands, prompts = self._live(self._fork(live, counts), tok) if turn else (live, prompts)
             if not cands:
                 live = []
                 break
@@ -135,12 +135,11 @@ class ToolTree(Episodes):
 
 
 def _copy_node(node: _Node, env: Any) -> _Node:
-    """A candidate continuing `node` in `env`: its own lists (turns are shared, never changed after their turn)."""
-    return _Node(env=env, item=node.item, group=node.group, prompt=node.prompt, max_new_tokens=node.max_new_tokens,
-                 messages=list(node.messages), anchor=node.anchor, agent=node.agent, agents=list(node.agents),
-                 turns=list(node.turns), rewards=list(node.rewards), anchors=list(node.anchors),
-                 invalid_streak=node.invalid_streak, end=node.end, terminated=node.terminated, success=node.success,
-                 transcript=[dict(m) for m in node.transcript], path=node.path)  # fmt: skip
+    """A candidate continuing `node` in `env`: every field of `node`, with its own copy of each list (the
+    `_Turn`s themselves are shared: a turn never changes once the next one is generated)."""
+    lists = {f.name: [dict(x) if isinstance(x, dict) else x for x in getattr(node, f.name)]
+             for f in fields(node) if isinstance(getattr(node, f.name), list)}  # fmt: skip
+    return replace(node, env=env, **lists)
 
 
 def _tree_metrics(kept: list[_Node], counts: Counter) -> dict[str, float]:
