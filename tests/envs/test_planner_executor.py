@@ -58,8 +58,10 @@ def test_a_delegation_opens_a_sub_agent_whose_result_goes_back_to_the_main_agent
 def test_sub_agents_are_aligned_to_fixed_slots_and_each_level_is_its_own_group():
     tok = build_tiny_tokenizer()
     good, second = "<thinking>x</thinking><result>Dunta</result>", DELEGATE.replace("capital", "river")
-    # game 0 delegates twice, game 1 once: rounds in order of the two games' acting conversations
-    outs = [DELEGATE, DELEGATE, SEARCH, SEARCH, good, good, second, good, SEARCH, good, good]
+    wrong = good.replace("Dunta", "Breta")
+    # game 0 delegates twice and answers right, game 1 once and answers wrong: rounds in order of the two
+    # games' acting conversations
+    outs = [DELEGATE, DELEGATE, SEARCH, SEARCH, good, good, second, wrong, SEARCH, good, good]
     it = iter(outs)
     engine = ScriptedEngine(lambda p, k: (tok.encode(next(it)) + [tok.eos_token_id], "stop"))
     st = STRATEGIES.build("selfplay", {"env": {"name": "planner_executor"}, "layout": "concat", "max_turns": 8,
@@ -67,6 +69,8 @@ def test_sub_agents_are_aligned_to_fixed_slots_and_each_level_is_its_own_group()
     batch, m = st.rollout([ITEM], context([ITEM], engine, tok, group=2, max_new_tokens=200))
     assert [it["role"] for it in batch.items] == ["main", "sub", "sub", "main", "sub", "sub"]
     assert m["selfplay/sub/padded"] == 1 and m["selfplay/sub/dropped"] == 0 and batch.group.tolist() == [0, 1, 1, 0, 1, 1]
-    assert batch.rewards.flatten().tolist() == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
-    adv = ADVANTAGES["grpo"].bind({})(batch).advantages
-    assert adv.abs().max() == 0  # every main agent and every sub-agent equally good: no signal at either level
+    # main: 1.0 (right) and 0.1 (well formed, wrong); the sub-agents of game 1 get 0.1 (its one sub repeated)
+    assert [round(r, 4) for r in batch.rewards.flatten().tolist()] == [1.0, 1.0, 1.0, 0.1, 0.1, 0.1]
+    adv = [round(a, 4) for a in ADVANTAGES["grpo"].bind({})(batch).advantages.tolist()]
+    # main agents [1, 0.1]: +-1/sqrt(2); sub-agents [1, 1, 0.1, 0.1]: mean 0.55, unbiased std 0.5196 -> +-0.866
+    assert adv == [0.7071, 0.866, 0.866, -0.7071, -0.866, -0.866]
