@@ -62,13 +62,13 @@ class TwoTurnSearch:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/portool")
-    ap.add_argument("--sft-steps", type=int, default=60)
+    ap.add_argument("--sft-steps", type=int, default=120)
     ap.add_argument("--sft-only", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     sft = out / "sft-search"
     if not (sft / "config.json").exists():
-        print(json.dumps(run_sft("smollm2-135m-instruct", TwoTurnSearch(), sft, steps=args.sft_steps, batch_size=8, lr=3e-5,
+        print(json.dumps(run_sft("smollm2-135m-instruct", TwoTurnSearch(), sft, steps=args.sft_steps, batch_size=2, lr=3e-5,
                                  dtype="fp32")), flush=True)  # fmt: skip
     if args.sft_only:
         return

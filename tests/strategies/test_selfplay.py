@@ -262,3 +262,21 @@ def test_a_credit_to_a_role_that_never_acted_is_dropped():
     tok = build_tiny_tokenizer()
     batch, m = selfplay({"name": "tests.strategies.test_selfplay:Forfeit"}).rollout([ITEM], context([ITEM], scripted(tok, ["?"]), tok, group=1))
     assert [it["role"] for it in batch.items] == ["a"] and batch.rewards.tolist() == [[-1.0]] and m["selfplay/failed_games"] == 0
+
+
+def test_per_step_rows_hold_each_turn_of_each_roles_conversation():
+    tok = build_tiny_tokenizer()
+    st = STRATEGIES.build("selfplay", {"env": {"name": "tests.strategies.test_selfplay:Duel"}, "layout": "per_step"})
+    batch, _ = st.rollout([ITEM], context([ITEM], scripted(tok, MOVES), tok, group=2))
+    assert len(batch) == 8 and batch.episode.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [it["role"] for it in batch.items] == ["a", "a", "b", "b"] * 2 and batch.group.tolist() == [0, 0, 1, 1] * 2
+    # b's second prompt: its conversation rendered (its first message, its move, then a's answer)
+    b2 = render(tok, [{"role": "user", "content": "a said x"}, {"role": "assistant", "content": "y"},
+                      {"role": "user", "content": "a said x"}], generation_prompt=True)  # fmt: skip
+    assert batch.prompt_ids[3].tolist() == b2
+    adv = ADVANTAGES["mars"].bind({})(batch).advantages
+    concat, _ = selfplay().rollout([ITEM], context([ITEM], scripted(tok, MOVES), tok, group=2))
+    ref = ADVANTAGES["mars"].bind({})(concat).advantages
+    per_turn = [round(float(adv[i][batch.completion_mask[i] > 0][0]), 5) for i in range(8)]  # one turn per row
+    whole = [round(float(ref[i][concat.turn[i] == t][0]), 5) for i in range(4) for t in (0, 1)]
+    assert per_turn == whole and len(set(whole)) > 1  # the same step values in both layouts
