@@ -280,3 +280,33 @@ def test_per_step_rows_hold_each_turn_of_each_roles_conversation():
     per_turn = [round(float(adv[i][batch.completion_mask[i] > 0][0]), 5) for i in range(8)]  # one turn per row
     whole = [round(float(ref[i][concat.turn[i] == t][0]), 5) for i in range(4) for t in (0, 1)]
     assert per_turn == whole and len(set(whole)) > 1  # the same step values in both layouts
+
+
+class Sprint(Duel):
+    """Duel where a scores the characters of its moves (b the negative): random text gives a signal."""
+
+    def step(self, action):
+        res = super().step(action)
+        if res.terminated:
+            a = float(sum(len(m) for m in self.moves[0::2]))
+            return StepResult([], -a, terminated=True, anchor=res.anchor, info={"agent": 1, "rewards": {"a": a}})
+        return res
+
+
+def test_in_a_training_step_the_frozen_roles_snapshot_keeps_the_starting_weights(tmp_path):
+    from covey.train.trainer import Trainer
+    from tests._configs import tiny_config
+
+    cfg = tiny_config(tmp_path, "env.name=tests.strategies.test_selfplay:Sprint", "rollout.strategy.name=selfplay",
+                      "rollout.strategy.frozen_roles=[b]", "rollout.prompts_per_step=1", "steps=1")  # fmt: skip
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        start = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        m = trainer.step()
+        snapshot = dict(trainer.reference_engine.model.named_parameters())
+        moved = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, start[n])]
+    finally:
+        trainer.close()
+    assert m["selfplay/frozen_turns"] == 8 and m["selfplay/b/rows"] == 0 and m["selfplay/a/rows"] == 4
+    assert moved  # the policy trained on a's rows ...
+    assert all(torch.equal(snapshot[n], start[n]) for n in start)  # ... and b's snapshot did not move
