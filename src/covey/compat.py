@@ -43,6 +43,7 @@ FEATURES = {
     "single_rows": "every group holds one row",
     "greedy_first": "the first row of each group decoded greedily (rollout.strategy {name: group, greedy_first: true})",
     "group_relative": "a group-relative advantage estimator",
+    "roles": "a game of two roles or more (an env that declares its roles, played by rollout.strategy selfplay)",
 }
 TRAINER = frozenset(FILLERS)
 

@@ -26,6 +26,7 @@ SPECIAL |= {"rover"}  # batch-level success rate, not per group: tests/algos/tes
 SPECIAL |= {"dr_mas"}  # multi-agent episodes: tests/algos/test_dr_mas.py
 SPECIAL |= {"noisy_verifier"}  # binary verdicts only: tests/algos/test_advantages_noisy_verifier.py
 SPECIAL |= {"seeupo", "ui_s1"}  # multi-turn episodes: tests/algos/test_seeupo_uis1.py
+SPECIAL |= {"mars", "self_redteam", "portool_provisional"}  # games and tool-call trees: test_selfplay_advantages.py, test_portool.py
 TOKEN_LEVEL = {"gtpo"}
 HAS_SAMPLE_MASK = {"mc_grpo", "brpo"}
 

@@ -5,7 +5,7 @@ Built in: group (i.i.d. groups), dynamic (DAPO filter + refill), treepo, branch 
 forking KV cache), april (partial rollouts carried across steps),
 igrpo and cog_rethinker (two-stage self-conditioned rollouts), arrol (online pruning with a
 quality head), tppo (truncated windows with extended GAE), dars (DARS: extra rollouts for hard prompts), spo_chain (SPO-chain Monte-Carlo cut-point values), step_correction (SCOPE: a judge finds a failed row's first wrong step, a corrector rewrites the rest), scope_ttrl (SCOPE-TTRL: confidence-weighted subgroup pseudo-labels), hill (HiLL: the policy hints the prompts it never solves), masa_meta (MASA: meta rollouts predicting pass rate, length and notions), seele_provisional (SEELE: solution-prefix hints sized to a target accuracy), rorecomp_provisional (RoRecomp: priority and compensation batches for concise reasoning), sol_rl_provisional (Sol-RL: a low-precision candidate pool, the contrastive rows regenerated in full precision), offline_steps (offline step-level data for direct_advantage_provisional), hnpg_offline (on-policy groups plus offline states for hnpg), es_population (an evolution strategy's candidates, each rolled out), soft_thinking (SofT-GRPO's soft-token rollouts), ctrls_latent (CTRLS: latent actions before reasoning steps), dcpo and aepo_entropy (entropy controller), gt_injection (TempSamp-R1: one gold row per group), hapo_temperature (HAPO's per-token temperature), episodes (multi-turn agents against an environment,
-covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]), dart (DART's curation of episodes: a per-task
+covey.envs; docs/agents.md), verifiers (prime-intellect verifiers environments, covey[verifiers]), selfplay (games of several roles, one policy playing each), tool_tree (PORTool: tool-call trajectories branched with env.fork()), dart (DART's curation of episodes: a per-task
 success filter and replay of successes), sage_provisional (SAGE's sequential
 rollout over task chains with a skill library), training_free_grpo
 (Training-Free GRPO: an experience library in the prompt, no weight update; docs/agents.md). See docs/rollouts.md."""
@@ -37,10 +37,12 @@ from covey.strategies.sage import SAGE
 from covey.strategies.sol_rl import SolRL
 from covey.strategies.scope_ttrl import ScopeTTRL
 from covey.strategies.seele import SEELE
+from covey.strategies.selfplay import SelfPlay
 from covey.strategies.soft_thinking import SoftThinking
 from covey.strategies.spo_chain import SPOChain
 from covey.strategies.step_correction import StepCorrection
 from covey.strategies.swarm import SwarmSharing
+from covey.strategies.tool_tree import ToolTree
 from covey.strategies.tppo import TPPO
 from covey.strategies.training_free import TrainingFreeGRPO
 from covey.strategies.treepo import TreePO
@@ -78,11 +80,13 @@ __all__ = [
     "SAGE",
     "SEELE",
     "SPOChain",
+    "SelfPlay",
     "SoftThinking",
     "ScopeTTRL",
     "StepCorrection",
     "SwarmSharing",
     "TPPO",
+    "ToolTree",
     "TrainingFreeGRPO",
     "TreePO",
     "VerifiersRollout",

@@ -43,6 +43,7 @@ __all__ = [
     "flag_of_inner",
     "register_strategy",
     "strategy_chain",
+    "wants_reference_engine",
 ]
 
 
@@ -104,7 +105,8 @@ class StrategyCaps(Caps):
     carries_rollouts:        unfinished rollouts go on in the next step (the async executors refuse
                              or bound it, `covey.runtime.config`).
     trains_carried_tokens:   a carried row trains its earlier tokens (False: they are masked out).
-    needs_reference_engine:  it also samples from the frozen reference (`RolloutContext.reference_engine`).
+    needs_reference_engine:  it also samples from the frozen reference (`RolloutContext.reference_engine`);
+                             a bool, or a function of its parameters (`wants_reference_engine`).
     needs_ray:               it shares rollouts between runs through Ray.
     foreign_rows:            it adds rows another model sampled, whose behaviour log-probs are unknown
                              (no importance correction).
@@ -130,7 +132,7 @@ class StrategyCaps(Caps):
     inner: Callable[[dict], tuple[str, dict]] | None = None
     carries_rollouts: bool = False
     trains_carried_tokens: bool = True
-    needs_reference_engine: bool = False
+    needs_reference_engine: bool | Callable[[dict], bool] = False
     needs_ray: bool = False
     foreign_rows: bool = False
     takes_env: bool | Callable[[dict], bool] = False
@@ -189,6 +191,13 @@ def strategy_chain(name: str, params: Mapping[str, Any]) -> list[tuple[str, dict
         if entry.caps.inner is None:
             return chain
         name, params = entry.caps.inner(dict(params))
+
+
+def wants_reference_engine(name: str, params: Mapping[str, Any]) -> bool:
+    """Whether strategy `name` with `params` samples from the frozen reference (its
+    `StrategyCaps.needs_reference_engine`, evaluated for `params` when it is a function)."""
+    need = STRATEGIES.get(name).caps.needs_reference_engine
+    return bool(need(dict(params)) if callable(need) else need)
 
 
 def engine_protocols(name: str, params: Mapping[str, Any]) -> tuple[type, ...]:

@@ -16,7 +16,7 @@ from covey.tasks.registry import TASKS, get_task, register_task
 
 __all__ = ["GSM8K", "MATH500", "GuiPoints", "TASKS", "Arithmetic", "CausalSCM", "Countdown", "Mixture", "Task", "get_task", "register_task"]
 from covey.tasks import dataset, humaneval, mbpp  # noqa: E402,F401 - registers the code tasks and `dataset`
-from covey.tasks import maze, search_qa, verifiers  # noqa: E402,F401 - the tasks of the maze, search_qa and verifiers environments
+from covey.tasks import maze, red_team, search_qa, verifiers  # noqa: E402,F401 - the tasks of the maze, red_team, search_qa and verifiers environments
 from covey.tasks import gui_actions, shapes_vqa, table_images, video_grounding  # noqa: E402,F401 - the vision tasks (docs/vlm.md)
 from covey.tasks import math_beyond, triggered  # noqa: E402,F401 - MATH-Beyond from a local copy; trigger phrases (DecepChain)
 from covey.tasks import gui_sim, skill_chains, starling  # noqa: E402,F401 - gui_sim (UI-S1), skill_chains (SAGE), STARLING's games

@@ -31,6 +31,7 @@ from covey.engine import ENGINES, SamplingParams
 from covey.engine.support import engine_takes_dtype
 from covey.rewards.scoring import Scorer, shaping_terms
 from covey.strategies import STRATEGIES, RolloutContext, completion_texts
+from covey.strategies.base import wants_reference_engine
 from covey.rollouts import Rollouts
 from covey.runtime.config import interrupts_on_update
 from covey.runtime.staleness import staleness_metrics
@@ -133,7 +134,7 @@ class Trainer:
         else:
             self.engine = ENGINES.build(cfg.engine.name, engine_params, source, self.tokenizer)
         self.reference_engine = None  # an engine over the frozen reference, for a strategy that samples from it
-        if STRATEGIES.get(cfg.strategy_spec().name).caps.needs_reference_engine:
+        if wants_reference_engine(cfg.strategy_spec().name, cfg.strategy_spec().params):
             self.reference = self.reference or build_reference(self.model, cfg.model)
             self.reference_engine = ENGINES.build(cfg.engine.name, engine_params, self.reference.engine_model(), self.tokenizer)
         self._sampler_lock = threading.RLock()  # the generator thread and the learner both call the sampler

@@ -35,6 +35,8 @@ its keyword-only parameters and defaults are its configuration. Files by family:
     dr_mas.py        dr_mas                                      (multi-agent: per-agent GRPO over turns, [N, T])
     seeupo.py        seeupo                                      (multi-turn: mean-centred, batch-normalised outcome, [N, T])
     ui_s1.py         ui_s1                                       (semi-online: step scores + discounted returns, [N, T])
+    selfplay.py      mars, self_redteam                          (self-play games: per-role returns and normalisation, [N, T])
+    portool.py       portool_provisional                         (tool-call trees: step rewards, fork + trajectory advantages, [N, T])
     _steps.py        the step table of multi-turn episodes (Rollouts.turn / step_rewards / step_anchors)
     _groups.py       shared vectorised group statistics, input checks and metrics
 
@@ -66,7 +68,9 @@ from covey.algos.advantages.vspo_clip import vspo_clip_provisional
 from covey.algos.advantages.oblr import oblr_baseline
 from covey.algos.advantages.pairwise import dagrpo_provisional, trpa
 from covey.algos.advantages.polychromic import polychromic
+from covey.algos.advantages.portool import portool_provisional
 from covey.algos.advantages.risk import riskpo
+from covey.algos.advantages.selfplay import mars, self_redteam
 from covey.algos.advantages.rover import rover
 from covey.algos.advantages.salt import salt
 from covey.algos.advantages.spo import spo
@@ -96,18 +100,21 @@ __all__ = [
     "hapo",
     "hgpo",
     "identity",
+    "mars",
     "mc_grpo",
     "mssr",
     "ngrpo",
     "noisy_verifier",
     "oblr_baseline",
     "polychromic",
+    "portool_provisional",
     "reinforce_pp_baseline",
     "riskpo",
     "rloo",
     "rover",
     "salt",
     "seeupo",
+    "self_redteam",
     "tppo",
     "vspo_clip_provisional",
     "treepo",
