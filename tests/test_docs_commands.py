@@ -36,7 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = ("bash", "sh", "shell", "console")
-pytestmark = pytest.mark.integration  # one tiny training step and ~20 tiny evals: ~26 s of CPU, out of `make test-fast`
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("docs")]  # one tiny training step and ~20 tiny evals: ~26 s of
+# CPU, out of `make test-fast`; one xdist worker runs them all, in order (a block's commands read what earlier ones wrote)
 NOT_RUN = ("pip", "python3 -m venv", "ray start", "ray status", ".venv-vllm/bin/pip")
 TINY = "tiny-llama"
 
@@ -162,8 +163,8 @@ _PASSED: dict = {}  # (mode, args) -> stdout of a command that ran
 
 def _stand_ins(root: Path, args: list[str]) -> None:
     """Create the inputs a command names but the docs assume exist: a run (copied from the tiny run) or a
-    model folder under runs/, and for `covey compare` sample files (`covey eval --samples-out`) and eval
-    results (`covey eval` stdout)."""
+    model folder under runs/, and for `covey compare` sample files (`covey eval --samples-out`), eval
+    results (`covey eval` stdout) and adastop's scores CSV."""
     for i, a in enumerate(args):
         value = a.split("=", 1)[1] if a.startswith("model.name=") else a
         if (i > 0 and args[i - 1] in _OUTPUTS) or "*" in value or (root / value).exists():
@@ -179,6 +180,9 @@ def _stand_ins(root: Path, args: list[str]) -> None:
             recs = [{"problem_id": p, "sample": k, "correct": (p + k) % 2 == 0} for p in ids for k in range(4)]
             (root / value).parent.mkdir(parents=True, exist_ok=True)
             (root / value).write_text("".join(json.dumps(r) + "\n" for r in [meta, *recs]))
+        elif args[:2] == ["compare", "adastop"] and i > 0 and args[i - 1] == "--scores":  # adastop's CSV: index, agents
+            n = int(args[args.index("--n") + 1]) * int(args[args.index("--K") + 1]) if "--n" in args and "--K" in args else 5
+            (root / value).write_text("seed,a,b\n" + "".join(f"{k},{0.1 * k},{0.1 * k + 0.01}\n" for k in range(n)))
         elif args[:2] == ["compare", "matrix"] and value.endswith(".json") or "=" in value and args[:2] == ["compare", "matrix"]:
             base = args[args.index("--base") + 1].split(",") if "--base" in args else []
             for j, f in enumerate(value.split("=", 1)[-1].split(",")):  # --base a.json,b.json / --row NAME=a.json,b.json

@@ -52,7 +52,7 @@ def test_each_second_wave_agent_example_trains_two_steps_through_the_cli(tmp_pat
         for s in steps:
             assert all(k in s for k in WANT[ex]), (ex, sorted(s))
             assert s.get("selfplay/failed_games", 0.0) == 0.0 and "learn/loss" in s
-        assert (tmp_path / ex / "checkpoints" / "step-000002").is_dir()
+        assert (tmp_path / ex / "checkpoint-2").is_dir()
     frozen = [json.loads(x) for x in (tmp_path / "mars_frozen" / "metrics.jsonl").read_text().splitlines()]
     assert all(s["selfplay/player_1/rows"] == 0 for s in frozen)  # the frozen player never trains
     samples = [json.loads(x) for x in (tmp_path / "self_redteam" / "samples.jsonl").read_text().splitlines()]

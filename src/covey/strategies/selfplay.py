@@ -203,6 +203,7 @@ class SelfPlay(Episodes):
         counts["turns"] += 1
         game.turns += 1
         seat.rewards.append(0.0)
+        seat.valids.append(False)  # a turn the env failed on is not a valid action (`Rollouts.step_valid`)
         if isinstance(res, _EnvFailure):
             return self._fail_game(game, res, counts)
         problem = _check_game_info(res.info, self.roles)
@@ -225,6 +226,7 @@ class SelfPlay(Episodes):
         malformed_only = bool(action.tool_calls) and all(c.error is not None for c in action.tool_calls)
         invalid = res.info.get("valid") is False or malformed_only
         counts["invalid"] += invalid
+        seat.valids[-1] = not invalid
         seat.invalid_streak = seat.invalid_streak + 1 if invalid else 0
         if res.terminated or res.truncated:
             game.end, game.terminated = ("terminated" if res.terminated else "truncated"), res.terminated
