@@ -19,12 +19,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Two pytest-xdist workers (the machines have 2 cores and the tests run one torch thread each); every
-# Ray test goes to one worker and shares its local Ray (tests/conftest.py). `-n 0` for one process.
+# Two pytest-xdist workers (the machines have 2 cores and the tests run one torch thread each); the tests
+# on the shared local Ray go to one worker (tests/conftest.py). XDIST=-n0 for one process. The 25 slowest
+# tests are listed at the end.
 XDIST ?= -n 2 --dist loadgroup
 
 test: $(STAMP)
-	$(PY) -m pytest $(XDIST)
+	$(PY) -m pytest $(XDIST) --durations=25
 
 # The developer tier: unit tests only (no real model, no Ray, nothing trained end to end; markers in
 # pyproject.toml, the integration modules in tests/conftest.py). `make test` stays the whole suite.

@@ -53,12 +53,13 @@ TESTS = Path(__file__).parent
 
 def pytest_collection_modifyitems(config, items):
     """Marks the INTEGRATION modules; under pytest-xdist (`make test` runs 2 workers, `--dist loadgroup`)
-    every Ray test goes to one worker, so they share its one local Ray instead of each worker starting
-    its own on the same 2 cores."""
+    every test on the shared local Ray (fixture `local_ray`) goes to one worker, so they share its one
+    Ray instead of each worker starting its own on the same 2 cores (a test that starts its own cluster
+    in a subprocess, like the two-node one, runs anywhere)."""
     for item in items:
         if item.path.relative_to(TESTS).as_posix() in INTEGRATION:
             item.add_marker(pytest.mark.integration)
-        if item.get_closest_marker("ray") is not None or "local_ray" in getattr(item, "fixturenames", ()):
+        if "local_ray" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray"))
 
 

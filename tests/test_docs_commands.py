@@ -36,8 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = ("bash", "sh", "shell", "console")
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("docs")]  # one tiny training step and ~20 tiny evals: ~26 s of
-# CPU, out of `make test-fast`; one xdist worker runs them all, in order (a block's commands read what earlier ones wrote)
+pytestmark = pytest.mark.integration  # one tiny training step and ~20 tiny evals: ~26 s of CPU, out of `make test-fast`
 NOT_RUN = ("pip", "python3 -m venv", "ray start", "ray status", ".venv-vllm/bin/pip")
 TINY = "tiny-llama"
 
@@ -373,15 +372,24 @@ def _other(root: Path, cmd: str) -> str:
 COMMANDS = collect()  # after every helper it uses is defined
 
 
-def _ids():
-    return [f"{doc}:{line}" for doc, line, _, _ in COMMANDS]
+def _units() -> list[list[tuple[str, int, str, int]]]:
+    """One test per fenced block (its commands in order: later ones read what earlier ones wrote, so a
+    block is never split between test workers) and per inline command."""
+    units: dict = {}
+    for doc, line, cmd, block in COMMANDS:
+        units.setdefault((doc, block) if block >= 0 else (doc, line, cmd), []).append((doc, line, cmd, block))
+    return list(units.values())
 
 
-@pytest.mark.parametrize("doc, line, cmd, block", COMMANDS, ids=_ids())
-def test_documented_command_runs(scratch, monkeypatch, doc, line, cmd, block):
-    work = _workdir(scratch, (doc, block) if block >= 0 else (doc, line, cmd))
-    ran = run_command(work, cmd, monkeypatch)
-    assert ran in ("run", "show", "resume", "parse", "checked", "not run")
+UNITS = _units()
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=[f"{u[0][0]}:{u[0][1]}" for u in UNITS])
+def test_documented_commands_run(scratch, monkeypatch, unit):
+    for doc, line, cmd, block in unit:
+        work = _workdir(scratch, (doc, block) if block >= 0 else (doc, line, cmd))
+        ran = run_command(work, cmd, monkeypatch)
+        assert ran in ("run", "show", "resume", "parse", "checked", "not run"), f"{doc}:{line}: {cmd}"
 
 
 def test_the_docs_have_commands_and_the_known_bad_one_is_fixed():
