@@ -36,10 +36,10 @@ defender's on its turn (`reward`), the attacker's through ``info["rewards"]``.
 from __future__ import annotations
 
 import copy
-import importlib
 import re
 
 from covey.envs.base import Action, StepResult, register_env
+from covey.registry import import_object
 
 __all__ = ["COEFFS", "RedTeamEnv", "cot_answer", "game_rewards", "secret_judge"]
 
@@ -127,7 +127,7 @@ def _load(path: str):
     module, _, name = path.partition(":")
     if not module or not name:
         raise ValueError(f"red_team judge must be an import path 'module:function', got {path!r}")
-    return getattr(importlib.import_module(module), name)
+    return import_object(path, "red_team judge")
 
 
 @register_env("red_team")

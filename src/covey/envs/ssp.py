@@ -33,12 +33,12 @@ replacement of a failed question by a reused one (its `extraction_failure: reuse
 from __future__ import annotations
 
 import copy
-import importlib
 import re
 
 from covey.envs.base import Action, StepResult, register_env
 from covey.envs.search import SEARCH_SCHEMA, SYSTEM, Index, exact_match, index_for, normalize_answer
 from covey.envs.tools import answer_tool_calls
+from covey.registry import import_object
 
 __all__ = ["SearchSelfPlayEnv", "proposer_reward", "read_generated", "valid_question"]
 
@@ -118,7 +118,7 @@ def _rag(spec: str):
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ValueError(f"ssp rag_check must be reader, none or an import path 'module:function', got {spec!r}")
-    return getattr(importlib.import_module(module), name)
+    return import_object(spec, "ssp rag_check")
 
 
 @register_env("ssp")

@@ -26,11 +26,11 @@ episodes neither disturb each other nor the trainer's global `random`.
 from __future__ import annotations
 
 import copy
-import importlib
 import random
 import threading
 
 from covey.envs.base import Action, MissingExtra, StepResult, register_env
+from covey.registry import import_object
 
 __all__ = ["TextArenaEnv"]
 
@@ -49,7 +49,7 @@ def _load(path: str):
     module, _, name = path.partition(":")
     if not module or not name:
         raise ValueError(f"textarena opponent must be an import path 'module:function', got {path!r}")
-    return getattr(importlib.import_module(module), name)
+    return import_object(path, "textarena opponent")
 
 
 @register_env("textarena")

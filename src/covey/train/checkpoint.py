@@ -128,7 +128,7 @@ def save_checkpoint(run_dir: str | Path, step: int, payload: dict[str, Any], met
         _write(tmp / "meta.json", lambda f: f.write(json.dumps({"step": step, **meta}, indent=1, default=str).encode()))
         for child in tmp.iterdir():  # files written by `files` / `write_more` (save_pretrained does not fsync)
             if child.is_file():
-                _fsync_path(child)
+                _fsync(child)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -137,7 +137,7 @@ def save_checkpoint(run_dir: str | Path, step: int, payload: dict[str, Any], met
         _remove(aside)
         os.rename(final, aside)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    _fsync(root)
     _remove(aside)
     _settle_asides(root)
     complete = _complete(root)
@@ -174,14 +174,6 @@ def _write(path: Path, write) -> None:
             os.fsync(f.fileno())
     except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError("... iostream error")
         raise write_error(path, e) from None
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_error(path: Path, e: BaseException) -> WriteError:
@@ -435,7 +427,8 @@ def load_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """fsync a file or a folder (a folder's entries: a rename into it is durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
