@@ -1,7 +1,7 @@
 """A simulated 2-node Ray cluster (tests/runtime/_two_nodes.py, in its own process): engines on one
 node and fsdp2 learners on both train exactly as on one node; removing a node mid-step is a one-line
-error naming the dead learner actor, the last checkpoint stays intact, and after a node joins the run
-resumes from it exactly."""
+error naming the dead learner actor, the last checkpoint stays intact, and the run resumes from it
+exactly on the nodes left (a spare among them)."""
 
 import json
 import os
@@ -26,4 +26,4 @@ def test_two_nodes_train_as_one_and_survive_a_lost_node(tmp_path):
     error = out["error"]
     assert error is not None and len(error.splitlines()) == 1, error
     assert "learner actor 'covey-learner-" in error and "died during update" in error, error
-    assert out["checkpoint_intact"] and out["resume_exact"], out
+    assert out["checkpoint_intact"] and out["resume_exact"] and out["resumed_off_the_lost_node"], out
