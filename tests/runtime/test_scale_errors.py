@@ -21,15 +21,45 @@ TINY = ["model.name=tiny-llama", "task.name=arithmetic", "steps=1", "log.progres
 RAY = ["runtime.executor=ray", "runtime.timeout_s=20"]
 
 
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, stderr[-2000:]
+    assert "the model was loaded" not in stderr and "Traceback" not in stderr
+    return stderr  # (a config error's message follows its `error:` line, indented)
+
+
 def _fails(tmp_path, *overrides, timeout=120):
+    """`covey train` in a new interpreter: (its stderr, seconds)."""
     t0 = time.monotonic()
     out = subprocess.run([*COVEY, *TINY, *overrides, "--run-dir", str(tmp_path / "run")], capture_output=True, text=True,
                          timeout=timeout, env=ENV)  # fmt: skip
-    lines = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert out.returncode == 2, out.stderr[-2000:]
-    assert len(lines) == 1, out.stderr[-2000:]
-    assert "the model was loaded" not in out.stderr and "Traceback" not in out.stderr
-    return out.stderr, time.monotonic() - t0  # (a config error's message follows its `error:` line, indented)
+    return _one_error_line(out.stderr), time.monotonic() - t0
+
+
+@pytest.fixture
+def refused(tmp_path, monkeypatch):
+    """`covey train` in this process (typer's runner), the policy loader replaced by a failure: its stderr."""
+    import covey.train.setup as setup
+    import covey.train.trainer as trainer
+
+    def loaded(*a, **k):
+        raise SystemExit("the model was loaded")
+
+    monkeypatch.setattr(setup, "load_policy", loaded)
+    monkeypatch.setattr(trainer, "load_policy", loaded)
+
+    def run(*overrides):
+        from typer.testing import CliRunner
+
+        from covey.cli import app
+
+        out = CliRunner().invoke(app, ["train", *TINY, *overrides, "--run-dir", str(tmp_path / "run")])
+        assert out.exit_code == 2, (out.output[-2000:], out.exception)
+        assert not (tmp_path / "run").exists()  # refused before the run folder is made
+        return _one_error_line(out.stderr)
+
+    return run
 
 
 @pytest.mark.parametrize(
@@ -43,18 +73,19 @@ def _fails(tmp_path, *overrides, timeout=120):
         ([*RAY, "runtime.learner_workers=2", "runtime.sharding=ddp", "runtime.fsdp_offload=true"], "needs runtime.sharding: fsdp2"),
     ],
 )
-def test_refused_at_config_time(tmp_path, overrides, message):
-    text, _ = _fails(tmp_path, *overrides)
+def test_refused_at_config_time(refused, overrides, message):
+    text = refused(*overrides)
     assert message in text, text
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_cuda_on_a_machine_without_it(tmp_path):
-    text, _ = _fails(tmp_path, "device=cuda")
+def test_cuda_on_a_machine_without_it(refused):
+    text = refused("device=cuda")
     assert "CUDA is not available on this machine" in text, text
 
 
 def test_an_unreachable_ray_address_fails_within_its_timeout(tmp_path):
+    """In a new interpreter (the whole command's time, start-up included)."""
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
