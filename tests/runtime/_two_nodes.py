@@ -52,6 +52,22 @@ def _learner_node_ids(trainer) -> set[str]:
     return {where[i] for i in trainer.engine.layout.learner}
 
 
+def _cluster(tries: int = 3):
+    """The head (node_a) and two worker nodes. Ray waits a fixed 30 s for a new raylet to register; on a
+    loaded 2-core machine that can run out, so the bring-up (only the simulated cluster's, never a step
+    of the run) is tried again from scratch."""
+    for attempt in range(tries):
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1, "learner_slot": 1}})
+        try:
+            workers = [cluster.add_node(num_cpus=1, resources={name: 1, "learner_slot": 1}) for name in ("node_b", "node_c")]
+            return cluster, workers
+        except Exception as e:  # Ray raises a bare Exception for the timeout
+            print(f"cluster bring-up {attempt + 1}/{tries} failed: {e}", file=sys.stderr)
+            cluster.shutdown()
+            if attempt + 1 == tries:
+                raise
+
+
 def main(tmp: Path, report: Path) -> None:
     out: dict = {}
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -62,8 +78,7 @@ def main(tmp: Path, report: Path) -> None:
         t.close()
     ray.shutdown()
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1, "learner_slot": 1}})
-    workers = [cluster.add_node(num_cpus=1, resources={name: 1, "learner_slot": 1}) for name in ("node_b", "node_c")]
+    cluster, workers = _cluster()
     ray.init(address=cluster.address, log_to_driver=False)
     cfg = _cfg(tmp, *RUN, "runtime.placement_strategy=SPREAD", "runtime.engine_resources={node_a: 0.1}",
               "runtime.learner_resources={learner_slot: 0.6}")  # engines on node_a, one learner per node
