@@ -1,15 +1,15 @@
 """A simulated 2-node Ray cluster (`ray.cluster_utils.Cluster`), run by tests/runtime/test_two_nodes.py in
 its own process (a cluster needs its own Ray session, not the tests' shared local one).
 
-1. One node (a local Ray of 2 CPUs): 2 steps of the tiny run with 1 engine and 2 fsdp2 learner actors.
+1. One node (a local Ray of 2 CPUs): 3 steps of the tiny run with 1 engine and 2 fsdp2 learner actors.
 2. A cluster of three nodes of 1 CPU each (labelled node_a, node_b, node_c), placement SPREAD, the engine
    held to node_a by its label (runtime.engine_resources) and each node holding one learner slot
    (runtime.learner_resources: Ray's SPREAD is best effort, and on some machines it packed both learners
-   on one node): the same 2 steps, the learners on two nodes; equal to the one-node run. The third node
+   on one node): the same 3 steps, the learners on two nodes; equal to the one-node run. The third node
    is the spare a lost node's learner moves to.
 3. The same run again: step 1 and its checkpoint, then the worker node holding a learner is removed
    while step 2's update is in flight: the error (one line) and the checkpoint are recorded, and the run
-   resumes from the checkpoint for step 2 on the nodes left. (The spare is there from the start: a node
+   resumes from the checkpoint for steps 2-3 on the nodes left. (The spare is there from the start: a node
    added right after a loss, on a loaded 2-core machine, timed out in Ray's fixed 30 s raylet wait.)
 Writes a JSON report (argv[2]) of what the test asserts.
 """
@@ -73,7 +73,7 @@ def main(tmp: Path, report: Path) -> None:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     t = Trainer(_cfg(tmp, *RUN), tmp / "one")
     try:
-        one, w_one = _steps(t, 2), _weights(t)
+        one, w_one = _steps(t, 3), _weights(t)
     finally:
         t.close()
     ray.shutdown()
@@ -86,7 +86,7 @@ def main(tmp: Path, report: Path) -> None:
     try:
         two = _steps(t, 1)
         out.update(_nodes(t))
-        two += _steps(t, 1)
+        two += _steps(t, 2)
         w_two = _weights(t)
     finally:
         t.close()
@@ -116,7 +116,7 @@ def main(tmp: Path, report: Path) -> None:
     out["checkpoint_intact"] = latest_checkpoint(tmp / "cut") == saved
     t = Trainer(cfg, tmp / "cut", resume=True)
     try:
-        tail = _steps(t, 1)
+        tail = _steps(t, 2)
         out["resumed_off_the_lost_node"] = lost.node_id not in _learner_node_ids(t)
         w_cut = _weights(t)
     finally:
