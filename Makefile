@@ -22,7 +22,7 @@ install: $(STAMP)
 # Two pytest-xdist workers (the machines have 2 cores and the tests run one torch thread each); the tests
 # on the shared local Ray go to one worker (tests/conftest.py). XDIST=-n0 for one process. The 25 slowest
 # tests are listed at the end.
-XDIST ?= -n 2 --dist loadgroup
+XDIST ?= -n 2
 
 test: $(STAMP)
 	$(PY) -m pytest $(XDIST) --durations=25

@@ -51,16 +51,41 @@ INTEGRATION = frozenset({
 TESTS = Path(__file__).parent
 
 
+# The modules on the shared local Ray (fixture `local_ray`, tests/runtime/conftest.py): under
+# pytest-xdist every test of theirs runs on one worker (`pytest_xdist_make_scheduler` below).
+RAY_MODULES = frozenset({
+    "runtime/test_ray_executor.py", "runtime/test_ray_learner.py", "runtime/test_ray_sharded.py",
+    "runtime/test_scale_errors.py", "runtime/test_swarm.py", "runtime/test_weight_sync.py",
+})  # fmt: skip
+
+
 def pytest_collection_modifyitems(config, items):
-    """Marks the INTEGRATION modules; under pytest-xdist (`make test` runs 2 workers, `--dist loadgroup`)
-    every test on the shared local Ray (fixture `local_ray`) goes to one worker, so they share its one
-    Ray instead of each worker starting its own on the same 2 cores (a test that starts its own cluster
-    in a subprocess, like the two-node one, runs anywhere)."""
+    """Marks the INTEGRATION modules; a test on the shared local Ray outside RAY_MODULES is refused
+    (it would start a second Ray on the other xdist worker)."""
     for item in items:
-        if item.path.relative_to(TESTS).as_posix() in INTEGRATION:
+        path = item.path.relative_to(TESTS).as_posix()
+        if path in INTEGRATION:
             item.add_marker(pytest.mark.integration)
-        if "local_ray" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+        if "local_ray" in getattr(item, "fixturenames", ()) and path not in RAY_MODULES:
+            raise pytest.UsageError(f"{item.nodeid} uses local_ray: add {path} to RAY_MODULES in tests/conftest.py")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s xdist workers: all the tests of RAY_MODULES go to one worker, as one unit (they
+    share its one local Ray instead of each worker starting its own on the same 2 cores, and their
+    module fixtures run once), every other test to whichever worker is free. xdist's `--dist
+    loadgroup` cannot do this under pytest 9.2: it groups by rewriting a test's node id, which pytest
+    9.2 no longer reads, so its groups were silently ignored."""
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None  # another --dist asked for by hand: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RayOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "ray" if nodeid.split("::", 1)[0].removeprefix("tests/") in RAY_MODULES else nodeid
+
+    return RayOnOneWorker(config, log)
 
 
 TOY_REWARDS = '''
