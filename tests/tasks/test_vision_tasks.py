@@ -69,3 +69,15 @@ def test_gui_points_with_images_names_only_the_target():
     item = get_task("gui_points", images=True, width=112, height=112, n_train=0, n_test=1).examples("test")[0]
     text = item["prompt"][0]["content"][-1]["text"]
     assert item["target"] in text and "(x1, y1, x2, y2)" not in text and item["image"].size == (112, 112)
+
+
+@pytest.mark.parametrize("name", [*NAMES, "countdown", "gui_points"])
+def test_negative_split_sizes_are_refused_and_one_split_s_size_leaves_the_other_s_items(name):
+    for bad in ({"n_train": -1}, {"n_test": -1}):
+        with pytest.raises(ValueError, match=r"n_train and n_test must be >= 0"):
+            get_task(name, **bad)
+    if name in NAMES:  # seeded_splits: each split has its own generator, so the test split's size leaves train's items
+        def train(n_test):
+            return [i.tobytes() for x in get_task(name, n_train=2, n_test=n_test).examples("train") for i in prompt_images(x["prompt"])]
+
+        assert train(1) == train(3)

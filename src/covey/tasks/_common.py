@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 
 from covey.rewards.math import EXTRACTION_MODES, completion_text, extract_answer, math_equal
 
-__all__ = ["SPLITS", "FinalAnswerTask", "as_prompt", "check_dataset_params", "check_split", "completion_text"]
+__all__ = ["SPLITS", "FinalAnswerTask", "as_prompt", "check_counts", "check_dataset_params", "check_split", "completion_text",
+           "seeded_splits"]
 
 SPLITS = ("train", "test")
 
@@ -19,6 +21,19 @@ def as_prompt(text: str, chat: bool) -> str | list[dict]:
 def check_split(task: str, split: str, allowed: tuple[str, ...] = SPLITS) -> None:
     if split not in allowed:
         raise ValueError(f"task {task!r} has no split {split!r}; allowed: {', '.join(allowed)}")
+
+
+def check_counts(n_train: int, n_test: int) -> None:
+    """The generated tasks' split sizes."""
+    if n_train < 0 or n_test < 0:
+        raise ValueError(f"n_train and n_test must be >= 0, got {n_train}, {n_test}")
+
+
+def seeded_splits(key: str, seed: int, n_train: int, n_test: int,
+                  draw: Callable[[int, random.Random], list[dict]]) -> dict[str, list[dict]]:  # fmt: skip
+    """Each split's items, `draw(n, rng)` with the split's own generator (seeded by "covey-<key>-<split>-<seed>"),
+    so one split's size never changes the other's items."""
+    return {s: draw(n, random.Random(f"covey-{key}-{s}-{seed}")) for s, n in (("test", n_test), ("train", n_train))}
 
 
 def check_dataset_params(template: str, placeholder: str, limit, order: Sequence[str]) -> None:

@@ -10,7 +10,7 @@ import random
 import re
 from collections import Counter
 
-from covey.tasks._common import as_prompt, check_split, completion_text
+from covey.tasks._common import as_prompt, check_counts, check_split, completion_text
 from covey.tasks._expr import ExpressionError, evaluate
 from covey.tasks.registry import register_task
 
@@ -101,8 +101,7 @@ class Countdown:
                 f"need 1 <= max_number <= 10000 and 1 <= min_target <= max_target, got "
                 f"max_number={max_number}, min_target={min_target}, max_target={max_target}"
             )
-        if n_train < 0 or n_test < 0:
-            raise ValueError(f"n_train and n_test must be >= 0, got {n_train}, {n_test}")
+        check_counts(n_train, n_test)
         if not 0.0 <= format_score < 1.0:
             raise ValueError(f"format_score must be in [0, 1), got {format_score}")
         self.min_numbers, self.max_numbers, self.max_number = min_numbers, max_numbers, max_number

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 from covey.rewards.ui_r1 import ui_r1_coord
-from covey.tasks._common import check_split
+from covey.tasks._common import check_counts, check_split, seeded_splits
 from covey.tasks._draw import draw_screen
 from covey.tasks._images import ImageColumnKinds, place_images
 from covey.tasks.registry import register_task
@@ -66,8 +66,7 @@ class GuiActions:
             raise ValueError(f"{buttons} buttons do not fit a {height}-pixel screen (one per 24-pixel row below the title)")
         if not 0.0 <= click_frac <= 1.0:
             raise ValueError(f"click_frac must be in [0, 1], got {click_frac!r}")
-        if n_train < 0 or n_test < 0:
-            raise ValueError(f"n_train and n_test must be >= 0, got {n_train}, {n_test}")
+        check_counts(n_train, n_test)
         self.width, self.height, self.buttons, self.click_frac = width, height, buttons, click_frac
         self.n_train, self.n_test, self.seed = n_train, n_test, seed
         self._cache: dict[str, list[dict]] = {}
@@ -75,8 +74,7 @@ class GuiActions:
     def examples(self, split: str = "train") -> list[dict]:
         check_split(self.name, split)
         if not self._cache:
-            self._cache = {s: self._items(n, random.Random(f"covey-gui-actions-{s}-{self.seed}"))
-                           for s, n in (("test", self.n_test), ("train", self.n_train))}  # fmt: skip
+            self._cache = seeded_splits("gui-actions", self.seed, self.n_train, self.n_test, self._items)
         return self._cache[split]
 
     def reward(self, prompts, completions, solution, scales=None, **_) -> list[float]:

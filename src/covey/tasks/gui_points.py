@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 from covey.rewards.gui import check_boxes, first_point_in_box
-from covey.tasks._common import as_prompt, check_split, completion_text
+from covey.tasks._common import as_prompt, check_counts, check_split, completion_text
 from covey.tasks._draw import draw_screen
 from covey.tasks._images import ImageColumnKinds, place_images
 from covey.tasks.registry import register_task
@@ -70,8 +70,7 @@ class GuiPoints:
             raise ValueError(f"width and height must be integers in 20..10000, got {width!r}, {height!r}")
         if not (isinstance(elements, int) and 2 <= elements <= 8):
             raise ValueError(f"elements must be an integer in 2..8, got {elements!r}")
-        if n_train < 0 or n_test < 0:
-            raise ValueError(f"n_train and n_test must be >= 0, got {n_train}, {n_test}")
+        check_counts(n_train, n_test)
         if not isinstance(no_think, bool):
             raise ValueError(f"no_think must be true or false, got {no_think!r}")
         if images and (not chat or width % 28 or height % 28):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from covey.tasks._common import check_split
+from covey.tasks._common import check_counts, check_split, seeded_splits
 from covey.tasks._draw import draw_table
 from covey.tasks._images import ImageColumnKinds, place_images
 from covey.tasks.registry import register_task
@@ -54,16 +54,14 @@ class TableImages:
     answer_format = "A LaTeX tabular (booktabs rules), nothing else."
 
     def __init__(self, *, n_train: int = 128, n_test: int = 16, seed: int = 0):
-        if n_train < 0 or n_test < 0:
-            raise ValueError(f"n_train and n_test must be >= 0, got {n_train}, {n_test}")
+        check_counts(n_train, n_test)
         self.n_train, self.n_test, self.seed = n_train, n_test, seed
         self._cache: dict[str, list[dict]] = {}
 
     def examples(self, split: str = "train") -> list[dict]:
         check_split(self.name, split)
         if not self._cache:
-            self._cache = {s: self._items(n, random.Random(f"covey-table-images-{s}-{self.seed}"))
-                           for s, n in (("test", self.n_test), ("train", self.n_train))}  # fmt: skip
+            self._cache = seeded_splits("table-images", self.seed, self.n_train, self.n_test, self._items)
         return self._cache[split]
 
     def demonstration(self, item: dict) -> str:

@@ -15,7 +15,7 @@ import random
 
 from covey.rewards.temporal import parse_span, temporal_iou
 from covey.rewards.math import completion_text
-from covey.tasks._common import check_split
+from covey.tasks._common import check_counts, check_split, seeded_splits
 from covey.tasks._draw import COLORS
 from covey.tasks._images import ImageColumnKinds, place_images
 from covey.tasks.registry import register_task
@@ -61,16 +61,14 @@ class VideoGrounding:
             raise ValueError(f"fps must be > 0, got {fps!r}")
         if size % 28 or not 28 <= size <= 448:
             raise ValueError(f"size must be a multiple of 28 in 28..448, got {size!r}")
-        if n_train < 0 or n_test < 0:
-            raise ValueError(f"n_train and n_test must be >= 0, got {n_train}, {n_test}")
+        check_counts(n_train, n_test)
         self.frames, self.fps, self.size, self.n_train, self.n_test, self.seed = frames, float(fps), size, n_train, n_test, seed
         self._cache: dict[str, list[dict]] = {}
 
     def examples(self, split: str = "train") -> list[dict]:
         check_split(self.name, split)
         if not self._cache:
-            self._cache = {s: self._items(n, random.Random(f"covey-video-grounding-{s}-{self.seed}"))
-                           for s, n in (("test", self.n_test), ("train", self.n_train))}  # fmt: skip
+            self._cache = seeded_splits("video-grounding", self.seed, self.n_train, self.n_test, self._items)
         return self._cache[split]
 
     def reward(self, prompts, completions, answer, **_) -> list[float]:
