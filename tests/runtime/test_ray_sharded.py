@@ -30,6 +30,16 @@ def fsdp2_run(tmp_path_factory):
     return cfg, rows, weights
 
 
+def _step_and_save(cfg, run_dir) -> None:
+    """Step 1 of `cfg` in `run_dir` and its checkpoint."""
+    first = Trainer(cfg, run_dir)
+    try:
+        first.step()
+        first.save()
+    finally:
+        first.close()
+
+
 def test_fsdp2_learner_actors_train_as_one_learner(tmp_path, fsdp2_run):
     """The same bound as the ddp group's (tests/runtime/test_ray_learner.py): the same rollouts, losses
     within 1e-4, and weights whose distance is at most 1e-4 of how far 3 steps moved them."""
@@ -90,12 +100,7 @@ def test_a_sharded_checkpoint_resumes_on_another_world_size(tmp_path, fsdp2_run)
     weights and the AdamW moments come back, so the next steps equal the straight run's up to the
     float order of the gradient sums (the same bound as above)."""
     cfg, straight, w_straight = fsdp2_run
-    first = Trainer(cfg, tmp_path / "two")
-    try:
-        first.step()
-        first.save()
-    finally:
-        first.close()
+    _step_and_save(cfg, tmp_path / "two")
     one = _cfg(tmp_path, *FP32, "runtime.learner_workers=1")
     resumed = Trainer(one, tmp_path / "two", resume=True)
     try:
@@ -137,13 +142,7 @@ def test_a_ddp_checkpoint_resumes_sharded(tmp_path, fsdp2_run):
     shards the driver's name-keyed AdamW state, so steps 2-3 follow the straight fsdp2 run (up to the
     float order of the gradient sums)."""
     cfg, straight, w_straight = fsdp2_run
-    ddp = _cfg(tmp_path, *FP32, "runtime.learner_workers=2", "runtime.sharding=ddp")
-    first = Trainer(ddp, tmp_path / "run")
-    try:
-        first.step()
-        first.save()
-    finally:
-        first.close()
+    _step_and_save(_cfg(tmp_path, *FP32, "runtime.learner_workers=2", "runtime.sharding=ddp"), tmp_path / "run")
     assert "optimizer" in load_checkpoint(latest_checkpoint(tmp_path / "run"))[0]
     tail, w = _train(cfg, tmp_path / "run", steps=2, resume=True)
     for a, b in zip(straight[1:], tail):
