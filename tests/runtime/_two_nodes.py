@@ -39,17 +39,10 @@ def _weights(trainer):
     return {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
 
 
-def _nodes(trainer) -> dict[str, int]:
-    """How many nodes hold the engine workers' and the learner actors' bundles (placement group table)."""
-    engine = trainer.engine
-    where = ray.util.placement_group_table(engine._pg)["bundles_to_node_id"]
-    return {"engine_nodes": len({where[i] for i in engine.layout.engine}),
-            "learner_nodes": len({where[i] for i in engine.layout.learner})}  # fmt: skip
-
-
-def _learner_node_ids(trainer) -> set[str]:
+def _node_ids(trainer, role: str) -> set[str]:
+    """The nodes that hold the `role` ("engine" or "learner") bundles (placement group table)."""
     where = ray.util.placement_group_table(trainer.engine._pg)["bundles_to_node_id"]
-    return {where[i] for i in trainer.engine.layout.learner}
+    return {where[i] for i in getattr(trainer.engine.layout, role)}
 
 
 def _cluster(tries: int = 3):
@@ -85,7 +78,7 @@ def main(tmp: Path, report: Path) -> None:
     t = Trainer(cfg, tmp / "two")
     try:
         two = _steps(t, 1)
-        out.update(_nodes(t))
+        out.update(engine_nodes=len(_node_ids(t, "engine")), learner_nodes=len(_node_ids(t, "learner")))
         two += _steps(t, 2)
         w_two = _weights(t)
     finally:
@@ -97,7 +90,7 @@ def main(tmp: Path, report: Path) -> None:
         head = _steps(t, 1)
         saved = t.save()
         group, gather = t.learner_group, t.learner_group._gather
-        held = _learner_node_ids(t)
+        held = _node_ids(t, "learner")
         lost = next(node for node in workers if node.node_id in held)  # never the head: it holds the GCS
 
         def remove_node_then_gather(refs, what, ranks=None):
@@ -117,7 +110,7 @@ def main(tmp: Path, report: Path) -> None:
     t = Trainer(cfg, tmp / "cut", resume=True)
     try:
         tail = _steps(t, 2)
-        out["resumed_off_the_lost_node"] = lost.node_id not in _learner_node_ids(t)
+        out["resumed_off_the_lost_node"] = lost.node_id not in _node_ids(t, "learner")
         w_cut = _weights(t)
     finally:
         t.close()
